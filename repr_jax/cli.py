@@ -1,0 +1,80 @@
+"""``repr-jax``: the command line. Parsing and dispatch only; the work lives in the package."""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import sys
+from pathlib import Path
+
+DEFAULT_EXPERIMENT = "simclr_mnist1d"
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="repr-jax", description="Representation learning in JAX/Flax: train an experiment, "
+        "evaluate its representation downstream.")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    t = sub.add_parser("train", help="train an experiment (resumes if --workdir holds one)",
+                       description="Train an experiment and evaluate it. Rerunning with the same "
+                       "--workdir resumes from the latest checkpoint.")
+    t.add_argument("--config", default=DEFAULT_EXPERIMENT, metavar="NAME_OR_PATH",
+                   help="experiment name in experiments/ or a .py file with get_config(); append "
+                        f":ARG to pass ARG to get_config (default: {DEFAULT_EXPERIMENT})")
+    t.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config value, e.g. --set optim.lr=3e-4 (repeatable; values "
+                        "are Python literals, bare words are strings)")
+    t.add_argument("--workdir", default=None,
+                   help="run directory (default: runs/<experiment>-<timestamp>)")
+    t.add_argument("--print-config", action="store_true",
+                   help="print the resolved config as JSON and exit")
+    t.add_argument("--no-progress", action="store_true", help="no progress bar or table")
+
+    e = sub.add_parser("eval", help="evaluate the latest checkpoint of a run",
+                       description="Evaluate the latest checkpoint in --workdir with the run's "
+                       "configured evaluators; writes eval/step_<N>.json and prints a table.")
+    e.add_argument("--workdir", required=True, help="a run directory written by `repr-jax train`")
+    return p
+
+
+def _train(args) -> int:
+    import json
+
+    from repr_jax import config as config_lib
+    cfg = config_lib.override(config_lib.load(args.config), args.overrides)
+    if args.print_config:
+        print(json.dumps(config_lib.to_dict(cfg), indent=2))
+        return 0
+    workdir = args.workdir or os.path.join(
+        "runs", f"{Path(args.config.partition(':')[0]).stem}-"
+                f"{datetime.datetime.now():%Y%m%d-%H%M%S}")
+    print(f"workdir: {workdir}", flush=True)
+    from repr_jax.train import train_and_evaluate
+    train_and_evaluate(cfg, workdir, progress=not args.no_progress)
+    return 0
+
+
+def _eval(args) -> int:
+    from repr_jax.train import evaluate_workdir
+    evaluate_workdir(args.workdir)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    from repr_jax.config import ConfigError
+    from repr_jax.train import TrainingDiverged
+    try:
+        return {"train": _train, "eval": _eval}[args.command](args)
+    except (ConfigError, TrainingDiverged, FileNotFoundError) as e:
+        print(f"repr-jax: error: {e}", file=sys.stderr)
+        return 2
+    except ValueError as e:  # shape/dataset/name problems raised before anything ran
+        print(f"repr-jax: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,441 @@
+"""Typed, frozen experiment configs that are JAX pytrees.
+
+A config is a tree of frozen dataclasses. Fields declared with :func:`hyper` are the numeric
+hyperparameters the jitted train step reads (learning rate, weight decay, warmup, temperature, loss
+weights): they are pytree *leaves*, so configs can be passed to ``jax.jit`` as ordinary arguments and a
+population of configs can be stacked and vmapped. Every other field (names, widths, depth, batch size,
+steps) is *static* pytree metadata: changing it changes the compiled program.
+
+Experiment files are Python modules with ``get_config(arg=None) -> Config``; they are read only at the
+edge (:func:`load`) and overridden from the command line with ``key=value`` strings (:func:`override`),
+whose values are parsed with :func:`ast.literal_eval` (never ``eval``). Unknown keys, wrong types and
+invalid values raise :class:`ConfigError` with a one-line message before anything compiles.
+
+>>> cfg = override(Config(), ["optim.lr=3e-4", "train.batch_size=64"])
+>>> cfg.optim.lr, cfg.train.batch_size
+(0.0003, 64)
+>>> import jax
+>>> [type(x).__name__ for x in jax.tree.leaves(Config().optim)]
+['float', 'float', 'float', 'float']
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import difflib
+import functools
+import importlib.util
+import json
+import types
+import typing
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+import jax
+
+__all__ = [
+    "ConfigError", "hyper", "static", "Config", "DataConfig", "ViewsConfig", "EncoderConfig",
+    "MethodConfig", "OptimConfig", "TrainConfig", "EvalConfig", "load", "override", "to_dict",
+    "from_dict", "save_json", "load_json", "flatten", "diff", "experiments_dir", "list_experiments",
+]
+
+
+class ConfigError(ValueError):
+    """A config problem the user can fix; its message is one line."""
+
+
+# --------------------------------------------------------------------------------------------------
+# Field declarations
+# --------------------------------------------------------------------------------------------------
+
+_CHECKS: dict[str, tuple[Callable[[Any, Any], bool], str]] = {
+    ">0": (lambda v, _: v > 0, "must be > 0"),
+    ">=0": (lambda v, _: v >= 0, "must be >= 0"),
+    "[0,1)": (lambda v, _: 0 <= v < 1, "must be in [0, 1)"),
+    "[0,1]": (lambda v, _: 0 <= v <= 1, "must be in [0, 1]"),
+}
+
+
+def hyper(default: float, check: str | None = None, doc: str = "") -> Any:
+    """A numeric hyperparameter read by the jitted step: a pytree leaf (vmappable)."""
+    return dataclasses.field(default=default, metadata={"hyper": True, "check": check, "doc": doc})
+
+
+def static(default: Any, check: str | Sequence[Any] | None = None, doc: str = "") -> Any:
+    """A structural field: pytree metadata. ``check`` is a rule name or a tuple of allowed values."""
+    return dataclasses.field(default=default, metadata={"hyper": False, "check": check, "doc": doc})
+
+
+def _section(cls: type) -> Any:
+    return dataclasses.field(default_factory=cls, metadata={"hyper": True, "check": None, "doc": ""})
+
+
+def _is_config(x: Any) -> bool:
+    return dataclasses.is_dataclass(x) and getattr(type(x) if not isinstance(x, type) else x,
+                                                   "_is_repr_jax_config", False)
+
+
+@functools.lru_cache(maxsize=None)
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _coerce(value: Any, tp: Any, key: str) -> Any:
+    """Returns ``value`` converted to annotation ``tp`` or raises ConfigError naming ``key``."""
+    origin = typing.get_origin(tp)
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{key} must be a number, got {value!r}")
+        return float(value)
+    if tp is int:
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{key} must be an integer, got {value!r}")
+        return value
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{key} must be True or False, got {value!r}")
+        return value
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{key} must be a string, got {value!r}")
+        return value
+    if origin is tuple:
+        args = typing.get_args(tp)
+        if isinstance(value, (int, float, str)) and not isinstance(value, bool):
+            value = (value,)  # `--set encoder.widths=64` means a one-element tuple
+        if not isinstance(value, (tuple, list)):
+            raise ConfigError(f"{key} must be a tuple, got {value!r}")
+        elem = args[0] if args else Any
+        if elem is Any:
+            return tuple(value)
+        return tuple(_coerce(v, elem, f"{key}[{i}]") for i, v in enumerate(value))
+    if origin in (typing.Union, types.UnionType):
+        for arg in typing.get_args(tp):
+            try:
+                return _coerce(value, arg, key)
+            except ConfigError:
+                pass
+        raise ConfigError(f"{key} must be one of {typing.get_args(tp)}, got {value!r}")
+    return value
+
+
+def _is_python_scalar(x: Any) -> bool:
+    return isinstance(x, (int, float, str, bool, tuple, list))
+
+
+def config(cls: type) -> type:
+    """Makes ``cls`` a frozen, validated dataclass registered as a pytree.
+
+    Fields from :func:`hyper` and nested config sections are pytree children; the rest is static.
+    Validation (types, value checks, :meth:`_validate`) runs on construction whenever the values are
+    plain Python values; tracers and arrays (inside jit/vmap) pass through untouched.
+    """
+    def __post_init__(self):
+        hints = _hints(type(self))
+        prefix = getattr(self, "_prefix", "")
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            key = f"{prefix}{f.name}"
+            if _is_config(value) or not _is_python_scalar(value):
+                continue  # nested section, or a traced/array leaf inside a transformation
+            coerced = _coerce(value, hints[f.name], key)
+            if coerced is not value:
+                object.__setattr__(self, f.name, coerced)
+            check = f.metadata.get("check")
+            if isinstance(check, str):
+                fn, msg = _CHECKS[check]
+                if not fn(coerced, self):
+                    raise ConfigError(f"{key} {msg}, got {coerced!r}")
+            elif check is not None and coerced not in check:
+                raise ConfigError(_unknown_choice(key, coerced, check))
+        validate = getattr(self, "_validate", None)
+        if validate is not None and all(
+                _is_python_scalar(getattr(self, f.name)) or _is_config(getattr(self, f.name))
+                for f in dataclasses.fields(self)):
+            validate()
+
+    cls.__post_init__ = __post_init__  # before @dataclass, which only calls a hook that exists
+    cls = dataclasses.dataclass(frozen=True)(cls)
+    cls._is_repr_jax_config = True
+    data_fields, meta_fields = [], []
+    for f in dataclasses.fields(cls):
+        (data_fields if f.metadata.get("hyper", False) else meta_fields).append(f.name)
+    jax.tree_util.register_dataclass(cls, data_fields=data_fields, meta_fields=meta_fields)
+    return cls
+
+
+def _unknown_choice(key: str, value: Any, valid: Iterable[Any]) -> str:
+    valid = list(valid)
+    close = difflib.get_close_matches(str(value), [str(v) for v in valid], n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return f"{key}={value!r} is not valid{hint}; choose from: {', '.join(map(repr, valid))}"
+
+
+# --------------------------------------------------------------------------------------------------
+# The experiment config
+# --------------------------------------------------------------------------------------------------
+
+DATASETS = ("mnist1d", "digits", "latent_classes")  # built in; any other name is a user TFDS dataset
+
+
+@config
+class ViewsConfig:
+    """Augmentations that make the views of an example; they run inside the jitted step."""
+    shift: int = static(0, ">=0", "max |shift| of a 1-D signal, zero filled")
+    scale: float = static(0.0, "[0,1)", "amplitude scaled by U(1-scale, 1+scale)")
+    noise: float = static(0.0, ">=0", "std of additive Gaussian noise")
+    mask: float = static(0.0, "[0,1)", "fraction of the signal zeroed as one contiguous segment")
+    crop_pad: int = static(0, ">=0", "2-D: pad by this many pixels, then random crop back")
+    flip: bool = static(False, doc="2-D: random horizontal flip")
+
+
+@config
+class DataConfig:
+    name: str = static("mnist1d", doc="mnist1d | digits | latent_classes | a TFDS name in data_dir")
+    data_dir: str = static("", doc="TFDS data dir; '' = $REPR_JAX_DATA_DIR or ~/.cache/repr_jax/tfds")
+    num_examples: int = static(0, ">=0", "generated datasets: examples in total (0 = default)")
+    num_classes: int = static(0, ">=0", "latent_classes: number of latent classes (0 = default)")
+    views: ViewsConfig = _section(ViewsConfig)
+
+
+@config
+class EncoderConfig:
+    name: str = static("cnn", ("mlp", "cnn"))
+    widths: tuple[int, ...] = static((32, 64, 128), doc="hidden widths (mlp) or conv channels (cnn)")
+    embed_dim: int = static(0, ">=0", "final linear embedding width (0 = none: pooled features)")
+    kernel_size: int = static(5, ">0")
+    norm: str = static("batch", ("batch", "layer", "none"))
+
+    def _validate(self):
+        if not self.widths or any(w <= 0 for w in self.widths):
+            raise ConfigError(f"encoder.widths must be a non-empty tuple of positive ints, "
+                              f"got {self.widths!r}")
+
+
+@config
+class MethodConfig:
+    name: str = static("simclr", ("simclr", "supervised"))
+    temperature: float = hyper(0.5, ">0", "softmax temperature of contrastive objectives")
+    loss_weight: float = hyper(1.0, ">=0", "multiplies the method's loss")
+    proj_hidden: int = static(256, ">=0", "projection head hidden width (0 = linear head)")
+    proj_dim: int = static(128, ">0", "projection output width")
+
+
+@config
+class OptimConfig:
+    """AdamW with linear warmup and cosine decay; every number here is a vmappable leaf."""
+    lr: float = hyper(1e-3, ">0", "peak learning rate")
+    weight_decay: float = hyper(1e-4, ">=0", "decoupled weight decay")
+    warmup_steps: float = hyper(100.0, ">=0", "linear warmup length in steps")
+    min_lr_ratio: float = hyper(0.0, "[0,1]", "final lr as a fraction of the peak")
+    b1: float = static(0.9, "[0,1)")
+    b2: float = static(0.999, "[0,1)")
+    clip_norm: float = static(0.0, ">=0", "global gradient-norm clip (0 = off)")
+
+
+@config
+class TrainConfig:
+    batch_size: int = static(256, ">0", "global batch size, divisible by the device count")
+    steps: int = static(3000, ">0")
+    eval_every: int = static(0, ">=0", "evaluate every N steps (0 = only at the end)")
+    ckpt_every: int = static(500, ">=0", "checkpoint every N steps (0 = only at the end)")
+    log_every: int = static(50, ">0", "write metrics.jsonl every N steps")
+    num_devices: int = static(0, ">=0", "devices on the data axis (0 = all)")
+    keep_checkpoints: int = static(2, ">0")
+
+
+@config
+class EvalConfig:
+    evaluators: tuple[str, ...] = static(("linear_probe", "knn"))
+    knn_k: int = static(20, ">0")
+    knn_temperature: float = static(0.07, ">0")
+    reference_rows: bool = static(True, doc="also evaluate raw inputs and the random-init encoder")
+    batch_size: int = static(1024, ">0", "batch size of the feature pass")
+
+    def _validate(self):
+        from repr_jax.eval import EVALUATORS  # the registry lives with the evaluators
+        for name in self.evaluators:
+            if name not in EVALUATORS:
+                raise ConfigError(_unknown_choice("eval.evaluators", name, EVALUATORS))
+
+
+@config
+class Config:
+    seed: int = static(0, ">=0")
+    data: DataConfig = _section(DataConfig)
+    encoder: EncoderConfig = _section(EncoderConfig)
+    method: MethodConfig = _section(MethodConfig)
+    optim: OptimConfig = _section(OptimConfig)
+    train: TrainConfig = _section(TrainConfig)
+    eval: EvalConfig = _section(EvalConfig)
+
+    def check_devices(self, num_devices: int) -> None:
+        """Checks what depends on the device count, before anything compiles."""
+        if self.train.batch_size % num_devices:
+            raise ConfigError(
+                f"train.batch_size={self.train.batch_size} is not divisible by the {num_devices} "
+                f"devices on the data axis; use a multiple of {num_devices}")
+
+
+# --------------------------------------------------------------------------------------------------
+# Dict and override round trips
+# --------------------------------------------------------------------------------------------------
+
+def to_dict(cfg: Any) -> dict[str, Any]:
+    """Nested plain dict (JSON-able) of a config."""
+    out = {}
+    for f in dataclasses.fields(cfg):
+        v = getattr(cfg, f.name)
+        out[f.name] = to_dict(v) if _is_config(v) else (list(v) if isinstance(v, tuple) else v)
+    return out
+
+
+def _valid_keys(cls: type) -> list[str]:
+    return [f.name for f in dataclasses.fields(cls)]
+
+
+def _unknown_key(key: str, cls: type) -> ConfigError:
+    *parent, leaf = key.split(".")
+    valid = _valid_keys(cls)
+    close = difflib.get_close_matches(leaf, valid, n=1)
+    where = ".".join(parent) + "." if parent else ""
+    hint = f"did you mean '{where}{close[0]}'? " if close else ""
+    return ConfigError(f"unknown config key '{key}'; {hint}valid keys"
+                       f"{' in ' + '.'.join(parent) if parent else ''}: {', '.join(valid)}")
+
+
+def from_dict(d: dict[str, Any], cls: type = None, _prefix: str = "") -> Any:
+    """Inverse of :func:`to_dict`; unknown keys fail naming the valid ones."""
+    cls = cls or Config
+    hints = _hints(cls)
+    kwargs = {}
+    for k, v in d.items():
+        if k not in hints:
+            raise _unknown_key(_prefix + k, cls)
+        sub = hints[k]
+        if isinstance(sub, type) and getattr(sub, "_is_repr_jax_config", False):
+            if not isinstance(v, dict):
+                raise ConfigError(f"{_prefix + k} is a section; set its keys, e.g. "
+                                  f"{_prefix + k}.{_valid_keys(sub)[0]}=...")
+            v = from_dict(v, sub, _prefix + k + ".")
+        kwargs[k] = v
+    return _construct(cls, kwargs, _prefix)
+
+
+def _construct(cls: type, kwargs: dict[str, Any], prefix: str) -> Any:
+    # Subclasses read the prefix in __post_init__ so messages name the full key ("optim.lr").
+    obj = cls.__new__(cls)
+    object.__setattr__(obj, "_prefix", prefix)
+    try:
+        obj.__init__(**kwargs)
+    finally:
+        try:
+            object.__delattr__(obj, "_prefix")
+        except AttributeError:
+            pass
+    return obj
+
+
+def flatten(cfg: Any, prefix: str = "") -> dict[str, Any]:
+    """``{"optim.lr": 1e-3, ...}`` for every field."""
+    out = {}
+    for f in dataclasses.fields(cfg):
+        v = getattr(cfg, f.name)
+        if _is_config(v):
+            out.update(flatten(v, f"{prefix}{f.name}."))
+        else:
+            out[f"{prefix}{f.name}"] = v
+    return out
+
+
+def diff(a: Any, b: Any) -> dict[str, tuple[Any, Any]]:
+    """Keys whose values differ between two configs: ``{key: (a_value, b_value)}``."""
+    fa, fb = flatten(a), flatten(b)
+    return {k: (fa[k], fb[k]) for k in fa if fa[k] != fb[k]}
+
+
+def _parse_value(text: str) -> Any:
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text  # bare words are strings: data.name=digits
+
+
+def override(cfg: Any, assignments: Sequence[str]) -> Any:
+    """Returns a new config with ``"a.b=value"`` assignments applied (values via literal_eval)."""
+    d = to_dict(cfg)
+    for item in assignments:
+        if "=" not in item:
+            raise ConfigError(f"override {item!r} must look like key=value, e.g. optim.lr=3e-4")
+        key, text = item.split("=", 1)
+        key = key.strip()
+        node, cls = d, type(cfg)
+        parts = key.split(".")
+        for i, part in enumerate(parts):
+            hints = _hints(cls)
+            if part not in hints:
+                raise _unknown_key(".".join(parts[: i + 1]), cls)
+            sub = hints[part]
+            is_section = isinstance(sub, type) and getattr(sub, "_is_repr_jax_config", False)
+            if i == len(parts) - 1:
+                if is_section:
+                    raise ConfigError(f"{key} is a section; set one of its keys: "
+                                      f"{', '.join(key + '.' + k for k in _valid_keys(sub))}")
+                node[part] = _parse_value(text.strip())
+            else:
+                if not is_section:
+                    raise ConfigError(f"{'.'.join(parts[:i + 1])} is not a section, so "
+                                      f"'{key}' does not exist")
+                node, cls = node[part], sub
+    return from_dict(d, type(cfg))
+
+
+def save_json(cfg: Any, path: str | Path) -> None:
+    Path(path).write_text(json.dumps(to_dict(cfg), indent=2, sort_keys=True) + "\n")
+
+
+def load_json(path: str | Path) -> Config:
+    return from_dict(json.loads(Path(path).read_text()))
+
+
+# --------------------------------------------------------------------------------------------------
+# Experiment files
+# --------------------------------------------------------------------------------------------------
+
+def experiments_dir() -> Path:
+    """The repository's ``experiments/`` folder (beside the package in a source checkout)."""
+    return Path(__file__).resolve().parent.parent / "experiments"
+
+
+def list_experiments() -> list[str]:
+    d = experiments_dir()
+    return sorted(p.stem for p in d.glob("*.py") if not p.name.startswith("_")) if d.is_dir() else []
+
+
+def load(name_or_path: str) -> Config:
+    """Reads ``get_config(arg)`` from an experiment file.
+
+    ``name_or_path`` is a path to a ``.py`` file or the name of a file in ``experiments/``, optionally
+    followed by ``:arg`` which is passed to ``get_config(arg=None)`` (``simclr_mnist1d:quick``).
+    """
+    name, _, arg = name_or_path.partition(":")
+    path = Path(name)
+    if not (path.suffix == ".py" and path.is_file()):
+        path = experiments_dir() / f"{name.removesuffix('.py')}.py"
+        if not path.is_file():
+            raise ConfigError(_unknown_choice("--config", name, list_experiments())
+                              + " (or give a path to a .py file)")
+    spec = importlib.util.spec_from_file_location(f"repr_jax_experiment_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    if not hasattr(module, "get_config"):
+        raise ConfigError(f"{path} defines no get_config()")
+    cfg = module.get_config(arg or None)
+    if not isinstance(cfg, Config):
+        raise ConfigError(f"{path}: get_config() must return repr_jax.config.Config, "
+                          f"got {type(cfg).__name__}")
+    return cfg
+

@@ -1,0 +1,164 @@
+"""TFDS builders for the datasets that work offline (array_record format: no TensorFlow needed).
+
+Every built-in dataset is a real ``tfds.core.GeneratorBasedBuilder``: it is prepared once into a TFDS
+data dir and then read back through ``builder.as_data_source(split)`` — the same path that reads a
+user's own TFDS dataset from a data dir (see :func:`repr_jax.data.load`).
+
+* ``digits``: scikit-learn's bundled 8×8 handwritten digits (1,797 real images), fixed 60/20/20 split.
+* ``mnist1d``: MNIST-1D (Greydanus 2020) *generated* locally with ``mnist1d.data.make_dataset`` — never
+  its ``get_dataset``, which downloads. 1-D signals of length 40, 10 classes.
+* ``latent_classes``: synthetic data with known latent structure (Arora et al. 2019): each example is
+  drawn from one of C latent classes, and ``x_pos`` is an independent draw from the same class, so a
+  positive pair shares its class by construction.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow_datasets as tfds
+
+VAL_FRACTION = 0.1  # of the generated training examples, held out for model selection in probes
+
+
+def _features(x_shape: tuple[int, ...], num_classes: int, paired: bool = False):
+    feats = {"x": tfds.features.Tensor(shape=x_shape, dtype=np.float32),
+             "label": tfds.features.ClassLabel(num_classes=num_classes)}
+    if paired:
+        feats["x_pos"] = tfds.features.Tensor(shape=x_shape, dtype=np.float32)
+    return tfds.features.FeaturesDict(feats)
+
+
+def _split_indices(n: int, fractions: tuple[float, ...], seed: int) -> list[np.ndarray]:
+    """A fixed permutation of ``range(n)`` cut into consecutive parts of the given fractions."""
+    perm = np.random.default_rng(seed).permutation(n)
+    cuts = np.cumsum([int(round(f * n)) for f in fractions[:-1]])
+    return np.split(perm, cuts)
+
+
+class _ArraysBuilder(tfds.core.GeneratorBasedBuilder):
+    """Writes in-memory arrays (made by ``_make_arrays``) as array_record splits."""
+
+    VERSION = tfds.core.Version("1.0.0")
+    RELEASE_NOTES = {"1.0.0": "First release."}
+    _SHAPE: tuple[int, ...] = ()
+    _PAIRED = False
+
+    def __init__(self, **kwargs):
+        kwargs.setdefault("file_format", "array_record")
+        super().__init__(**kwargs)
+
+    def _num_classes(self) -> int:
+        return 10
+
+    def _info(self) -> tfds.core.DatasetInfo:
+        return tfds.core.DatasetInfo(
+            builder=self, description=self.__doc__,
+            features=_features(self._SHAPE, self._num_classes(), self._PAIRED),
+            supervised_keys=("x", "label"))
+
+    def _split_generators(self, dl_manager):
+        del dl_manager  # nothing is downloaded
+        splits = self._make_arrays()
+        return {name: self._generate_examples(arrays) for name, arrays in splits.items()}
+
+    def _generate_examples(self, arrays):
+        for i in range(len(arrays["label"])):
+            yield i, {k: v[i] for k, v in arrays.items()}
+
+    def _make_arrays(self) -> dict[str, dict[str, np.ndarray]]:
+        raise NotImplementedError
+
+
+class Digits(_ArraysBuilder):
+    """scikit-learn's 8×8 handwritten digits (UCI), pixel values scaled to [0, 1]."""
+
+    _SHAPE = (8, 8, 1)
+
+    def _make_arrays(self):
+        from sklearn.datasets import load_digits  # bundled with scikit-learn: no download
+        d = load_digits()
+        x = (d.images[..., None] / 16.0).astype(np.float32)
+        y = d.target.astype(np.int64)
+        parts = _split_indices(len(y), (0.6, 0.2, 0.2), seed=0)
+        return {name: {"x": x[idx], "label": y[idx]}
+                for name, idx in zip(("train", "validation", "test"), parts)}
+
+
+class Mnist1dConfig(tfds.core.BuilderConfig):
+    def __init__(self, *, num_examples: int = 5000, seed: int = 42, **kwargs):
+        super().__init__(name=f"n{num_examples}_seed{seed}", **kwargs)
+        self.num_examples = num_examples
+        self.seed = seed
+
+
+class Mnist1d(_ArraysBuilder):
+    """MNIST-1D (Greydanus 2020), generated locally; 80/20 train/test as the reference, 10% of train
+    held out as validation."""
+
+    _SHAPE = (40,)
+    BUILDER_CONFIGS = [Mnist1dConfig()]
+
+    def _make_arrays(self):
+        from mnist1d.data import get_dataset_args, make_dataset
+        args = get_dataset_args()
+        args.num_samples = self.builder_config.num_examples
+        args.seed = self.builder_config.seed
+        d = make_dataset(args)  # reseeds the global RNGs: the caller restores them
+        x, y = d["x"].astype(np.float32), d["y"].astype(np.int64)
+        n_val = int(round(VAL_FRACTION * len(y)))
+        return {"train": {"x": x[n_val:], "label": y[n_val:]},
+                "validation": {"x": x[:n_val], "label": y[:n_val]},
+                "test": {"x": d["x_test"].astype(np.float32), "label": d["y_test"].astype(np.int64)}}
+
+
+class LatentClassesConfig(tfds.core.BuilderConfig):
+    def __init__(self, *, num_examples: int = 6000, num_classes: int = 10, dim: int = 32,
+                 latent_dim: int = 8, noise: float = 1.0, seed: int = 0, **kwargs):
+        super().__init__(name=f"n{num_examples}_c{num_classes}_d{dim}_k{latent_dim}"
+                              f"_noise{noise:g}_seed{seed}", **kwargs)
+        self.num_examples, self.num_classes, self.dim = num_examples, num_classes, dim
+        self.latent_dim, self.noise, self.seed = latent_dim, noise, seed
+
+
+def latent_class_arrays(*, num_examples: int, num_classes: int, dim: int, latent_dim: int,
+                        noise: float, seed: int) -> dict[str, np.ndarray]:
+    """Examples from C latent classes: ``x = tanh(W (mu_c + noise * eps))``, ``x_pos`` a second draw.
+
+    Class means ``mu_c ~ N(0, I_k)``, ``W`` a fixed random ``dim × k`` map with unit-variance rows.
+    The class ``c`` is the ground truth; the Bayes-optimal accuracy falls as ``noise`` grows.
+    """
+    rng = np.random.default_rng(seed)
+    mu = rng.normal(size=(num_classes, latent_dim))
+    w = rng.normal(size=(dim, latent_dim)) / np.sqrt(latent_dim)
+    y = rng.integers(0, num_classes, size=num_examples)
+
+    def draw():
+        z = mu[y] + noise * rng.normal(size=(num_examples, latent_dim))
+        return np.tanh(z @ w.T).astype(np.float32)
+
+    return {"x": draw(), "x_pos": draw(), "label": y.astype(np.int64)}
+
+
+class LatentClasses(_ArraysBuilder):
+    """Synthetic examples from latent classes with positive pairs drawn from the same class."""
+
+    BUILDER_CONFIGS = [LatentClassesConfig()]
+    _PAIRED = True
+
+    @property
+    def _SHAPE(self):  # noqa: N802 - the base class reads it as a class constant
+        return (self.builder_config.dim,)
+
+    def _num_classes(self) -> int:
+        return self.builder_config.num_classes
+
+    def _make_arrays(self):
+        c = self.builder_config
+        arrays = latent_class_arrays(num_examples=c.num_examples, num_classes=c.num_classes,
+                                     dim=c.dim, latent_dim=c.latent_dim, noise=c.noise, seed=c.seed)
+        parts = _split_indices(c.num_examples, (0.7, 0.1, 0.2), seed=c.seed + 1)
+        return {name: {k: v[idx] for k, v in arrays.items()}
+                for name, idx in zip(("train", "validation", "test"), parts)}
+
+
+BUILDERS = {"digits": Digits, "mnist1d": Mnist1d, "latent_classes": LatentClasses}

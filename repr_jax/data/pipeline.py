@@ -1,0 +1,172 @@
+"""Datasets as arrays, and deterministic step-indexed global batches.
+
+``load(name, ...)`` prepares (once) and reads a TFDS dataset — built in, or a user's own from a data
+dir — into a :class:`Dataset` of numpy splits. :class:`BatchStream` turns a split into batches that are a
+pure function of ``(seed, step)``: epoch ``e`` visits the examples in the order
+``default_rng([seed, e]).permutation(n)``, and the global batch at ``step`` is the consecutive slice
+``[step * B, (step + 1) * B)`` of that endless stream. A resumed run therefore sees exactly the batches
+the uninterrupted run would have, and each process of a multi-host run reads only its rows.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import random
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+SPLITS = ("train", "validation", "test")
+
+
+@dataclasses.dataclass(frozen=True)
+class Dataset:
+    """Splits of a labelled dataset held as numpy arrays.
+
+    ``splits[name]`` maps feature names to arrays with a leading example axis: ``x`` (inputs),
+    ``label`` (int classes) and, for paired datasets, ``x_pos`` (a positive partner of each ``x``).
+    """
+    name: str
+    splits: dict[str, dict[str, np.ndarray]]
+    num_classes: int
+
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        return tuple(self.splits["train"]["x"].shape[1:])
+
+    def __repr__(self) -> str:
+        sizes = ", ".join(f"{k}={len(v['label'])}" for k, v in self.splits.items())
+        return (f"Dataset({self.name!r}, {sizes}, input_shape={self.input_shape}, "
+                f"num_classes={self.num_classes})")
+
+
+def default_data_dir() -> str:
+    return os.environ.get("REPR_JAX_DATA_DIR") or str(Path.home() / ".cache" / "repr_jax" / "tfds")
+
+
+@contextlib.contextmanager
+def _preparing():
+    """Quiet, side-effect-free preparation: no TFDS progress bars, and numpy's and Python's global
+    RNGs restored afterwards (``mnist1d.make_dataset`` reseeds both; TFDS draws from ``random``)."""
+    import tensorflow_datasets as tfds
+    from tensorflow_datasets.core.utils import tqdm_utils
+    was_active = tqdm_utils._active  # noqa: SLF001 - TFDS exposes only a setter
+    np_state, py_state = np.random.get_state(), random.getstate()
+    tfds.display_progress_bar(False)
+    try:
+        yield
+    finally:
+        tfds.display_progress_bar(was_active)
+        np.random.set_state(np_state)
+        random.setstate(py_state)
+
+
+def _builder(name: str, data_dir: str, **config_kwargs: Any):
+    from repr_jax.data import builders
+    if name in builders.BUILDERS:
+        cls = builders.BUILDERS[name]
+        config = None
+        if config_kwargs:
+            config_cls = type(cls.BUILDER_CONFIGS[0])
+            config = config_cls(**config_kwargs)
+        builder = cls(data_dir=data_dir, config=config) if config else cls(data_dir=data_dir)
+        with _preparing():
+            builder.download_and_prepare()
+        return builder
+    # A user's own dataset: a prepared TFDS directory, or a name inside data_dir.
+    import tensorflow_datasets as tfds
+    path = Path(name)
+    if path.is_dir() and (path / "dataset_info.json").exists():
+        return tfds.builder_from_directory(str(path))
+    try:
+        return tfds.builder(name, data_dir=data_dir, try_gcs=False)
+    except Exception as e:  # noqa: BLE001 - tfds raises several kinds; turn them into one message
+        raise ValueError(
+            f"unknown dataset {name!r}: not a built-in ({', '.join(builders.BUILDERS)}) and not a "
+            f"prepared TFDS dataset in data_dir={data_dir!r} ({type(e).__name__}: "
+            f"{str(e).splitlines()[0]})") from None
+
+
+def _read_split(builder, split: str, input_key: str, label_key: str) -> dict[str, np.ndarray]:
+    source = builder.as_data_source(split)
+    records = source.__getitems__(list(range(len(source))))
+    keys = [input_key, label_key] + [k for k in ("x_pos",) if k in records[0]]
+    out = {k: np.stack([np.asarray(r[k]) for r in records]) for k in keys}
+    x = out.pop(input_key)
+    out["x"] = x.astype(np.float32) / (255.0 if x.dtype == np.uint8 else 1.0)  # uint8 images
+    out["label"] = out.pop(label_key).astype(np.int32)
+    return out
+
+
+def load(name: str, *, data_dir: str = "", **config_kwargs: Any) -> Dataset:
+    """Prepares (first time only) and reads a dataset's splits into memory.
+
+    Args:
+      name: a built-in name (``mnist1d``, ``digits``, ``latent_classes``), the name of a TFDS dataset
+        prepared in ``data_dir``, or the path of a prepared TFDS dataset version directory.
+      data_dir: the TFDS data dir; default ``$REPR_JAX_DATA_DIR`` or ``~/.cache/repr_jax/tfds``.
+      **config_kwargs: builder-config values for generated datasets (``num_examples``, ...).
+    """
+    builder = _builder(name, data_dir or default_data_dir(), **config_kwargs)
+    info = builder.info
+    input_key, label_key = info.supervised_keys or ("x", "label")
+    available = [s for s in SPLITS if s in info.splits]
+    if "train" not in available or "test" not in available:
+        raise ValueError(f"dataset {name!r} needs 'train' and 'test' splits; it has "
+                         f"{sorted(info.splits)}")
+    splits = {s: _read_split(builder, s, input_key, label_key) for s in available}
+    if "validation" not in splits:  # carve a fixed validation split out of train
+        train = splits["train"]
+        perm = np.random.default_rng(0).permutation(len(train["label"]))
+        n_val = max(1, len(perm) // 10)
+        splits["validation"] = {k: v[perm[:n_val]] for k, v in train.items()}
+        splits["train"] = {k: v[perm[n_val:]] for k, v in train.items()}
+    num_classes = info.features[label_key].num_classes
+    return Dataset(name=name, splits=splits, num_classes=int(num_classes))
+
+
+class BatchStream:
+    """Global batches as a pure function of ``(seed, step)``.
+
+    >>> s = BatchStream({"x": np.arange(10.0), "label": np.arange(10)}, batch_size=4, seed=0)
+    >>> bool((s.batch(3)["x"] == BatchStream(s.arrays, batch_size=4, seed=0).batch(3)["x"]).all())
+    True
+    """
+
+    def __init__(self, arrays: dict[str, np.ndarray], *, batch_size: int, seed: int):
+        self.arrays = arrays
+        self.batch_size = batch_size
+        self.seed = seed
+        self.num_examples = len(arrays["label"])
+        if batch_size > self.num_examples:
+            raise ValueError(f"train.batch_size={batch_size} exceeds the {self.num_examples} "
+                             f"training examples")
+        self._perms: dict[int, np.ndarray] = {}
+
+    def _perm(self, epoch: int) -> np.ndarray:
+        if epoch not in self._perms:
+            if len(self._perms) > 2:
+                self._perms.pop(min(self._perms))
+            self._perms[epoch] = np.random.default_rng([self.seed, epoch]).permutation(
+                self.num_examples)
+        return self._perms[epoch]
+
+    def indices(self, step: int, start: int = 0, stop: int | None = None) -> np.ndarray:
+        """Dataset indices of rows ``[start, stop)`` of the global batch at ``step``."""
+        stop = self.batch_size if stop is None else stop
+        pos = step * self.batch_size + np.arange(start, stop)
+        epochs, offsets = np.divmod(pos, self.num_examples)
+        return np.concatenate([self._perm(int(e))[offsets[epochs == e]] for e in np.unique(epochs)])
+
+    def batch(self, step: int, *, process_index: int = 0, process_count: int = 1
+              ) -> dict[str, np.ndarray]:
+        """This process's contiguous rows of the global batch at ``step``."""
+        per_process = self.batch_size // process_count
+        idx = self.indices(step, process_index * per_process, (process_index + 1) * per_process)
+        return {k: v[idx] for k, v in self.arrays.items()}
+
+    def examples_seen(self, step: int) -> int:
+        return step * self.batch_size

@@ -1,0 +1,78 @@
+"""Augmentations that make views of a batch, run inside the jitted step (keyed by ``fold_in``).
+
+Inputs are batches ``x_BxL`` (1-D signals or vectors) or ``x_BxHxWxC`` (images). Every random choice
+is per example and comes from the key, so the same key gives the same views.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+
+
+def _shift_1d(key, x_BxL, max_shift: int):
+    """Shifts each signal by an integer in [-max_shift, max_shift], filling with zeros."""
+    b, length = x_BxL.shape
+    s_B = jax.random.randint(key, (b,), -max_shift, max_shift + 1)
+    padded = jnp.pad(x_BxL, ((0, 0), (max_shift, max_shift)))
+    return jax.vmap(lambda row, s: jax.lax.dynamic_slice(row, (max_shift - s,), (length,)))(
+        padded, s_B)
+
+
+def _mask_1d(key, x_BxL, fraction: float):
+    """Zeros one contiguous segment of ``round(fraction * L)`` positions per signal."""
+    b, length = x_BxL.shape
+    width = int(round(fraction * length))
+    start_B = jax.random.randint(key, (b, 1), 0, length - width + 1)
+    pos = jnp.arange(length)[None, :]
+    return jnp.where((pos >= start_B) & (pos < start_B + width), 0.0, x_BxL)
+
+
+def _crop_2d(key, x_BxHxWxC, pad: int):
+    """Pads by ``pad`` pixels (zeros) and crops back to H×W at a random offset per image."""
+    b, h, w, c = x_BxHxWxC.shape
+    padded = jnp.pad(x_BxHxWxC, ((0, 0), (pad, pad), (pad, pad), (0, 0)))
+    off_Bx2 = jax.random.randint(key, (b, 2), 0, 2 * pad + 1)
+    return jax.vmap(lambda img, o: jax.lax.dynamic_slice(img, (o[0], o[1], 0), (h, w, c)))(
+        padded, off_Bx2)
+
+
+def augment(key: jax.Array, x: jax.Array, *, shift: int = 0, scale: float = 0.0,
+            noise: float = 0.0, mask: float = 0.0, crop_pad: int = 0, flip: bool = False
+            ) -> jax.Array:
+    """One random view of each example of ``x`` (``[B, L]`` or ``[B, H, W, C]``); same shape out.
+
+    1-D: shift (zero fill), mask (one zeroed segment). 2-D: crop after padding, horizontal flip.
+    Both: amplitude scaling by ``U(1 - scale, 1 + scale)`` and additive Gaussian noise of std
+    ``noise``. With every option at its default this is the identity.
+    """
+    if (shift or mask) and x.ndim != 2 or (crop_pad or flip) and x.ndim != 4:
+        raise ValueError(f"views: shift/mask need inputs [B, L], crop_pad/flip need [B, H, W, C]; "
+                         f"got shape {x.shape}")
+    k_shift, k_mask, k_crop, k_flip, k_scale, k_noise = jax.random.split(key, 6)
+    b = x.shape[0]
+    if x.ndim == 2:
+        if shift:
+            x = _shift_1d(k_shift, x, shift)
+        if mask:
+            x = _mask_1d(k_mask, x, mask)
+    elif x.ndim == 4:
+        if crop_pad:
+            x = _crop_2d(k_crop, x, crop_pad)
+        if flip:
+            flip_B = jax.random.bernoulli(k_flip, 0.5, (b, 1, 1, 1))
+            x = jnp.where(flip_B, x[:, :, ::-1, :], x)
+    bshape = (b,) + (1,) * (x.ndim - 1)
+    if scale:
+        x = x * jax.random.uniform(k_scale, bshape, minval=1 - scale, maxval=1 + scale)
+    if noise:
+        x = x + noise * jax.random.normal(k_noise, x.shape)
+    return x
+
+
+def make_views_fn(**options) -> Callable[[jax.Array, jax.Array], jax.Array]:
+    """``augment`` with its options fixed: ``views_fn(key, x) -> view``."""
+    return functools.partial(augment, **options)

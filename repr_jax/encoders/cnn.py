@@ -1,0 +1,54 @@
+"""Small convolutional encoder for 1-D signals ``[B, L]`` / ``[B, L, C]`` and images ``[B, H, W, C]``.
+
+Each block is ``Conv(k) → norm → ReLU`` followed by 2× max pooling (except after the last block,
+and only while the spatial size allows it); the last block is mean-pooled over space.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import flax.linen as nn
+import jax
+
+from repr_jax.encoders.layers import norm_layer
+
+VARIANTS = {
+    "tiny": dict(widths=(8, 16)),
+    "S": dict(widths=(32, 64, 128)),
+    "B": dict(widths=(64, 128, 256, 512)),
+}
+
+
+class CNN(nn.Module):
+    """Args: ``x`` of shape ``[B, L]`` (1-D signal), ``[B, L, C]`` or ``[B, H, W, C]``.
+
+    Returns ``(embedding [B, E], features)`` with ``tokens`` (the last block's spatial positions,
+    ``[B, P, C]``), ``layers`` (each block's output), ``pooled`` (spatial mean of the last block) and
+    ``pre_head``.
+    """
+    widths: Sequence[int] = (32, 64, 128)
+    kernel_size: int = 5
+    embed_dim: int = 0
+    norm: str = "batch"
+
+    @nn.compact
+    def __call__(self, x: jax.Array, *, train: bool = False):
+        if x.ndim == 2:
+            x = x[..., None]  # [B, L] signal -> one channel
+        spatial = x.ndim - 2
+        h, layers = x, []
+        for i, width in enumerate(self.widths):
+            # No bias before BatchNorm: it would be cancelled, and Adam would amplify its noise gradient.
+            h = nn.Conv(width, (self.kernel_size,) * spatial, padding="SAME",
+                        use_bias=self.norm != "batch", name=f"conv{i}")(h)
+            h = norm_layer(self.norm, train=train, name=f"norm{i}")(h)
+            h = nn.relu(h)
+            layers.append(h)
+            if i < len(self.widths) - 1 and min(h.shape[1:-1]) >= 4:
+                h = nn.max_pool(h, (2,) * spatial, strides=(2,) * spatial)
+        tokens = h.reshape(h.shape[0], -1, h.shape[-1])
+        pooled = tokens.mean(axis=1)
+        emb = nn.Dense(self.embed_dim, name="embed")(pooled) if self.embed_dim else pooled
+        return emb, {"tokens": tokens, "layers": tuple(layers), "pooled": pooled,
+                     "pre_head": pooled}

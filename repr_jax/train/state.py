@@ -1,0 +1,40 @@
+"""The train state: one immutable pytree holding everything a resumed run needs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+import optax
+
+
+@flax.struct.dataclass
+class TrainState:
+    """``step`` counts completed updates; ``rng`` is the loop key (folded with ``step`` each step).
+
+    The optimizer (``tx``) is *not* stored here, unlike ``flax.training.train_state.TrainState``: it is
+    rebuilt inside the step from the config's numeric leaves, so hyperparameters can be traced and
+    vmapped across a population while the state keeps one structure.
+    """
+    step: jax.Array
+    params: Any
+    batch_stats: dict
+    opt_state: optax.OptState
+    rng: jax.Array
+    extra: dict  # method state that is not trained by gradients (EMA teachers, queues)
+
+    @property
+    def variables(self) -> dict:
+        """What ``model.apply`` takes: params plus the non-trained collections."""
+        return {"params": self.params, **({"batch_stats": self.batch_stats}
+                                          if self.batch_stats else {})}
+
+
+def create_train_state(variables: dict, tx: optax.GradientTransformation, rng: jax.Array
+                       ) -> TrainState:
+    params = variables["params"]
+    return TrainState(step=jnp.zeros((), jnp.int32), params=params,
+                      batch_stats=dict(variables.get("batch_stats", {})),
+                      opt_state=tx.init(params), rng=rng, extra={})

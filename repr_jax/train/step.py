@@ -1,0 +1,43 @@
+"""The jitted train step: loss → grad → optax update, with the state donated."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import optax
+
+from repr_jax.methods import Method
+from repr_jax.train.build import make_optimizer, warmup_cosine
+from repr_jax.train.state import TrainState
+
+
+def train_step(state: TrainState, batch: dict, hp: Any, *, method: Method, total_steps: int
+               ) -> tuple[TrainState, dict]:
+    """One update. ``hp`` is ``{"optim": OptimConfig, "method": MethodConfig}`` (numeric leaves).
+
+    All randomness is ``fold_in(state.rng, state.step)``, so the step is a pure function of
+    (state, batch, hp): a resumed run replays the uninterrupted one exactly.
+    """
+    key = jax.random.fold_in(state.rng, state.step)
+
+    def loss_fn(params):
+        return method.loss(params, {"batch_stats": state.batch_stats} if state.batch_stats else {},
+                           batch, key, hp["method"])
+
+    (loss, (model_state, metrics)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+    tx = make_optimizer(hp["optim"], total_steps=total_steps)
+    updates, opt_state = tx.update(grads, state.opt_state, state.params)
+    params = optax.apply_updates(state.params, updates)
+    o = hp["optim"]
+    metrics = dict(metrics, loss=loss, grad_norm=optax.global_norm(grads),
+                   lr=warmup_cosine(state.step, peak=o.lr, warmup_steps=o.warmup_steps,
+                                    total_steps=total_steps, min_lr_ratio=o.min_lr_ratio))
+    new_state = state.replace(step=state.step + 1, params=params, opt_state=opt_state,
+                              batch_stats=model_state.get("batch_stats", state.batch_stats))
+    return new_state, metrics
+
+
+def hyperparams(cfg) -> dict:
+    """The pytree of numeric hyperparameters the step reads (the config's leaves)."""
+    return {"optim": cfg.optim, "method": cfg.method}

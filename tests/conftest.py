@@ -1,0 +1,38 @@
+"""Test setup: 8 fake CPU devices, one BLAS thread, a private data dir, strict rank promotion."""
+
+import os
+import tempfile
+
+# Before jax is imported anywhere: 8 fake CPU devices for the sharding tests.
+os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
+                           + " --xla_force_host_platform_device_count=8").strip()
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # 2-thread OpenBLAS spin-waits on 2 cores
+os.environ.setdefault("REPR_JAX_DATA_DIR", tempfile.mkdtemp(prefix="repr_jax_test_data_"))
+os.environ.setdefault("TQDM_DISABLE", "1")
+
+import jax  # noqa: E402
+import pytest  # noqa: E402
+
+jax.config.update("jax_numpy_rank_promotion", "raise")
+
+
+@pytest.fixture(scope="session")
+def mnist1d_small():
+    from repr_jax import data
+    return data.load("mnist1d", num_examples=1000)
+
+
+def tiny_config(**sections):
+    """A config that trains in seconds: tiny CNN on 1,000 MNIST-1D signals."""
+    from repr_jax.config import (Config, DataConfig, EncoderConfig, MethodConfig, OptimConfig,
+                                 TrainConfig, ViewsConfig)
+    kw = dict(
+        data=DataConfig(name="mnist1d", num_examples=1000,
+                        views=ViewsConfig(shift=3, scale=0.2, noise=0.1, mask=0.1)),
+        encoder=EncoderConfig(name="cnn", widths=(8, 16), kernel_size=3),
+        method=MethodConfig(name="simclr", temperature=0.5, proj_hidden=16, proj_dim=8),
+        optim=OptimConfig(lr=1e-3, warmup_steps=2),
+        train=TrainConfig(batch_size=32, steps=6, ckpt_every=3, log_every=1, num_devices=1),
+    )
+    kw.update(sections)
+    return Config(**kw)

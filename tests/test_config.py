@@ -1,0 +1,107 @@
+import dataclasses
+import json
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from repr_jax import config as C
+from repr_jax.config import Config, ConfigError
+
+
+def test_defaults_and_public_keys():
+    flat = C.flatten(Config())
+    for key in ["seed", "data.name", "encoder.name", "method.name", "optim.lr",
+                "optim.weight_decay", "train.batch_size", "train.steps", "train.eval_every",
+                "train.ckpt_every"]:
+        assert key in flat
+
+
+def test_frozen():
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        Config().optim.lr = 1.0
+
+
+def test_override_parses_literals_and_bare_words():
+    cfg = C.override(Config(), ["optim.lr=3e-4", "data.name=digits", "encoder.widths=(8, 16)",
+                                "train.steps=10", "data.views.flip=True", "optim.warmup_steps=5"])
+    assert cfg.optim.lr == 3e-4 and cfg.data.name == "digits"
+    assert cfg.encoder.widths == (8, 16) and cfg.train.steps == 10 and cfg.data.views.flip
+    assert isinstance(cfg.optim.warmup_steps, float)  # ints become floats for float fields
+
+
+def test_unknown_key_names_closest_and_valid_keys():
+    with pytest.raises(ConfigError) as e:
+        C.override(Config(), ["optim.lrr=1e-3"])
+    msg = str(e.value)
+    assert "optim.lrr" in msg and "did you mean 'optim.lr'" in msg and "weight_decay" in msg
+    assert "\n" not in msg
+    with pytest.raises(ConfigError, match="unknown config key 'trian'.*'train'"):
+        C.override(Config(), ["trian.steps=3"])
+
+
+@pytest.mark.parametrize("item, pattern", [
+    ("optim.lr=-1e-3", "optim.lr must be > 0"),
+    ("optim.lr=fast", "optim.lr must be a number"),
+    ("train.batch_size=12.5", "train.batch_size must be an integer"),
+    ("train.steps=0", "train.steps must be > 0"),
+    ("encoder.name=vitt", "encoder.name='vitt' is not valid.*choose from"),
+    ("method.name=simclrr", "did you mean 'simclr'"),
+    ("eval.evaluators=('knn', 'lin')", "eval.evaluators='lin' is not valid"),
+    ("optim=1", "optim is a section"),
+    ("optim.lr", "must look like key=value"),
+    ("optim.lr=__import__('os').system('true')", "optim.lr must be a number"),
+])
+def test_bad_values_fail_in_one_line(item, pattern):
+    with pytest.raises(ConfigError, match=pattern) as e:
+        C.override(Config(), [item])
+    assert "\n" not in str(e.value)
+
+
+def test_json_round_trip(tmp_path):
+    cfg = C.override(Config(), ["optim.lr=3e-4", "encoder.widths=(4,)"])
+    C.save_json(cfg, tmp_path / "config.json")
+    assert C.load_json(tmp_path / "config.json") == cfg
+    d = json.loads((tmp_path / "config.json").read_text())
+    d["optim"]["bogus"] = 1
+    with pytest.raises(ConfigError, match="optim.bogus"):
+        C.from_dict(d)
+
+
+def test_hyperparameters_are_leaves_structure_is_static():
+    cfg = Config()
+    leaves = jax.tree.leaves(cfg)
+    assert all(isinstance(x, float) for x in leaves)
+    assert cfg.optim.lr in leaves and cfg.method.temperature in leaves
+    # A structural change changes the treedef (a new compile); a numeric change does not.
+    t = jax.tree.structure
+    assert t(cfg) == t(C.override(cfg, ["optim.lr=0.1"]))
+    assert t(cfg) != t(C.override(cfg, ["train.batch_size=128"]))
+
+
+def test_population_of_configs_can_be_vmapped():
+    cfgs = [C.override(Config(), [f"optim.lr={lr}"]) for lr in (0.1, 0.2, 0.3)]
+    stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *cfgs)
+    out = jax.vmap(lambda c: c.optim.lr * c.method.temperature)(stacked)
+    assert jnp.allclose(out, jnp.array([0.05, 0.1, 0.15]))
+    # jit sees the config as an argument: no recompilation for new numeric values.
+    f = jax.jit(lambda c: c.optim.lr * 2)
+    f(cfgs[0]), f(cfgs[1])
+    assert f._cache_size() == 1
+
+
+def test_batch_not_divisible_by_devices():
+    with pytest.raises(ConfigError, match="not divisible by the 3 devices"):
+        C.override(Config(), ["train.batch_size=256"]).check_devices(3)
+
+
+def test_load_experiment_by_name_and_arg():
+    full, quick = C.load("simclr_mnist1d"), C.load("simclr_mnist1d:quick")
+    assert full.method.name == "simclr" and quick.train.steps < full.train.steps
+    with pytest.raises(ConfigError, match="did you mean 'simclr_mnist1d'"):
+        C.load("simclr_mnist")
+
+
+def test_every_experiment_file_loads():
+    for name in C.list_experiments():
+        assert isinstance(C.load(name), Config)

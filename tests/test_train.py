@@ -1,0 +1,162 @@
+"""Training: one step, exact resume, NaN stop, 8-device == 1-device, workdir safety."""
+
+import json
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from conftest import tiny_config
+
+from repr_jax import config as C
+from repr_jax import data
+from repr_jax.config import ConfigError
+from repr_jax.train import (Checkpointer, TrainingDiverged, build_method, global_batch, hyperparams,
+                            init_state, make_mesh, make_step_fn, train_and_evaluate, warmup_cosine)
+
+
+def test_schedule_equals_optax():
+    ref = optax.warmup_cosine_decay_schedule(0.0, 2e-3, 10, 100, end_value=2e-4)
+    steps = jnp.arange(0, 120)
+    ours = warmup_cosine(steps, peak=2e-3, warmup_steps=10.0, total_steps=100, min_lr_ratio=0.1)
+    np.testing.assert_allclose(ours, jax.vmap(ref)(steps), rtol=1e-5, atol=1e-9)
+
+
+def _setup(cfg, num_devices, dataset):
+    mesh = make_mesh(num_devices)
+    method = build_method(cfg, num_classes=dataset.num_classes)
+    state = init_state(cfg, method, dataset.splits["train"]["x"][:2], mesh)
+    return mesh, state, make_step_fn(cfg, method, mesh)
+
+
+def test_one_step_is_finite_and_lowers_loss_on_repeat(mnist1d_small):
+    cfg = tiny_config()
+    mesh, state, step_fn = _setup(cfg, 1, mnist1d_small)
+    stream = data.BatchStream(mnist1d_small.splits["train"], batch_size=32, seed=0)
+    batch = global_batch(stream.batch(0), mesh)
+    hp = hyperparams(cfg)
+    losses = []
+    for _ in range(4):  # the same batch: the loss must drop (step 0 has lr 0 during warmup)
+        state, m = step_fn(state, batch, hp)
+        losses.append(float(m["loss"]))
+        chex.assert_tree_all_finite(state.params)
+    assert int(state.step) == 4 and losses[-1] < losses[1]
+    assert step_fn._cache_size() == 1  # one compilation for all steps
+
+
+def test_eight_devices_equal_one_device(mnist1d_small):
+    """The data-parallel step on 8 (fake CPU) devices equals the single-device step."""
+    assert len(jax.devices()) == 8
+    cfg = tiny_config()
+    stream = data.BatchStream(mnist1d_small.splits["train"], batch_size=32, seed=0)
+    results = {}
+    for n in (1, 8):
+        mesh, state, step_fn = _setup(cfg, n, mnist1d_small)
+        for step in range(3):
+            state, metrics = step_fn(state, global_batch(stream.batch(step), mesh),
+                                     hyperparams(cfg))
+        assert len(state.params["encoder"]["conv0"]["kernel"].sharding.device_set) == n
+        results[n] = jax.device_get((state.params, state.batch_stats, metrics))
+    chex.assert_trees_all_close(results[1], results[8], atol=1e-5, rtol=1e-5)
+
+
+def test_batchnorm_statistics_are_global_under_sharding(mnist1d_small):
+    """With the batch split over 8 devices, BatchNorm still averages over the whole batch."""
+    cfg = tiny_config()
+    stream = data.BatchStream(mnist1d_small.splits["train"], batch_size=32, seed=0)
+    stats = []
+    for n in (1, 8):
+        mesh, state, step_fn = _setup(cfg, n, mnist1d_small)
+        state, _ = step_fn(state, global_batch(stream.batch(0), mesh), hyperparams(cfg))
+        stats.append(jax.device_get(state.batch_stats))
+    chex.assert_trees_all_close(stats[0], stats[1], atol=1e-6)
+
+
+def test_uneven_batch_fails_before_compiling(tmp_path):
+    cfg = tiny_config(train=C.TrainConfig(batch_size=30, steps=2, num_devices=8))
+    with pytest.raises(ConfigError, match="batch_size=30 is not divisible by the 8 devices"):
+        train_and_evaluate(cfg, tmp_path / "run", progress=False, verbose=False)
+    assert not (tmp_path / "run").exists()
+
+
+class _Crash(RuntimeError):
+    pass
+
+
+class FaultyStream(data.BatchStream):
+    """Crashes (or poisons the batch with NaN) when asked for ``at_step``."""
+
+    def __init__(self, arrays, *, fault, at_step, **kw):
+        super().__init__(arrays, **kw)
+        self.fault, self.at_step = fault, at_step
+
+    def batch(self, step, **kw):
+        out = super().batch(step, **kw)
+        if step == self.at_step:
+            if self.fault == "crash":
+                raise _Crash(f"simulated crash at step {step}")
+            out = dict(out, x=np.full_like(out["x"], np.nan))
+        return out
+
+
+def test_resume_is_bitwise_identical(tmp_path, mnist1d_small):
+    cfg = tiny_config()
+    full = train_and_evaluate(cfg, tmp_path / "full", progress=False, verbose=False,
+                              dataset=mnist1d_small)
+    crashy = FaultyStream(mnist1d_small.splits["train"], batch_size=32, seed=0, fault="crash",
+                          at_step=4)
+    with pytest.raises(_Crash):  # dies after the checkpoint at step 3
+        train_and_evaluate(cfg, tmp_path / "resumed", progress=False, verbose=False,
+                           dataset=mnist1d_small, stream=crashy)
+    resumed = train_and_evaluate(cfg, tmp_path / "resumed", progress=False, verbose=False,
+                                 dataset=mnist1d_small)
+    a, b = jax.device_get(full["state"]), jax.device_get(resumed["state"])
+    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
+        np.testing.assert_array_equal(x, y)  # bitwise
+    # metrics.jsonl holds each step once, and the same numbers as the uninterrupted run.
+    rows = [json.loads(line) for line in (tmp_path / "resumed" / "metrics.jsonl").open()]
+    full_rows = [json.loads(line) for line in (tmp_path / "full" / "metrics.jsonl").open()]
+    assert [r["step"] for r in rows] == list(range(1, 7))
+    assert [r["loss"] for r in rows] == [r["loss"] for r in full_rows]
+    assert (tmp_path / "resumed" / "plots" / "loss.png").exists()
+    assert {r["representation"] for r in resumed["eval_rows"]} == {
+        "raw inputs", "random-init encoder", "simclr encoder"}
+
+
+def test_nan_stops_with_step_and_keeps_last_good_checkpoint(tmp_path, mnist1d_small):
+    cfg = tiny_config(train=C.TrainConfig(batch_size=32, steps=8, ckpt_every=2, log_every=1,
+                                          num_devices=1))
+    poisoned = FaultyStream(mnist1d_small.splits["train"], batch_size=32, seed=0, fault="nan",
+                            at_step=5)
+    with pytest.raises(TrainingDiverged, match=r"at step 5.*checkpoint \(step 4\).*intact"):
+        train_and_evaluate(cfg, tmp_path / "run", progress=False, verbose=False,
+                           dataset=mnist1d_small, stream=poisoned)
+    mesh = make_mesh(1)
+    method = build_method(cfg, num_classes=10)
+    like = init_state(cfg, method, mnist1d_small.splits["train"]["x"][:2], mesh)
+    ckpt = Checkpointer(tmp_path / "run" / "checkpoints")
+    assert ckpt.latest_step() == 4
+    restored = ckpt.restore(like)
+    ckpt.close()
+    assert int(restored.step) == 4
+    chex.assert_tree_all_finite(restored.params)
+
+
+def test_workdir_with_other_config_is_refused(tmp_path, mnist1d_small):
+    cfg = tiny_config(train=C.TrainConfig(batch_size=32, steps=2, num_devices=1))
+    train_and_evaluate(cfg, tmp_path / "run", progress=False, verbose=False, dataset=mnist1d_small)
+    with pytest.raises(ConfigError, match=r"different config \(optim.lr: 0.001 -> 0.01\)"):
+        train_and_evaluate(C.override(cfg, ["optim.lr=0.01"]), tmp_path / "run",
+                           progress=False, verbose=False, dataset=mnist1d_small)
+
+
+def test_supervised_method_trains_on_digits(tmp_path):
+    cfg = C.override(tiny_config(), [
+        "data.name=digits", "data.num_examples=0", "data.views.shift=0", "data.views.mask=0.0",
+        "data.views.crop_pad=1", "method.name=supervised", "optim.lr=0.01", "train.steps=30",
+        "train.ckpt_every=0", "train.log_every=10"])
+    out = train_and_evaluate(cfg, tmp_path / "run", progress=False, verbose=False)
+    acc = {(r["representation"], r["evaluator"]): r["value"] for r in out["eval_rows"]}
+    assert acc["supervised encoder", "linear_probe"] > 0.8

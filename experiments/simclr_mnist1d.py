@@ -5,11 +5,16 @@ better than the same encoder at random initialisation or the raw signals (Greyda
 for logistic regression on raw MNIST-1D).
 
 Command:   repr-jax train                       (the default; same as --config simclr_mnist1d)
-Quick:     repr-jax train --config simclr_mnist1d:quick     (~1 min, for smoke tests)
+Quick:     repr-jax train --config simclr_mnist1d:quick     (~30 s, for smoke tests)
 Hardware:  2 CPU cores.
-Runtime:   MEASURED_RUNTIME
-Expected (test split, 1,000 signals):
-MEASURED_TABLE
+Runtime:   3 min 33 s for `repr-jax train` (5,000 steps at ~20-25 steps/s, then evaluation),
+           measured 2026-12-02; the quick variant ~30 s.
+Expected (test split, 2,000 signals):
+    representation       linear_probe/accuracy  knn/accuracy
+    raw inputs                          0.2425        0.5730
+    random-init encoder                 0.7535        0.6325
+    simclr encoder                      0.9135        0.8620
+(--set method.temperature=0.1 gave 0.9150 / 0.8605; 2,000 steps gave 0.8905 / 0.8305.)
 """
 
 from repr_jax.config import (Config, DataConfig, EncoderConfig, MethodConfig, OptimConfig,

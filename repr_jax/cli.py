@@ -8,6 +8,9 @@ import os
 import sys
 from pathlib import Path
 
+# One BLAS thread: JAX does the heavy work, and a 2-thread OpenBLAS spin-waits on small machines.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
 DEFAULT_EXPERIMENT = "simclr_mnist1d"
 
 

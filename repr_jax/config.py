@@ -27,6 +27,7 @@ import difflib
 import functools
 import importlib.util
 import json
+import sys
 import types
 import typing
 from pathlib import Path
@@ -178,7 +179,6 @@ def _unknown_choice(key: str, value: Any, valid: Iterable[Any]) -> str:
 # The experiment config
 # --------------------------------------------------------------------------------------------------
 
-DATASETS = ("mnist1d", "digits", "latent_classes")  # built in; any other name is a user TFDS dataset
 
 
 @config
@@ -194,7 +194,8 @@ class ViewsConfig:
 
 @config
 class DataConfig:
-    name: str = static("mnist1d", doc="mnist1d | digits | latent_classes | a TFDS name in data_dir")
+    name: str = static("mnist1d", doc="mnist1d | digits | latent_classes | latent_modalities | a "
+                                      "TFDS name in data_dir")
     data_dir: str = static("", doc="TFDS data dir; '' = $REPR_JAX_DATA_DIR or ~/.cache/repr_jax/tfds")
     num_examples: int = static(0, ">=0", "generated datasets: examples in total (0 = default)")
     num_classes: int = static(0, ">=0", "latent_classes: number of latent classes (0 = default)")
@@ -215,13 +216,42 @@ class EncoderConfig:
                               f"got {self.widths!r}")
 
 
+METHOD_NAMES = ("simclr", "supcon", "vicreg", "barlow_twins", "simsiam", "byol", "moco", "clip",
+                "siglip", "biencoder", "mae", "supervised")
+
+
 @config
 class MethodConfig:
-    name: str = static("simclr", ("simclr", "supervised"))
+    name: str = static("simclr", METHOD_NAMES)
     temperature: float = hyper(0.5, ">0", "softmax temperature of contrastive objectives")
     loss_weight: float = hyper(1.0, ">=0", "multiplies the method's loss")
+    momentum: float = hyper(0.99, "[0,1)", "EMA decay of the teacher (byol, moco)")
+    sim_weight: float = hyper(25.0, ">=0", "vicreg invariance weight")
+    var_weight: float = hyper(25.0, ">=0", "vicreg variance weight")
+    cov_weight: float = hyper(1.0, ">=0", "vicreg covariance weight")
+    redundancy_weight: float = hyper(5e-3, ">=0", "barlow_twins off-diagonal weight (lambda)")
     proj_hidden: int = static(256, ">=0", "projection head hidden width (0 = linear head)")
     proj_dim: int = static(128, ">0", "projection output width")
+    pred_hidden: int = static(64, ">0", "predictor hidden width (simsiam, byol)")
+    queue_size: int = static(4096, ">0", "moco: number of past keys used as negatives")
+    objective: str = static("info_nce", ("info_nce", "graded_bce", "kl_distill"),
+                            "biencoder objective")
+    patch_size: int = static(4, ">0", "mae: patch length (1-D) or side (2-D)")
+    mask_ratio: float = static(0.75, "[0,1)", "mae: fraction of patches hidden")
+    matryoshka_dims: tuple[int, ...] = static((), doc="nested prefix widths (Matryoshka); () = off")
+    matryoshka_layers: bool = static(False, doc="also every encoder layer (2D Matryoshka)")
+
+    def _validate(self):
+        from repr_jax.methods import MATRYOSHKA_METHODS  # the list lives with the methods
+        dims = self.matryoshka_dims
+        if dims and (min(dims) <= 0 or list(dims) != sorted(set(dims))):
+            raise ConfigError(f"method.matryoshka_dims must be increasing positive widths, got "
+                              f"{dims!r}")
+        if (dims or self.matryoshka_layers) and self.name not in MATRYOSHKA_METHODS:
+            raise ConfigError(f"method.matryoshka_dims wraps a pair objective: use it with one of "
+                              f"{', '.join(MATRYOSHKA_METHODS)}, not {self.name!r}")
+        if self.matryoshka_layers and not dims:
+            raise ConfigError("method.matryoshka_layers=True needs method.matryoshka_dims")
 
 
 @config
@@ -430,7 +460,11 @@ def load(name_or_path: str) -> Config:
                               + " (or give a path to a .py file)")
     spec = importlib.util.spec_from_file_location(f"repr_jax_experiment_{path.stem}", path)
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    sys.path.insert(0, str(path.parent))  # experiment files may import a sibling base config
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(path.parent))
     if not hasattr(module, "get_config"):
         raise ConfigError(f"{path} defines no get_config()")
     cfg = module.get_config(arg or None)

@@ -14,7 +14,8 @@ from repr_jax import config as C
 from repr_jax import data
 from repr_jax.config import ConfigError
 from repr_jax.train import (Checkpointer, TrainingDiverged, build_method, global_batch, hyperparams,
-                            init_state, make_mesh, make_step_fn, train_and_evaluate, warmup_cosine)
+                            init_state, make_mesh, make_step_fn, sample_batch,
+                            train_and_evaluate, warmup_cosine)
 
 
 def test_schedule_equals_optax():
@@ -26,8 +27,8 @@ def test_schedule_equals_optax():
 
 def _setup(cfg, num_devices, dataset):
     mesh = make_mesh(num_devices)
-    method = build_method(cfg, num_classes=dataset.num_classes)
-    state = init_state(cfg, method, dataset.splits["train"]["x"][:2], mesh)
+    method = build_method(cfg, dataset)
+    state = init_state(cfg, method, sample_batch(dataset), mesh)
     return mesh, state, make_step_fn(cfg, method, mesh)
 
 
@@ -57,7 +58,7 @@ def test_eight_devices_equal_one_device(mnist1d_small):
         for step in range(3):
             state, metrics = step_fn(state, global_batch(stream.batch(step), mesh),
                                      hyperparams(cfg))
-        assert len(state.params["encoder"]["conv0"]["kernel"].sharding.device_set) == n
+        assert all(len(x.sharding.device_set) == n for x in jax.tree.leaves(state.params))
         results[n] = jax.device_get((state.params, state.batch_stats, metrics))
     chex.assert_trees_all_close(results[1], results[8], atol=1e-5, rtol=1e-5)
 
@@ -134,8 +135,8 @@ def test_nan_stops_with_step_and_keeps_last_good_checkpoint(tmp_path, mnist1d_sm
         train_and_evaluate(cfg, tmp_path / "run", progress=False, verbose=False,
                            dataset=mnist1d_small, stream=poisoned)
     mesh = make_mesh(1)
-    method = build_method(cfg, num_classes=10)
-    like = init_state(cfg, method, mnist1d_small.splits["train"]["x"][:2], mesh)
+    method = build_method(cfg, mnist1d_small)
+    like = init_state(cfg, method, sample_batch(mnist1d_small), mesh)
     ckpt = Checkpointer(tmp_path / "run" / "checkpoints")
     assert ckpt.latest_step() == 4
     restored = ckpt.restore(like)

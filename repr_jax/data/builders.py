@@ -20,11 +20,10 @@ import tensorflow_datasets as tfds
 VAL_FRACTION = 0.1  # of the generated training examples, held out for model selection in probes
 
 
-def _features(x_shape: tuple[int, ...], num_classes: int, paired: bool = False):
-    feats = {"x": tfds.features.Tensor(shape=x_shape, dtype=np.float32),
-             "label": tfds.features.ClassLabel(num_classes=num_classes)}
-    if paired:
-        feats["x_pos"] = tfds.features.Tensor(shape=x_shape, dtype=np.float32)
+def _features(shapes: dict[str, tuple[int, ...]], num_classes: int):
+    """``x`` (and any other float arrays named in ``shapes``) plus an integer ``label``."""
+    feats = {k: tfds.features.Tensor(shape=v, dtype=np.float32) for k, v in shapes.items()}
+    feats["label"] = tfds.features.ClassLabel(num_classes=num_classes)
     return tfds.features.FeaturesDict(feats)
 
 
@@ -41,7 +40,6 @@ class _ArraysBuilder(tfds.core.GeneratorBasedBuilder):
     VERSION = tfds.core.Version("1.0.0")
     RELEASE_NOTES = {"1.0.0": "First release."}
     _SHAPE: tuple[int, ...] = ()
-    _PAIRED = False
 
     def __init__(self, **kwargs):
         kwargs.setdefault("file_format", "array_record")
@@ -50,10 +48,13 @@ class _ArraysBuilder(tfds.core.GeneratorBasedBuilder):
     def _num_classes(self) -> int:
         return 10
 
+    def _shapes(self) -> dict[str, tuple[int, ...]]:
+        return {"x": self._SHAPE}
+
     def _info(self) -> tfds.core.DatasetInfo:
         return tfds.core.DatasetInfo(
             builder=self, description=self.__doc__,
-            features=_features(self._SHAPE, self._num_classes(), self._PAIRED),
+            features=_features(self._shapes(), self._num_classes()),
             supervised_keys=("x", "label"))
 
     def _split_generators(self, dl_manager):
@@ -121,44 +122,79 @@ class LatentClassesConfig(tfds.core.BuilderConfig):
 
 
 def latent_class_arrays(*, num_examples: int, num_classes: int, dim: int, latent_dim: int,
-                        noise: float, seed: int) -> dict[str, np.ndarray]:
-    """Examples from C latent classes: ``x = tanh(W (mu_c + noise * eps))``, ``x_pos`` a second draw.
+                        noise: float, seed: int, second_dim: int | None = None
+                        ) -> dict[str, np.ndarray]:
+    """Examples from C latent classes, ``x = tanh(W z)`` with ``z = mu_c + noise * eps``.
 
-    Class means ``mu_c ~ N(0, I_k)``, ``W`` a fixed random ``dim × k`` map with unit-variance rows.
-    The class ``c`` is the ground truth; the Bayes-optimal accuracy falls as ``noise`` grows.
+    Class means ``mu_c ~ N(0, I_k)``, ``W`` a fixed random ``dim × k`` map with unit-variance rows, and
+    the class ``c`` is the ground truth (the Bayes accuracy falls as ``noise`` grows).
+
+    ``second_dim=None`` (class pairing): ``x_pos`` is an independent draw from the same class (Arora et
+    al. 2019's positive pairs). ``second_dim=d2`` (instance pairing, two modalities): ``x_pos =
+    tanh(W2 z) + 0.05 eps`` sees the *same* latent ``z`` through a second map ``W2`` (``d2 × k``), and
+    ``teacher = teacher_pos = z`` is an oracle teacher's embedding for distillation.
     """
     rng = np.random.default_rng(seed)
     mu = rng.normal(size=(num_classes, latent_dim))
     w = rng.normal(size=(dim, latent_dim)) / np.sqrt(latent_dim)
     y = rng.integers(0, num_classes, size=num_examples)
 
-    def draw():
-        z = mu[y] + noise * rng.normal(size=(num_examples, latent_dim))
-        return np.tanh(z @ w.T).astype(np.float32)
+    def draw_z():
+        return mu[y] + noise * rng.normal(size=(num_examples, latent_dim))
 
-    return {"x": draw(), "x_pos": draw(), "label": y.astype(np.int64)}
+    z = draw_z()
+    out = {"x": np.tanh(z @ w.T).astype(np.float32), "label": y.astype(np.int64)}
+    if second_dim is None:
+        out["x_pos"] = np.tanh(draw_z() @ w.T).astype(np.float32)
+    else:
+        w2 = rng.normal(size=(second_dim, latent_dim)) / np.sqrt(latent_dim)
+        out["x_pos"] = (np.tanh(z @ w2.T) + 0.05 * rng.normal(size=(num_examples, second_dim))
+                        ).astype(np.float32)
+        out["teacher"] = out["teacher_pos"] = z.astype(np.float32)
+    return out
 
 
 class LatentClasses(_ArraysBuilder):
     """Synthetic examples from latent classes with positive pairs drawn from the same class."""
 
     BUILDER_CONFIGS = [LatentClassesConfig()]
-    _PAIRED = True
 
-    @property
-    def _SHAPE(self):  # noqa: N802 - the base class reads it as a class constant
-        return (self.builder_config.dim,)
+    def _shapes(self):
+        return {"x": (self.builder_config.dim,), "x_pos": (self.builder_config.dim,)}
 
     def _num_classes(self) -> int:
         return self.builder_config.num_classes
 
+    def _arrays(self):
+        c = self.builder_config
+        return latent_class_arrays(num_examples=c.num_examples, num_classes=c.num_classes,
+                                   dim=c.dim, latent_dim=c.latent_dim, noise=c.noise, seed=c.seed)
+
     def _make_arrays(self):
         c = self.builder_config
-        arrays = latent_class_arrays(num_examples=c.num_examples, num_classes=c.num_classes,
-                                     dim=c.dim, latent_dim=c.latent_dim, noise=c.noise, seed=c.seed)
+        arrays = self._arrays()
         parts = _split_indices(c.num_examples, (0.7, 0.1, 0.2), seed=c.seed + 1)
         return {name: {k: v[idx] for k, v in arrays.items()}
                 for name, idx in zip(("train", "validation", "test"), parts)}
 
 
-BUILDERS = {"digits": Digits, "mnist1d": Mnist1d, "latent_classes": LatentClasses}
+class LatentModalities(LatentClasses):
+    """Two modalities of one latent instance: ``x`` (32-d) and ``x_pos`` (24-d) see the same latent
+    through different maps; ``teacher``/``teacher_pos`` hold the latent (an oracle teacher)."""
+
+    SECOND_DIM = 24
+
+    def _shapes(self):
+        k = self.builder_config.latent_dim
+        return {"x": (self.builder_config.dim,), "x_pos": (self.SECOND_DIM,), "teacher": (k,),
+                "teacher_pos": (k,)}
+
+    def _arrays(self):
+        c = self.builder_config
+        return latent_class_arrays(num_examples=c.num_examples, num_classes=c.num_classes,
+                                   dim=c.dim, latent_dim=c.latent_dim, noise=c.noise, seed=c.seed,
+                                   second_dim=self.SECOND_DIM)
+
+
+BUILDERS = {"digits": Digits, "mnist1d": Mnist1d, "latent_classes": LatentClasses,
+            "latent_modalities": LatentModalities}

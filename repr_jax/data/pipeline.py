@@ -91,9 +91,10 @@ def _builder(name: str, data_dir: str, **config_kwargs: Any):
 
 
 def _read_split(builder, split: str, input_key: str, label_key: str) -> dict[str, np.ndarray]:
+    """Every array feature of a split; the supervised keys become ``x`` and ``label``."""
     source = builder.as_data_source(split)
     records = source.__getitems__(list(range(len(source))))
-    keys = [input_key, label_key] + [k for k in ("x_pos",) if k in records[0]]
+    keys = [k for k, v in records[0].items() if isinstance(v, (np.ndarray, np.generic, int, float))]
     out = {k: np.stack([np.asarray(r[k]) for r in records]) for k in keys}
     x = out.pop(input_key)
     out["x"] = x.astype(np.float32) / (255.0 if x.dtype == np.uint8 else 1.0)  # uint8 images

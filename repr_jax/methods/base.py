@@ -1,9 +1,14 @@
-"""What a method is: a Flax model plus a loss that turns a batch into one scalar.
+"""What a method is: a Flax model, a loss, and (optionally) state that gradients do not train.
 
-A :class:`Method` is built once from structural choices (encoder, head sizes, views). Its ``loss`` is a
-pure function ``loss(params, model_state, batch, key, hp) -> (loss, (new_model_state, metrics))``
-where ``hp`` holds the method's numeric hyperparameters (pytree leaves, possibly traced) and
-``model_state`` holds non-trained collections such as ``batch_stats``.
+A :class:`Method` is built once from structural choices (encoders, head sizes, views). Its ``loss`` is
+a pure function
+
+    loss(params, model_state, extra, batch, key, hp) -> (loss, (model_state, extra, metrics))
+
+where ``hp`` holds the method's numeric hyperparameters (pytree leaves, possibly traced),
+``model_state`` the non-trained collections (``batch_stats``) and ``extra`` method state such as an
+EMA teacher or a queue of keys. ``after_update(extra, params, hp)`` runs after each optimizer step
+(EMA updates).
 """
 
 from __future__ import annotations
@@ -13,33 +18,102 @@ from typing import Any, Callable
 
 import flax.linen as nn
 import jax
+import jax.numpy as jnp
+
+from repr_jax.encoders import MLPHead
 
 Batch = dict[str, jax.Array]
-LossFn = Callable[[Any, dict, Batch, jax.Array, Any], tuple[jax.Array, tuple[dict, dict]]]
+LossFn = Callable[..., tuple[jax.Array, tuple[dict, dict, dict]]]
+
+
+def _no_extra(key: jax.Array, variables: dict) -> dict:
+    del key, variables
+    return {}
 
 
 @dataclasses.dataclass(frozen=True)
 class Method:
     name: str
-    model: nn.Module  # __call__(x, train) -> (embedding, features, head_output); .embed(x)
+    model: nn.Module  # model.init(key, batch, train=False); model.embed(x) -> [B, E]
     loss: LossFn
+    init_extra: Callable[[jax.Array, dict], dict] = _no_extra  # (key, variables) -> extra
+    after_update: Callable[[dict, Any, Any], dict] | None = None
 
-    def init(self, key: jax.Array, x: jax.Array) -> dict:
-        """All variables (``params`` and e.g. ``batch_stats``) for inputs shaped like ``x``."""
-        return self.model.init(key, x, train=False)
+    def init(self, key: jax.Array, batch: Batch) -> dict:
+        """All variables (``params`` and e.g. ``batch_stats``) for batches shaped like ``batch``."""
+        return self.model.init(key, batch, train=False)
 
     def embed(self, variables: dict, x: jax.Array) -> jax.Array:
-        """The representation ``[B, E]`` (encoder output, eval mode): the evaluators' predict_fn."""
+        """The representation ``[B, E]`` (eval mode): the evaluators' ``predict_fn``."""
         return self.model.apply(variables, x, method=self.model.embed)
 
 
-def apply_train(model: nn.Module, params: Any, model_state: dict, x: jax.Array, **kwargs):
+def apply_train(model: nn.Module, params: Any, model_state: dict, *args, **kwargs):
     """``model.apply`` in train mode, returning ``(outputs, new_model_state)``.
 
     Mutable collections (``batch_stats``) are updated only when the model has them.
     """
     variables = {"params": params, **model_state}
     if model_state:
-        out, new_state = model.apply(variables, x, train=True, mutable=list(model_state), **kwargs)
+        out, new_state = model.apply(variables, *args, train=True, mutable=list(model_state),
+                                     **kwargs)
         return out, dict(new_state)
-    return model.apply(variables, x, train=True, **kwargs), model_state
+    return model.apply(variables, *args, train=True, **kwargs), model_state
+
+
+def two_views(views_fn: Callable, key: jax.Array, batch: Batch) -> tuple[jax.Array, jax.Array]:
+    """Two augmented views of each example; a paired dataset's ``x_pos`` is the second view's source."""
+    k1, k2 = jax.random.split(key)
+    second = batch.get("x_pos", batch["x"])
+    if second.shape != batch["x"].shape:
+        raise ValueError(f"this method makes two views of one input, but the data's x_pos "
+                         f"{second.shape} differs from x {batch['x'].shape} (a second modality); "
+                         f"use a dual-encoder method: clip, siglip or biencoder")
+    return views_fn(k1, batch["x"]), views_fn(k2, second)
+
+
+def pooled(h: jax.Array) -> jax.Array:
+    """``[B, ..., C]`` → ``[B, C]`` by mean over every axis between batch and channels."""
+    return h.reshape(h.shape[0], -1, h.shape[-1]).mean(axis=1) if h.ndim > 2 else h
+
+
+class Tower(nn.Module):
+    """An encoder with an optional projector and predictor on its embedding.
+
+    ``__call__(x)`` returns ``(embedding, features, projection, prediction)`` (the last two ``None``
+    when absent); ``embed(x)`` is the encoder's embedding in eval mode.
+    """
+    encoder: nn.Module
+    projector: nn.Module | None = None
+    predictor: nn.Module | None = None
+
+    def __call__(self, x, *, train: bool = False):
+        emb, features = self.encoder(x, train=train)
+        z = self.projector(emb, train=train) if self.projector is not None else emb
+        p = self.predictor(z, train=train) if self.predictor is not None else None
+        return emb, features, z, p
+
+    def embed(self, x):
+        return self.encoder(x, train=False)[0]
+
+
+class SingleInput(nn.Module):
+    """Adapts a tower that reads ``x`` to ``init(key, batch)``: the batch's ``x`` initialises it."""
+    tower: Tower
+
+    def __call__(self, batch_or_x, *, train: bool = False):
+        x = batch_or_x["x"] if isinstance(batch_or_x, dict) else batch_or_x
+        return self.tower(x, train=train)
+
+    def embed(self, x):
+        return self.tower.embed(x)
+
+
+def head(out_dim: int, hidden: int, norm: str) -> MLPHead:
+    return MLPHead(out_dim, hidden, norm=norm)
+
+
+def normalized_std(emb: jax.Array) -> jax.Array:
+    """Mean over dimensions of the std of L2-normalised embeddings (1/sqrt(D) healthy, 0 collapsed)."""
+    u = emb / jnp.maximum(jnp.linalg.norm(emb, axis=-1, keepdims=True), 1e-12)
+    return jnp.std(u, axis=0).mean()

@@ -11,7 +11,7 @@ import optax
 
 from repr_jax import data, encoders
 from repr_jax.config import Config, OptimConfig
-from repr_jax.methods import METHODS, Method
+from repr_jax.methods import DUAL_ENCODER_METHODS, METHODS, Method
 
 
 def load_dataset(cfg: Config) -> data.Dataset:
@@ -20,27 +20,47 @@ def load_dataset(cfg: Config) -> data.Dataset:
     if d.num_examples:
         kwargs["num_examples"] = d.num_examples
     if d.num_classes:
-        if d.name != "latent_classes":
-            raise ValueError("data.num_classes is only for generated latent_classes data")
+        if d.name not in ("latent_classes", "latent_modalities"):
+            raise ValueError("data.num_classes is only for generated latent_* data")
         kwargs["num_classes"] = d.num_classes
-    if kwargs and d.name not in ("mnist1d", "latent_classes"):
+    if kwargs and d.name not in ("mnist1d", "latent_classes", "latent_modalities"):
         raise ValueError(f"data.num_examples only applies to generated datasets "
-                         f"(mnist1d, latent_classes), not {d.name!r}")
+                         f"(mnist1d, latent_classes, latent_modalities), not {d.name!r}")
     return data.load(d.name, data_dir=d.data_dir, **kwargs)
 
 
-def build_method(cfg: Config, *, num_classes: int) -> Method:
-    e, m = cfg.encoder, cfg.method
+def build_encoder(cfg: Config):
+    e = cfg.encoder
     family_kwargs = {"kernel_size": e.kernel_size} if e.name == "cnn" else {}
-    encoder = encoders.build(e.name, widths=e.widths, embed_dim=e.embed_dim, norm=e.norm,
-                             **family_kwargs)
+    return encoders.build(e.name, widths=e.widths, embed_dim=e.embed_dim, norm=e.norm,
+                          **family_kwargs)
+
+
+def build_method(cfg: Config, dataset: data.Dataset) -> Method:
+    """The method ``cfg.method.name`` with its encoder(s), heads and views."""
+    m = cfg.method
     views_fn = data.make_views_fn(**dataclasses.asdict(cfg.data.views))
-    if m.name == "simclr":
-        return METHODS["simclr"](encoder, views_fn, proj_hidden=m.proj_hidden,
-                                 proj_dim=m.proj_dim)
-    if m.name == "supervised":
-        return METHODS["supervised"](encoder, views_fn, num_classes=num_classes)
-    raise ValueError(f"unknown method {m.name!r}; choose from: {', '.join(METHODS)}")
+    heads = dict(proj_hidden=m.proj_hidden, proj_dim=m.proj_dim)
+    nested = dict(matryoshka_dims=m.matryoshka_dims, matryoshka_layers=m.matryoshka_layers)
+    build = METHODS[m.name]
+    if m.name in ("simclr", "supcon", "vicreg", "barlow_twins"):
+        return build(build_encoder(cfg), views_fn, **heads, **nested)
+    if m.name in ("simsiam", "byol"):
+        return build(build_encoder(cfg), views_fn, **heads, pred_hidden=m.pred_hidden)
+    if m.name == "moco":
+        return build(build_encoder(cfg), views_fn, **heads, queue_size=m.queue_size)
+    if m.name in DUAL_ENCODER_METHODS:
+        if "x_pos" not in dataset.splits["train"]:
+            raise ValueError(f"method {m.name!r} needs paired data with an 'x_pos' feature (e.g. "
+                             f"data.name=latent_modalities or latent_classes); {dataset.name!r} "
+                             f"has {sorted(dataset.splits['train'])}")
+        extra = {"objective": m.objective} if m.name == "biencoder" else {}
+        return build(build_encoder(cfg), build_encoder(cfg), views_fn, proj_dim=m.proj_dim,
+                     **extra, **nested)
+    if m.name == "mae":
+        return build(build_encoder(cfg), views_fn, input_shape=dataset.input_shape,
+                     patch_size=m.patch_size, mask_ratio=m.mask_ratio)
+    return build(build_encoder(cfg), views_fn, num_classes=dataset.num_classes)  # supervised
 
 
 def warmup_cosine(step, *, peak, warmup_steps, total_steps: int, min_lr_ratio=0.0):

@@ -56,15 +56,22 @@ def _check_workdir(cfg: Config, workdir: Path) -> None:
         config_lib.save_json(cfg, saved_path)
 
 
-def init_state(cfg: Config, method: Method, sample_x: np.ndarray, mesh) -> TrainState:
+def sample_batch(dataset: Dataset, n: int = 2) -> dict[str, np.ndarray]:
+    """The first ``n`` training examples: what ``init`` traces shapes from."""
+    return {k: v[:n] for k, v in dataset.splits["train"].items()}
+
+
+def init_state(cfg: Config, method: Method, sample: dict[str, np.ndarray], mesh) -> TrainState:
     """The initial state, created directly with its (replicated) sharding."""
     init_key, loop_key = jax.random.split(jax.random.PRNGKey(cfg.seed))
     tx = make_optimizer(cfg.optim, total_steps=cfg.train.steps)
 
-    def init_fn(x):
-        return create_train_state(method.init(init_key, x), tx, loop_key)
+    def init_fn(batch):
+        variables = method.init(init_key, batch)
+        extra = method.init_extra(jax.random.fold_in(init_key, 1), variables)
+        return create_train_state(variables, tx, loop_key, extra)
 
-    return jax.jit(init_fn, out_shardings=sharding.replicated(mesh))(sample_x)
+    return jax.jit(init_fn, out_shardings=sharding.replicated(mesh))(sample)
 
 
 def make_step_fn(cfg: Config, method: Method, mesh):
@@ -100,7 +107,7 @@ def reference_rows(cfg: Config, method: Method, dataset: Dataset, workdir: Path)
     if path.exists():
         return json.loads(path.read_text())
     random_init = method.init(jax.random.split(jax.random.PRNGKey(cfg.seed))[0],
-                              dataset.splits["train"]["x"][:2])
+                              sample_batch(dataset))
     rows = evaluate(cfg, dataset, {"raw inputs": (_raw_inputs, None),
                                    "random-init encoder": (method.embed, random_init)}, step=0)
     if jax.process_index() == 0:
@@ -145,10 +152,10 @@ def train_and_evaluate(cfg: Config, workdir: str | Path, *, progress: bool = Tru
     _check_workdir(cfg, workdir)
     dataset = dataset or load_dataset(cfg)
     stream = stream or BatchStream(dataset.splits["train"], batch_size=t.batch_size, seed=cfg.seed)
-    method = build_method(cfg, num_classes=dataset.num_classes)
+    method = build_method(cfg, dataset)
 
     # ---------------------------------------------------------------- state: fresh or resumed
-    state = init_state(cfg, method, dataset.splits["train"]["x"][:2], mesh)
+    state = init_state(cfg, method, sample_batch(dataset), mesh)
     ckpt = Checkpointer(workdir / "checkpoints", keep=t.keep_checkpoints)
     if ckpt.latest_step() is not None:
         state = ckpt.restore(state)
@@ -233,8 +240,8 @@ def evaluate_workdir(workdir: str | Path, *, progress: bool = True) -> list[dict
     cfg = config_lib.load_json(workdir / "config.json")
     mesh = sharding.make_mesh(cfg.train.num_devices)
     dataset = load_dataset(cfg)
-    method = build_method(cfg, num_classes=dataset.num_classes)
-    state = init_state(cfg, method, dataset.splits["train"]["x"][:2], mesh)
+    method = build_method(cfg, dataset)
+    state = init_state(cfg, method, sample_batch(dataset), mesh)
     ckpt = Checkpointer(workdir / "checkpoints", keep=cfg.train.keep_checkpoints)
     try:
         if ckpt.latest_step() is None:

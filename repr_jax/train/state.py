@@ -32,9 +32,9 @@ class TrainState:
                                           if self.batch_stats else {})}
 
 
-def create_train_state(variables: dict, tx: optax.GradientTransformation, rng: jax.Array
-                       ) -> TrainState:
+def create_train_state(variables: dict, tx: optax.GradientTransformation, rng: jax.Array,
+                       extra: dict | None = None) -> TrainState:
     params = variables["params"]
     return TrainState(step=jnp.zeros((), jnp.int32), params=params,
                       batch_stats=dict(variables.get("batch_stats", {})),
-                      opt_state=tx.init(params), rng=rng, extra={})
+                      opt_state=tx.init(params), rng=rng, extra=extra or {})

@@ -23,18 +23,22 @@ def train_step(state: TrainState, batch: dict, hp: Any, *, method: Method, total
 
     def loss_fn(params):
         return method.loss(params, {"batch_stats": state.batch_stats} if state.batch_stats else {},
-                           batch, key, hp["method"])
+                           state.extra, batch, key, hp["method"])
 
-    (loss, (model_state, metrics)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+    (loss, (model_state, extra, metrics)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+        state.params)
     tx = make_optimizer(hp["optim"], total_steps=total_steps)
     updates, opt_state = tx.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
+    if method.after_update is not None:
+        extra = method.after_update(extra, params, hp["method"])
     o = hp["optim"]
     metrics = dict(metrics, loss=loss, grad_norm=optax.global_norm(grads),
                    lr=warmup_cosine(state.step, peak=o.lr, warmup_steps=o.warmup_steps,
                                     total_steps=total_steps, min_lr_ratio=o.min_lr_ratio))
     new_state = state.replace(step=state.step + 1, params=params, opt_state=opt_state,
-                              batch_stats=model_state.get("batch_stats", state.batch_stats))
+                              batch_stats=model_state.get("batch_stats", state.batch_stats),
+                              extra=jax.lax.stop_gradient(extra))
     return new_state, metrics
 
 

@@ -1,0 +1,22 @@
+"""Barlow Twins (Zbontar et al. 2021): make the views' cross-correlation matrix the identity.
+
+Base: simclr_mnist1d (1-D CNN, MNIST-1D, the same views), 2,000 steps.
+Command:   repr-jax train --config barlow_twins_mnist1d
+Hardware:  2 CPU cores.
+Runtime:   MEASURED_RUNTIME
+Expected (test split, 2,000 signals):
+MEASURED_TABLE
+"""
+
+from simclr_mnist1d import get_config as base_config
+
+from repr_jax.config import override
+
+
+def get_config(arg=None):
+    return override(base_config(arg), [
+        f"train.steps={200 if arg == 'quick' else 2000}",
+        'method.name=barlow_twins',
+        'method.proj_hidden=512',
+        'method.proj_dim=512',
+    ])

@@ -1,0 +1,23 @@
+"""A retrieval bi-encoder (query tower x, document tower x_pos). The objective is one field:
+method.objective=info_nce (in-batch negatives), graded_bce (BiXSE: graded in-batch relevance, 1 for
+the pair, 0.5 for the same class) or kl_distill (match an oracle teacher's in-batch scores).
+
+Base: _latent_modalities_base.py (MLP towers on latent_modalities data).
+Command:   repr-jax train --config biencoder_latent_modalities
+Hardware:  2 CPU cores.
+Runtime:   MEASURED_RUNTIME
+Expected (test split, 1,200 examples; the probe reads tower A's embedding of x):
+MEASURED_TABLE
+"""
+
+from _latent_modalities_base import get_config as base_config
+
+from repr_jax.config import override
+
+
+def get_config(arg=None):
+    return override(base_config(arg), [
+        'method.name=biencoder',
+        'method.objective=info_nce',
+        'method.temperature=0.05',
+    ])

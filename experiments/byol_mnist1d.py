@@ -1,0 +1,23 @@
+"""BYOL (Grill et al. 2020): no negatives; an online predictor regresses an EMA target's projection.
+
+Base: simclr_mnist1d (1-D CNN, MNIST-1D, the same views), 2,000 steps.
+Command:   repr-jax train --config byol_mnist1d
+Hardware:  2 CPU cores.
+Runtime:   MEASURED_RUNTIME
+Expected (test split, 2,000 signals):
+MEASURED_TABLE
+"""
+
+from simclr_mnist1d import get_config as base_config
+
+from repr_jax.config import override
+
+
+def get_config(arg=None):
+    return override(base_config(arg), [
+        f"train.steps={200 if arg == 'quick' else 2000}",
+        'method.name=byol',
+        'method.momentum=0.99',
+        'method.proj_dim=128',
+        'method.pred_hidden=256',
+    ])

@@ -1,0 +1,25 @@
+"""Masked-patch reconstruction with MAE's loss (He et al. 2022): hide 75% of the 4-sample patches,
+reconstruct them from the embedding (encoder sees zeroed patches, SimMIM-style).
+
+Base: simclr_mnist1d (1-D CNN, MNIST-1D, the same views), 2,000 steps.
+Command:   repr-jax train --config mae_mnist1d
+Hardware:  2 CPU cores.
+Runtime:   MEASURED_RUNTIME
+Expected (test split, 2,000 signals):
+MEASURED_TABLE
+"""
+
+from simclr_mnist1d import get_config as base_config
+
+from repr_jax.config import override
+
+
+def get_config(arg=None):
+    return override(base_config(arg), [
+        f"train.steps={200 if arg == 'quick' else 2000}",
+        'method.name=mae',
+        'method.patch_size=4',
+        'method.mask_ratio=0.75',
+        'data.views.shift=0',
+        'data.views.mask=0.0',
+    ])

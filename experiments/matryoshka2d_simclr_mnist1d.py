@@ -1,0 +1,23 @@
+"""2D Matryoshka (2DMSE; Li et al. 2024): Matryoshka prefixes at every encoder layer plus a KL
+term pulling each layer towards the last; needs layers of one width.
+
+Base: simclr_mnist1d (1-D CNN, MNIST-1D, the same views), 2,000 steps.
+Command:   repr-jax train --config matryoshka2d_simclr_mnist1d
+Hardware:  2 CPU cores.
+Runtime:   MEASURED_RUNTIME
+Expected (test split, 2,000 signals):
+MEASURED_TABLE
+"""
+
+from simclr_mnist1d import get_config as base_config
+
+from repr_jax.config import override
+
+
+def get_config(arg=None):
+    return override(base_config(arg), [
+        f"train.steps={200 if arg == 'quick' else 2000}",
+        'encoder.widths=(64, 64, 64)',
+        'method.matryoshka_dims=(8, 16, 32, 64)',
+        'method.matryoshka_layers=True',
+    ])

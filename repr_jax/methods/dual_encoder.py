@@ -1,0 +1,124 @@
+"""Two towers over paired inputs (``x`` and ``x_pos``, possibly of different modalities/shapes):
+CLIP, SigLIP and the retrieval bi-encoder.
+
+Each tower is an encoder with a linear projection; the evaluated representation is tower A's
+embedding. CLIP and SigLIP learn their logit scale (and SigLIP its bias) as parameters.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Sequence
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from repr_jax import objectives as O
+from repr_jax.methods.base import Method, Tower, apply_train, head, normalized_std
+from repr_jax.methods.siamese import matryoshka_objective
+
+BIENCODER_OBJECTIVES = ("info_nce", "graded_bce", "kl_distill")
+
+
+class TwoTowers(nn.Module):
+    tower_a: Tower
+    tower_b: Tower
+    init_logit_scale: float = 0.0  # log of the initial multiplier
+    init_logit_bias: float | None = None
+
+    @nn.compact
+    def __call__(self, batch, *, train: bool = False):
+        out_a = self.tower_a(batch["x"], train=train)
+        out_b = self.tower_b(batch["x_pos"], train=train)
+        log_scale = self.param("logit_scale", nn.initializers.constant(self.init_logit_scale), ())
+        bias = (self.param("logit_bias", nn.initializers.constant(self.init_logit_bias), ())
+                if self.init_logit_bias is not None else None)
+        return out_a, out_b, log_scale, bias
+
+    def embed(self, x):
+        return self.tower_a.embed(x)
+
+
+def dual_encoder(name: str, encoder_a, encoder_b, views_fn: Callable, objective, *, proj_dim: int,
+                 init_logit_scale: float = 0.0, init_logit_bias: float | None = None,
+                 matryoshka_dims: Sequence[int] = (), matryoshka_layers: bool = False) -> Method:
+    """``objective(a, b, log_scale, bias, batch, hp)`` on the two towers' projections (or, with
+    ``matryoshka_dims``, on nested prefixes of their embeddings)."""
+    model = TwoTowers(Tower(encoder_a, head(proj_dim, 0, "none")),
+                      Tower(encoder_b, head(proj_dim, 0, "none")),
+                      init_logit_scale, init_logit_bias)
+
+    def loss(params, model_state, extra, batch, key, hp):
+        ka, kb = jax.random.split(key)
+        views = dict(batch, x=views_fn(ka, batch["x"]), x_pos=views_fn(kb, batch["x_pos"]))
+        ((emb_a, fa, za, _), (emb_b, fb, zb, _), log_scale, bias), model_state = apply_train(
+            model, params, model_state, views)
+        if matryoshka_dims:
+            nested = matryoshka_objective(
+                lambda a, b, batch, hp: objective(a, b, log_scale, bias, batch, hp),
+                tuple(matryoshka_dims), matryoshka_layers)
+            value = nested(emb_a, emb_b, fa.get("layers", ()), fb.get("layers", ()), batch, hp)
+        else:
+            value = jnp.mean(objective(za, zb, log_scale, bias, batch, hp))
+        metrics = {"emb_std": normalized_std(emb_a), "logit_scale": jnp.exp(log_scale)}
+        return hp.loss_weight * value, (model_state, extra, metrics)
+
+    return Method(name, model, loss)
+
+
+def clip(encoder_a, encoder_b, views_fn, *, proj_dim: int, **matryoshka) -> Method:
+    """CLIP (Radford et al. 2021): symmetric InfoNCE with a learned temperature (init 1/0.07,
+    multiplier capped at 100 as in open_clip)."""
+    def objective(a, b, log_scale, bias, batch, hp):
+        del bias, batch, hp
+        scale = jnp.minimum(jnp.exp(log_scale), 100.0)
+        return O.clip_loss(O.l2_normalize(a), O.l2_normalize(b), scale)
+
+    return dual_encoder("clip", encoder_a, encoder_b, views_fn, objective, proj_dim=proj_dim,
+                        init_logit_scale=math.log(1 / 0.07), **matryoshka)
+
+
+def siglip(encoder_a, encoder_b, views_fn, *, proj_dim: int, **matryoshka) -> Method:
+    """SigLIP (Zhai et al. 2023): pairwise sigmoid loss, learned scale (init 10) and bias (init -10)."""
+    def objective(a, b, log_scale, bias, batch, hp):
+        del batch, hp
+        return O.siglip_loss(O.l2_normalize(a), O.l2_normalize(b), jnp.exp(log_scale), bias)
+
+    return dual_encoder("siglip", encoder_a, encoder_b, views_fn, objective, proj_dim=proj_dim,
+                        init_logit_scale=math.log(10.0), init_logit_bias=-10.0, **matryoshka)
+
+
+def graded_relevance(labels: jax.Array) -> jax.Array:
+    """In-batch graded qrels ``[B, B]``: 1 for the paired document, 0.5 for another document of the
+    query's class, 0 otherwise."""
+    same = (labels[:, None] == labels[None, :]).astype(jnp.float32)
+    eye = jnp.eye(labels.shape[0])
+    return eye + 0.5 * same * (1.0 - eye)
+
+
+def biencoder(encoder_a, encoder_b, views_fn, *, proj_dim: int, objective: str,
+              **matryoshka) -> Method:
+    """A query/document bi-encoder trained with ``info_nce`` (in-batch negatives), ``graded_bce``
+    (graded in-batch relevance, BiXSE) or ``kl_distill`` (match a teacher's in-batch score
+    distribution; the teacher's embeddings come with the data as ``teacher`` / ``teacher_pos``)."""
+    if objective not in BIENCODER_OBJECTIVES:
+        raise ValueError(f"unknown biencoder objective {objective!r}; choose from: "
+                         f"{', '.join(BIENCODER_OBJECTIVES)}")
+
+    def fn(a, b, log_scale, bias, batch, hp):
+        del log_scale, bias
+        if objective == "info_nce":
+            return O.info_nce(a, b, hp.temperature)
+        if objective == "graded_bce":
+            return O.graded_bce(a, b, graded_relevance(batch["label"]), hp.temperature)
+        if "teacher" not in batch:
+            raise ValueError("biencoder objective kl_distill needs 'teacher' and 'teacher_pos' "
+                             "features (teacher embeddings) in the data, e.g. latent_modalities")
+        student = O.l2_normalize(a) @ O.l2_normalize(b).T / hp.temperature
+        teacher = (O.l2_normalize(batch["teacher"]) @ O.l2_normalize(batch["teacher_pos"]).T
+                   / hp.temperature)
+        return O.kl_distill(student, teacher)
+
+    return dual_encoder("biencoder", encoder_a, encoder_b, views_fn, fn, proj_dim=proj_dim,
+                        **matryoshka)

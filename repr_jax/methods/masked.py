@@ -1,0 +1,87 @@
+"""Masked-patch reconstruction (MAE's objective on any encoder).
+
+The input (``[B, L]`` signals or ``[B, H, W, C]`` images) is cut into patches, a random
+``mask_ratio`` of them is hidden per example, the encoder embeds the input with the hidden patches
+zeroed (the SimMIM way: convolutional and MLP encoders cannot drop tokens), an MLP decoder predicts
+every patch from the embedding, and ``mae_loss`` scores the hidden patches only (with per-patch
+target normalisation). A ViT that drops the hidden tokens, as MAE proper does, plugs into the same
+loss once token encoders exist.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from repr_jax import objectives as O
+from repr_jax.methods.base import Method, apply_train, normalized_std
+
+
+def patchify(x: jax.Array, p: int) -> jax.Array:
+    """``[B, L]`` → ``[B, L/p, p]``; ``[B, H, W, C]`` → ``[B, (H/p)(W/p), p*p*C]``."""
+    if x.ndim == 2:
+        if x.shape[1] % p:
+            raise ValueError(f"mae: signal length {x.shape[1]} is not divisible by patch_size={p}")
+        return x.reshape(x.shape[0], -1, p)
+    b, h, w, c = x.shape
+    if h % p or w % p:
+        raise ValueError(f"mae: image {h}x{w} is not divisible by patch_size={p}")
+    x = x.reshape(b, h // p, p, w // p, p, c).transpose(0, 1, 3, 2, 4, 5)
+    return x.reshape(b, (h // p) * (w // p), p * p * c)
+
+
+def unpatchify(patches: jax.Array, shape: tuple[int, ...], p: int) -> jax.Array:
+    """Inverse of :func:`patchify` for inputs of ``shape``."""
+    if len(shape) == 2:
+        return patches.reshape(shape)
+    b, h, w, c = shape
+    x = patches.reshape(b, h // p, w // p, p, p, c).transpose(0, 1, 3, 2, 4, 5)
+    return x.reshape(shape)
+
+
+def random_patch_mask(key: jax.Array, b: int, n: int, ratio: float) -> jax.Array:
+    """``[B, N]`` with exactly ``round(ratio * N)`` ones (hidden patches) per row, chosen uniformly."""
+    k = int(round(ratio * n))
+    ranks = jnp.argsort(jnp.argsort(jax.random.uniform(key, (b, n)), axis=1), axis=1)
+    return (ranks < k).astype(jnp.float32)
+
+
+class MaskedAutoencoder(nn.Module):
+    encoder: nn.Module
+    num_patches: int
+    patch_dim: int
+    decoder_hidden: int = 256
+
+    @nn.compact
+    def __call__(self, batch_or_x, *, train: bool = False):
+        x = batch_or_x["x"] if isinstance(batch_or_x, dict) else batch_or_x
+        emb, features = self.encoder(x, train=train)
+        h = nn.gelu(nn.Dense(self.decoder_hidden, name="decoder_hidden")(emb))
+        pred = nn.Dense(self.num_patches * self.patch_dim, name="decoder_out")(h)
+        return emb, features, pred.reshape(x.shape[0], self.num_patches, self.patch_dim)
+
+    def embed(self, x):
+        return self.encoder(x, train=False)[0]
+
+
+def mae(encoder, views_fn: Callable, *, input_shape: tuple[int, ...], patch_size: int,
+        mask_ratio: float, decoder_hidden: int = 256, norm_pix: bool = True) -> Method:
+    """Masked-patch reconstruction with ``mae_loss`` on the hidden patches."""
+    probe = patchify(jnp.zeros((1,) + tuple(input_shape)), patch_size)
+    _, n, pdim = probe.shape
+    model = MaskedAutoencoder(encoder, n, pdim, decoder_hidden)
+
+    def loss(params, model_state, extra, batch, key, hp):
+        k_view, k_mask = jax.random.split(key)
+        x = views_fn(k_view, batch["x"])
+        patches = patchify(x, patch_size)
+        mask = random_patch_mask(k_mask, x.shape[0], n, mask_ratio)
+        visible = unpatchify(patches * (1.0 - mask)[..., None], x.shape, patch_size)
+        (emb, _, pred), model_state = apply_train(model, params, model_state, visible)
+        value = O.mae_loss(pred, patches, mask, norm_pix=norm_pix)
+        return hp.loss_weight * value, (model_state, extra, {"emb_std": normalized_std(emb)})
+
+    return Method("mae", model, loss)

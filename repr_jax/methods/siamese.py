@@ -1,0 +1,119 @@
+"""Two views through one encoder (+ heads): SimCLR, SimSiam, VICReg, Barlow Twins, SupCon.
+
+Each builder returns a :class:`Method`. Pair objectives (all but SimSiam) can be wrapped in the
+Matryoshka losses: with ``matryoshka_dims`` the objective is applied to nested prefixes of the
+*embedding* (the representation that is evaluated and truncated downstream) instead of the projection;
+``matryoshka_layers=True`` adds every encoder layer (2DMSE), which needs layers of one width.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+
+from repr_jax import objectives as O
+from repr_jax.methods.base import (Method, SingleInput, Tower, apply_train, head, normalized_std,
+                                   pooled, two_views)
+
+PairObjective = Callable[[jax.Array, jax.Array, dict, object], jax.Array]  # (a, b, batch, hp)
+
+
+def _mean(x):
+    return jnp.mean(x) if x.ndim else x
+
+
+def matryoshka_objective(objective: PairObjective, dims: Sequence[int], layers: bool):
+    """Wraps a pair objective in ``matryoshka`` (or ``matryoshka_2d`` when ``layers``).
+
+    Returns ``f(emb_a, emb_b, layers_a, layers_b, batch, hp)``.
+    """
+    def pair(batch, hp):
+        return lambda a, b: objective(a, b, batch, hp)
+
+    def loss(emb_a, emb_b, layers_a, layers_b, batch, hp):
+        if not layers:
+            return _mean(O.matryoshka(pair(batch, hp), dims)(emb_a, emb_b))
+        per_layer = [(pooled(a), pooled(b)) for a, b in zip(layers_a, layers_b)]
+        widths = {a.shape[-1] for a, _ in per_layer} | {emb_a.shape[-1]}
+        if len(widths) != 1:
+            raise ValueError(f"matryoshka_layers needs every layer and the embedding to share one "
+                             f"width (e.g. encoder.widths=(64, 64, 64), embed_dim=0); got widths "
+                             f"{sorted(widths)}")
+        return _mean(O.matryoshka_2d(pair(batch, hp), dims)(per_layer[:-1] + [(emb_a, emb_b)]))
+
+    return loss
+
+
+def siamese(name: str, encoder, views_fn: Callable, objective: PairObjective | None, *,
+            projector=None, predictor=None, matryoshka_dims: Sequence[int] = (),
+            matryoshka_layers: bool = False,
+            predictor_loss: Callable | None = None) -> Method:
+    """Two augmented views → one tower → ``objective(z1, z2, batch, hp)`` on the projections.
+
+    ``predictor_loss(z1, z2, p1, p2, hp)`` replaces the objective for predictor methods (SimSiam).
+    """
+    model = SingleInput(Tower(encoder, projector, predictor))
+    if matryoshka_dims and objective is None:
+        raise ValueError(f"method {name!r} has no pair objective to wrap in Matryoshka")
+    nested = matryoshka_objective(objective, tuple(matryoshka_dims), matryoshka_layers) \
+        if matryoshka_dims else None
+
+    def loss(params, model_state, extra, batch, key, hp):
+        v1, v2 = two_views(views_fn, key, batch)
+        b = v1.shape[0]
+        (emb, feats, z, p), model_state = apply_train(model, params, model_state,
+                                                      jnp.concatenate([v1, v2], axis=0))
+        if nested is not None:
+            layers = feats.get("layers", ())
+            value = nested(emb[:b], emb[b:], [h[:b] for h in layers], [h[b:] for h in layers],
+                           batch, hp)
+        elif predictor_loss is not None:
+            value = predictor_loss(z[:b], z[b:], p[:b], p[b:], hp)
+        else:
+            value = _mean(objective(z[:b], z[b:], batch, hp))
+        return hp.loss_weight * value, (model_state, extra, {"emb_std": normalized_std(emb)})
+
+    return Method(name, model, loss)
+
+
+def simclr(encoder, views_fn, *, proj_hidden: int, proj_dim: int, **matryoshka) -> Method:
+    """SimCLR (Chen et al. 2020): NT-Xent between the projections of two views."""
+    return siamese("simclr", encoder, views_fn,
+                   lambda a, b, batch, hp: O.nt_xent(a, b, hp.temperature),
+                   projector=head(proj_dim, proj_hidden, "none"), **matryoshka)
+
+
+def supcon(encoder, views_fn, *, proj_hidden: int, proj_dim: int, **matryoshka) -> Method:
+    """Supervised contrastive learning (Khosla et al. 2020): positives are all same-label views."""
+    return siamese("supcon", encoder, views_fn,
+                   lambda a, b, batch, hp: O.supcon(jnp.stack([a, b], axis=1), batch["label"],
+                                                    hp.temperature),
+                   projector=head(proj_dim, proj_hidden, "none"), **matryoshka)
+
+
+def vicreg(encoder, views_fn, *, proj_hidden: int, proj_dim: int, **matryoshka) -> Method:
+    """VICReg (Bardes et al. 2022): invariance + variance + covariance on an expander's output."""
+    return siamese("vicreg", encoder, views_fn,
+                   lambda a, b, batch, hp: O.vicreg(a, b, hp.sim_weight, hp.var_weight,
+                                                    hp.cov_weight),
+                   projector=head(proj_dim, proj_hidden, "batch"), **matryoshka)
+
+
+def barlow_twins(encoder, views_fn, *, proj_hidden: int, proj_dim: int, **matryoshka) -> Method:
+    """Barlow Twins (Zbontar et al. 2021): cross-correlation of the two views' projections → I."""
+    return siamese("barlow_twins", encoder, views_fn,
+                   lambda a, b, batch, hp: O.barlow_twins(a, b, hp.redundancy_weight),
+                   projector=head(proj_dim, proj_hidden, "batch"), **matryoshka)
+
+
+def simsiam(encoder, views_fn, *, proj_hidden: int, proj_dim: int, pred_hidden: int) -> Method:
+    """SimSiam (Chen & He 2021): predictor + stop-gradient, symmetric negative cosine."""
+    def predictor_loss(z1, z2, p1, p2, hp):
+        del hp
+        return 0.5 * (O.negative_cosine(p1, z2).mean() + O.negative_cosine(p2, z1).mean())
+
+    return siamese("simsiam", encoder, views_fn, None,
+                   projector=head(proj_dim, proj_hidden, "batch"),
+                   predictor=head(proj_dim, pred_hidden, "batch"), predictor_loss=predictor_loss)

@@ -204,20 +204,36 @@ class DataConfig:
 
 @config
 class EncoderConfig:
-    name: str = static("cnn", ("mlp", "cnn"))
+    name: str = static("cnn", ("mlp", "cnn", "text_transformer"))
+    variant: str = static("", doc="a named size of the family (e.g. tiny, S, B); '' = the fields")
     widths: tuple[int, ...] = static((32, 64, 128), doc="hidden widths (mlp) or conv channels (cnn)")
     embed_dim: int = static(0, ">=0", "final linear embedding width (0 = none: pooled features)")
-    kernel_size: int = static(5, ">0")
-    norm: str = static("batch", ("batch", "layer", "none"))
+    kernel_size: int = static(5, ">0", "cnn")
+    norm: str = static("batch", ("batch", "layer", "none"), "mlp, cnn")
+    width: int = static(0, ">=0", "transformer width (0 = the variant's)")
+    depth: int = static(0, ">=0", "transformer layers (0 = the variant's)")
+    num_heads: int = static(0, ">=0", "attention heads (0 = the variant's)")
+    mlp_dim: int = static(0, ">=0", "transformer FFN width (0 = the variant's)")
+    pooling: str = static("mean", ("mean", "max", "cls", "last_token"), "token pooling")
 
     def _validate(self):
+        from repr_jax.encoders import FAMILIES  # the size tables live with the encoders
         if not self.widths or any(w <= 0 for w in self.widths):
             raise ConfigError(f"encoder.widths must be a non-empty tuple of positive ints, "
                               f"got {self.widths!r}")
+        variants = FAMILIES[self.name][1]
+        if self.variant and self.variant not in variants:
+            raise ConfigError(_unknown_choice("encoder.variant", self.variant, variants))
+        sizes = dict(variants.get(self.variant or "tiny", {}))
+        sizes.update({k: v for k, v in (("width", self.width), ("num_heads", self.num_heads))
+                      if v})
+        if "num_heads" in sizes and sizes["width"] % sizes["num_heads"]:
+            raise ConfigError(f"encoder width {sizes['width']} is not divisible by "
+                              f"encoder.num_heads={sizes['num_heads']}")
 
 
 METHOD_NAMES = ("simclr", "supcon", "vicreg", "barlow_twins", "simsiam", "byol", "moco", "clip",
-                "siglip", "biencoder", "mae", "supervised")
+                "siglip", "biencoder", "mae", "mlm", "supervised")
 
 
 @config
@@ -237,7 +253,7 @@ class MethodConfig:
     objective: str = static("info_nce", ("info_nce", "graded_bce", "kl_distill"),
                             "biencoder objective")
     patch_size: int = static(4, ">0", "mae: patch length (1-D) or side (2-D)")
-    mask_ratio: float = static(0.75, "[0,1)", "mae: fraction of patches hidden")
+    mask_ratio: float = static(0.75, "[0,1)", "mae: fraction of patches hidden; mlm: of tokens")
     matryoshka_dims: tuple[int, ...] = static((), doc="nested prefix widths (Matryoshka); () = off")
     matryoshka_layers: bool = static(False, doc="also every encoder layer (2D Matryoshka)")
 

@@ -118,3 +118,11 @@ def test_views_deterministic_shapes_and_identity():
     assert out.shape == img.shape
     with pytest.raises(ValueError, match="shift/mask need inputs"):
         augment(k, img, shift=2)
+
+
+def test_explicit_default_size_reuses_the_predefined_config():
+    a = data.load("latent_classes", num_examples=6000)  # the predefined config's size
+    b = data.load("latent_classes")
+    np.testing.assert_array_equal(a.splits["test"]["x"], b.splits["test"]["x"])
+    m = data.load("latent_modalities", num_examples=600)
+    assert m.splits["train"]["x_pos"].shape[1:] == (24,) and "teacher" in m.splits["train"]

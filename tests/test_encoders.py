@@ -1,6 +1,7 @@
 """Encoder shapes, finiteness, named intermediates, per-example independence, clear errors."""
 
 import chex
+import numpy as np
 import jax
 import jax.numpy as jnp
 import pytest
@@ -67,3 +68,64 @@ def test_unknown_names_list_valid_ones():
         encoders.build("cnnn")
     with pytest.raises(ValueError, match="unknown cnn variant 'XL'.*tiny, S, B"):
         encoders.build("cnn", "XL")
+
+
+# ----------------------------------------------------------------------------- text transformer
+from repr_jax.encoders import pooling  # noqa: E402
+from repr_jax.encoders.text_transformer import VARIANTS as TEXT_VARIANTS  # noqa: E402
+
+
+def _ids(b=3, t=10, valid=(10, 6, 3), vocab=50, seed=0):
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(5, vocab, size=(b, t)).astype(np.int32)
+    for i, n in enumerate(valid):
+        ids[i, n:] = 0
+    return ids
+
+
+@pytest.mark.parametrize("kind", sorted(pooling.POOLINGS))
+def test_padding_never_changes_any_pooling(kind):
+    """Appending padding (and changing what sits in padded slots) leaves every pooled embedding
+    unchanged: the attention bias hides padded keys and every pooling ignores padded positions."""
+    enc = encoders.build("text_transformer", "tiny", vocab_size=50, pooling=kind)
+    ids = _ids()
+    variables = enc.init(jax.random.PRNGKey(0), ids)
+    emb, feats = enc.apply(variables, ids)
+    longer = np.concatenate([ids, np.zeros((3, 6), np.int32)], axis=1)
+    emb_long, _ = enc.apply(variables, longer)
+    np.testing.assert_allclose(emb_long, emb, atol=1e-5)
+    assert feats["tokens"].shape == (3, 10, 32) and feats["mask"].sum() == 19
+
+
+def test_bidirectional_every_position_sees_the_whole_sequence():
+    enc = encoders.build("text_transformer", "tiny", vocab_size=50)
+    ids = _ids(b=1, valid=(10,))
+    variables = enc.init(jax.random.PRNGKey(0), ids)
+    # Changing the last token changes the first position's state (and vice versa): no causal mask.
+    changed = ids.copy()
+    changed[0, 9] = 7 if ids[0, 9] != 7 else 8
+    a = enc.apply(variables, ids)[1]["tokens"]
+    b = enc.apply(variables, changed)[1]["tokens"]
+    assert not np.allclose(a[0, 0], b[0, 0])
+    changed = ids.copy()
+    changed[0, 0] = 7 if ids[0, 0] != 7 else 8
+    b = enc.apply(variables, changed)[1]["tokens"]
+    assert not np.allclose(a[0, 9], b[0, 9])
+
+
+def test_text_transformer_sizes():
+    """BERT-base: 108,891,648 parameters without the pooler (Hugging Face BertModel has 109,482,240
+    with it); within 1% of the published 110M."""
+    enc = encoders.build("text_transformer", "B", vocab_size=30522)
+    shapes = jax.eval_shape(lambda: enc.init(jax.random.PRNGKey(0), jnp.ones((1, 4), jnp.int32)))
+    n = sum(x.size for x in jax.tree.leaves(shapes))
+    assert n == 108_891_648 and 109_482_240 - n == 768 * 768 + 768  # HF adds a pooler Dense
+    assert abs(n / 110e6 - 1) < 0.011
+    assert set(TEXT_VARIANTS) >= {"tiny", "S", "B", "MiniLM-L6"}
+
+
+def test_heads_must_divide_width():
+    from repr_jax import config as C
+    with pytest.raises(C.ConfigError, match="width 64 is not divisible by encoder.num_heads=3"):
+        C.override(C.Config(), ["encoder.name=text_transformer", "encoder.width=64",
+                                "encoder.num_heads=3"])

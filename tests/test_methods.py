@@ -20,15 +20,20 @@ STEPS = 150
 
 def method_config(name, **method_kw):
     dataset = {"clip": "latent_modalities", "siglip": "latent_modalities",
-               "biencoder": "latent_modalities"}.get(name, "latent_classes")
+               "biencoder": "latent_modalities", "mlm": "latent_topics"}.get(name, "latent_classes")
+    encoder = C.EncoderConfig(name="mlp", widths=(64, 64), norm="layer")
+    if name == "mlm":
+        encoder = C.EncoderConfig(name="text_transformer", variant="tiny", width=64, num_heads=4,
+                                  mlp_dim=128)
     temperature = {"simclr": 0.2, "supcon": 0.1, "moco": 0.1, "biencoder": 0.1}.get(name, 0.5)
     return C.Config(
         seed=0,
         data=C.DataConfig(name=dataset, num_examples=2000,
-                          views=C.ViewsConfig(noise=0.0 if name == "mae" else 0.1)),
-        encoder=C.EncoderConfig(name="mlp", widths=(64, 64), norm="layer"),
+                          views=C.ViewsConfig(noise=0.0 if name in ("mae", "mlm") else 0.1)),
+        encoder=encoder,
         method=C.MethodConfig(name=name, temperature=temperature, proj_hidden=64, proj_dim=32,
-                              pred_hidden=32, queue_size=256, patch_size=4, **method_kw),
+                              pred_hidden=32, queue_size=256, patch_size=4,
+                              mask_ratio=0.15 if name == "mlm" else 0.75, **method_kw),
         optim=C.OptimConfig(lr=3e-3, warmup_steps=10, weight_decay=1e-4),
         train=C.TrainConfig(batch_size=64, steps=STEPS, ckpt_every=0, log_every=10,
                             num_devices=1),
@@ -134,6 +139,9 @@ def test_runtime_errors_are_clear(tmp_path):
     with pytest.raises(ValueError, match="needs paired data"):
         cfg = C.override(method_config("clip"), ["data.name=mnist1d", "data.num_examples=500"])
         train_and_evaluate(cfg, tmp_path / "b", progress=False, verbose=False)
+    with pytest.raises(ValueError, match="needs a text dataset"):
+        cfg = C.override(method_config("mlm"), ["data.name=latent_classes"])
+        train_and_evaluate(cfg, tmp_path / "d", progress=False, verbose=False)
     with pytest.raises(ValueError, match="share one width"):
         cfg = C.override(method_config("simclr"), ["encoder.widths=(32, 64)",
                                                    "method.matryoshka_dims=(8, 16)",

@@ -20,9 +20,9 @@ import tensorflow_datasets as tfds
 VAL_FRACTION = 0.1  # of the generated training examples, held out for model selection in probes
 
 
-def _features(shapes: dict[str, tuple[int, ...]], num_classes: int):
-    """``x`` (and any other float arrays named in ``shapes``) plus an integer ``label``."""
-    feats = {k: tfds.features.Tensor(shape=v, dtype=np.float32) for k, v in shapes.items()}
+def _features(shapes: dict[str, tuple[int, ...]], num_classes: int, dtype=np.float32):
+    """``x`` (and the other arrays named in ``shapes``) plus an integer ``label``."""
+    feats = {k: tfds.features.Tensor(shape=v, dtype=dtype) for k, v in shapes.items()}
     feats["label"] = tfds.features.ClassLabel(num_classes=num_classes)
     return tfds.features.FeaturesDict(feats)
 
@@ -51,11 +51,18 @@ class _ArraysBuilder(tfds.core.GeneratorBasedBuilder):
     def _shapes(self) -> dict[str, tuple[int, ...]]:
         return {"x": self._SHAPE}
 
+    _DTYPE = np.float32
+
+    def _metadata(self) -> dict | None:
+        return None
+
     def _info(self) -> tfds.core.DatasetInfo:
+        meta = self._metadata()
         return tfds.core.DatasetInfo(
             builder=self, description=self.__doc__,
-            features=_features(self._shapes(), self._num_classes()),
-            supervised_keys=("x", "label"))
+            features=_features(self._shapes(), self._num_classes(), self._DTYPE),
+            supervised_keys=("x", "label"),
+            metadata=tfds.core.MetadataDict(meta) if meta else None)
 
     def _split_generators(self, dl_manager):
         del dl_manager  # nothing is downloaded
@@ -196,5 +203,75 @@ class LatentModalities(LatentClasses):
                                    second_dim=self.SECOND_DIM)
 
 
+SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")  # ids 0..4, BERT's names
+
+
+class LatentTopicsConfig(tfds.core.BuilderConfig):
+    def __init__(self, *, num_examples: int = 6000, num_classes: int = 10, vocab_words: int = 200,
+                 max_len: int = 32, seed: int = 0, **kwargs):
+        super().__init__(name=f"n{num_examples}_c{num_classes}_v{vocab_words}_t{max_len}"
+                              f"_seed{seed}", **kwargs)
+        self.num_examples, self.num_classes, self.vocab_words = num_examples, num_classes, vocab_words
+        self.max_len, self.seed = max_len, seed
+
+
+def latent_topic_arrays(*, num_examples: int, num_classes: int, vocab_words: int, max_len: int,
+                        seed: int) -> dict[str, np.ndarray]:
+    """Token sequences from latent topics: ``[CLS] w ... w [SEP] [PAD] ...`` of length ``max_len``.
+
+    Each topic owns ``vocab_words // num_classes`` topical words; a sentence of ``U[6, max_len - 2]``
+    words draws each word from its topic's words with probability 0.4, else from a Zipfian
+    background over the whole vocabulary. ``x_pos`` is another sentence of the same topic (a
+    paraphrase in topic), ``label`` the topic.
+    """
+    rng = np.random.default_rng(seed)
+    n_special = len(SPECIAL_TOKENS)
+    words = np.arange(vocab_words) + n_special
+    per_topic = vocab_words // num_classes
+    topical = rng.permutation(words)[: per_topic * num_classes].reshape(num_classes, per_topic)
+    zipf = 1.0 / np.arange(1, vocab_words + 1)
+    background = zipf / zipf.sum()
+    y = rng.integers(0, num_classes, size=num_examples)
+
+    def sentences():
+        out = np.zeros((num_examples, max_len), np.int32)
+        lengths = rng.integers(6, max_len - 1, size=num_examples)
+        for i, (topic, n) in enumerate(zip(y, lengths)):
+            from_topic = rng.random(n) < 0.4
+            toks = np.where(from_topic, rng.choice(topical[topic], size=n),
+                            rng.choice(words, size=n, p=background))
+            out[i, 0], out[i, 1:n + 1], out[i, n + 1] = 2, toks, 3
+        return out
+
+    return {"x": sentences(), "x_pos": sentences(), "label": y.astype(np.int64)}
+
+
+class LatentTopics(_ArraysBuilder):
+    """Synthetic sentences (token ids) from latent topics, with same-topic positive pairs; the
+    vocabulary (BERT-style special tokens, then w0, w1, ...) is in the dataset's metadata."""
+
+    BUILDER_CONFIGS = [LatentTopicsConfig()]
+    _DTYPE = np.int32
+
+    def _shapes(self):
+        t = self.builder_config.max_len
+        return {"x": (t,), "x_pos": (t,)}
+
+    def _num_classes(self) -> int:
+        return self.builder_config.num_classes
+
+    def _metadata(self):
+        return {"vocab": list(SPECIAL_TOKENS)
+                + [f"w{i}" for i in range(self.builder_config.vocab_words)]}
+
+    def _make_arrays(self):
+        c = self.builder_config
+        arrays = latent_topic_arrays(num_examples=c.num_examples, num_classes=c.num_classes,
+                                     vocab_words=c.vocab_words, max_len=c.max_len, seed=c.seed)
+        parts = _split_indices(c.num_examples, (0.7, 0.1, 0.2), seed=c.seed + 1)
+        return {name: {k: v[idx] for k, v in arrays.items()}
+                for name, idx in zip(("train", "validation", "test"), parts)}
+
+
 BUILDERS = {"digits": Digits, "mnist1d": Mnist1d, "latent_classes": LatentClasses,
-            "latent_modalities": LatentModalities}
+            "latent_modalities": LatentModalities, "latent_topics": LatentTopics}

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import inspect
 import os
 import random
 from pathlib import Path
@@ -26,12 +27,14 @@ SPLITS = ("train", "validation", "test")
 class Dataset:
     """Splits of a labelled dataset held as numpy arrays.
 
-    ``splits[name]`` maps feature names to arrays with a leading example axis: ``x`` (inputs),
-    ``label`` (int classes) and, for paired datasets, ``x_pos`` (a positive partner of each ``x``).
+    ``splits[name]`` maps feature names to arrays with a leading example axis: ``x`` (inputs: float
+    arrays, or int32 token ids for text), ``label`` (int classes) and, for paired datasets, ``x_pos``
+    (a positive partner of each ``x``). ``vocab`` lists the tokens of a text dataset (id = index).
     """
     name: str
     splits: dict[str, dict[str, np.ndarray]]
     num_classes: int
+    vocab: tuple[str, ...] | None = None
 
     @property
     def input_shape(self) -> tuple[int, ...]:
@@ -70,8 +73,17 @@ def _builder(name: str, data_dir: str, **config_kwargs: Any):
         cls = builders.BUILDERS[name]
         config = None
         if config_kwargs:
+            if not cls.BUILDER_CONFIGS:
+                raise ValueError(f"dataset {name!r} is fixed; it takes no {sorted(config_kwargs)}")
             config_cls = type(cls.BUILDER_CONFIGS[0])
-            config = config_cls(**config_kwargs)
+            try:
+                config = config_cls(**config_kwargs)
+            except TypeError:
+                params = [p for p in inspect.signature(config_cls).parameters if p != "kwargs"]
+                raise ValueError(f"dataset {name!r} takes {params}, not {sorted(config_kwargs)}"
+                                 ) from None
+            if config.name in {c.name for c in cls.BUILDER_CONFIGS}:
+                config = config.name  # TFDS refuses a custom config named like a predefined one
         builder = cls(data_dir=data_dir, config=config) if config else cls(data_dir=data_dir)
         with _preparing():
             builder.download_and_prepare()
@@ -97,7 +109,12 @@ def _read_split(builder, split: str, input_key: str, label_key: str) -> dict[str
     keys = [k for k, v in records[0].items() if isinstance(v, (np.ndarray, np.generic, int, float))]
     out = {k: np.stack([np.asarray(r[k]) for r in records]) for k in keys}
     x = out.pop(input_key)
-    out["x"] = x.astype(np.float32) / (255.0 if x.dtype == np.uint8 else 1.0)  # uint8 images
+    if x.dtype == np.uint8:
+        out["x"] = x.astype(np.float32) / 255.0  # images
+    elif np.issubdtype(x.dtype, np.integer):
+        out["x"] = x.astype(np.int32)  # token ids
+    else:
+        out["x"] = x.astype(np.float32)
     out["label"] = out.pop(label_key).astype(np.int32)
     return out
 
@@ -126,7 +143,9 @@ def load(name: str, *, data_dir: str = "", **config_kwargs: Any) -> Dataset:
         splits["validation"] = {k: v[perm[:n_val]] for k, v in train.items()}
         splits["train"] = {k: v[perm[n_val:]] for k, v in train.items()}
     num_classes = info.features[label_key].num_classes
-    return Dataset(name=name, splits=splits, num_classes=int(num_classes))
+    vocab = (info.metadata or {}).get("vocab")
+    return Dataset(name=name, splits=splits, num_classes=int(num_classes),
+                   vocab=tuple(vocab) if vocab else None)
 
 
 class BatchStream:

@@ -49,6 +49,11 @@ def augment(key: jax.Array, x: jax.Array, *, shift: int = 0, scale: float = 0.0,
     Both: amplitude scaling by ``U(1 - scale, 1 + scale)`` and additive Gaussian noise of std
     ``noise``. With every option at its default this is the identity.
     """
+    if jnp.issubdtype(x.dtype, jnp.integer):
+        if shift or scale or noise or mask or crop_pad or flip:
+            raise ValueError("views: inputs are integer token ids; signal/image augmentations "
+                             "(shift, scale, noise, mask, crop_pad, flip) do not apply")
+        return x
     if (shift or mask) and x.ndim != 2 or (crop_pad or flip) and x.ndim != 4:
         raise ValueError(f"views: shift/mask need inputs [B, L], crop_pad/flip need [B, H, W, C]; "
                          f"got shape {x.shape}")

@@ -14,10 +14,12 @@ import difflib
 
 import flax.linen as nn
 
-from repr_jax.encoders import cnn, mlp
+from repr_jax.encoders import cnn, mlp, text_transformer
 from repr_jax.encoders.heads import MLPHead
 
-FAMILIES = {"mlp": (mlp.MLP, mlp.VARIANTS), "cnn": (cnn.CNN, cnn.VARIANTS)}
+FAMILIES = {"mlp": (mlp.MLP, mlp.VARIANTS), "cnn": (cnn.CNN, cnn.VARIANTS),
+            "text_transformer": (text_transformer.TextTransformer, text_transformer.VARIANTS)}
+TOKEN_FAMILIES = ("text_transformer",)  # read integer token ids
 
 
 def _choose(kind: str, name: str, valid) -> None:
@@ -39,4 +41,4 @@ def build(name: str, variant: str | None = None, **overrides) -> nn.Module:
     return cls(**kwargs)
 
 
-__all__ = ["FAMILIES", "MLPHead", "build"]
+__all__ = ["FAMILIES", "MLPHead", "TOKEN_FAMILIES", "build"]

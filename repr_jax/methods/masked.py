@@ -85,3 +85,60 @@ def mae(encoder, views_fn: Callable, *, input_shape: tuple[int, ...], patch_size
         return hp.loss_weight * value, (model_state, extra, {"emb_std": normalized_std(emb)})
 
     return Method("mae", model, loss)
+
+
+class MaskedLanguageModel(nn.Module):
+    """A token encoder with BERT's MLM head (``Dense → GELU → LayerNorm → Dense(vocab)``)."""
+    encoder: nn.Module
+    vocab_size: int
+
+    @nn.compact
+    def __call__(self, batch_or_ids, *, train: bool = False):
+        ids = batch_or_ids["x"] if isinstance(batch_or_ids, dict) else batch_or_ids
+        emb, features = self.encoder(ids, train=train)
+        h = features["tokens"]
+        h = nn.LayerNorm(1e-12, name="mlm_ln")(
+            nn.gelu(nn.Dense(h.shape[-1], name="mlm_transform")(h), approximate=False))
+        return emb, features, nn.Dense(self.vocab_size, name="mlm_decoder")(h)
+
+    def embed(self, ids):
+        return self.encoder(ids, train=False)[0]
+
+
+def corrupt_tokens(key: jax.Array, ids: jax.Array, *, mask_ratio: float, mask_id: int,
+                   num_special: int, vocab_size: int) -> tuple[jax.Array, jax.Array]:
+    """BERT's corruption: select ``mask_ratio`` of the non-special tokens; of those, 80% become
+    ``[MASK]``, 10% a random word, 10% stay. Returns ``(corrupted_ids, selected [B, T] float)``."""
+    k_sel, k_kind, k_rand = jax.random.split(key, 3)
+    maskable = ids >= num_special  # never [PAD], [CLS], [SEP], ...
+    selected = maskable & (jax.random.uniform(k_sel, ids.shape) < mask_ratio)
+    kind = jax.random.uniform(k_kind, ids.shape)
+    random_words = jax.random.randint(k_rand, ids.shape, num_special, vocab_size)
+    corrupted = jnp.where(selected & (kind < 0.8), mask_id, ids)
+    corrupted = jnp.where(selected & (kind >= 0.8) & (kind < 0.9), random_words, corrupted)
+    return corrupted, selected.astype(jnp.float32)
+
+
+def mlm(encoder, views_fn: Callable, *, vocab: tuple[str, ...], mask_ratio: float = 0.15
+        ) -> Method:
+    """Masked language modelling (Devlin et al. 2019) with ``mlm_loss`` on the selected tokens.
+
+    ``vocab`` must hold ``[MASK]``; ids below the first ordinary word are special and never masked.
+    """
+    if "[MASK]" not in vocab:
+        raise ValueError("mlm needs a vocabulary with a [MASK] token")
+    num_special = next(i for i, tok in enumerate(vocab) if not tok.startswith("["))
+    model = MaskedLanguageModel(encoder, len(vocab))
+
+    def loss(params, model_state, extra, batch, key, hp):
+        ids = views_fn(key, batch["x"])
+        corrupted, selected = corrupt_tokens(key, ids, mask_ratio=mask_ratio,
+                                             mask_id=vocab.index("[MASK]"),
+                                             num_special=num_special, vocab_size=len(vocab))
+        (emb, _, logits), model_state = apply_train(model, params, model_state, corrupted)
+        value = O.mlm_loss(logits, ids, selected)
+        acc = jnp.sum((jnp.argmax(logits, -1) == ids) * selected) / jnp.maximum(selected.sum(), 1)
+        return hp.loss_weight * value, (model_state, extra, {"emb_std": normalized_std(emb),
+                                                            "mlm_accuracy": acc})
+
+    return Method("mlm", model, loss)

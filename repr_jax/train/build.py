@@ -16,24 +16,29 @@ from repr_jax.methods import DUAL_ENCODER_METHODS, METHODS, Method
 
 def load_dataset(cfg: Config) -> data.Dataset:
     d = cfg.data
-    kwargs = {}
-    if d.num_examples:
-        kwargs["num_examples"] = d.num_examples
-    if d.num_classes:
-        if d.name not in ("latent_classes", "latent_modalities"):
-            raise ValueError("data.num_classes is only for generated latent_* data")
-        kwargs["num_classes"] = d.num_classes
-    if kwargs and d.name not in ("mnist1d", "latent_classes", "latent_modalities"):
-        raise ValueError(f"data.num_examples only applies to generated datasets "
-                         f"(mnist1d, latent_classes, latent_modalities), not {d.name!r}")
-    return data.load(d.name, data_dir=d.data_dir, **kwargs)
+    sizes = {k: v for k, v in (("num_examples", d.num_examples), ("num_classes", d.num_classes))
+             if v}
+    return data.load(d.name, data_dir=d.data_dir, **sizes)
 
 
-def build_encoder(cfg: Config):
+def build_encoder(cfg: Config, dataset: data.Dataset):
+    """The configured encoder; token encoders take their vocabulary from the dataset."""
     e = cfg.encoder
+    if e.name in encoders.TOKEN_FAMILIES:
+        if dataset.vocab is None:
+            raise ValueError(f"encoder {e.name!r} reads token ids, but dataset {dataset.name!r} has "
+                             f"no vocabulary (use a text dataset such as latent_topics)")
+        sizes = {k: v for k, v in dict(width=e.width, depth=e.depth, num_heads=e.num_heads,
+                                       mlp_dim=e.mlp_dim).items() if v}
+        return encoders.build(e.name, e.variant or "tiny", vocab_size=len(dataset.vocab),
+                              max_len=max(dataset.input_shape[0], 8), pooling=e.pooling,
+                              embed_dim=e.embed_dim, **sizes)
+    if dataset.vocab is not None:
+        raise ValueError(f"dataset {dataset.name!r} holds token ids; use a token encoder "
+                         f"({', '.join(encoders.TOKEN_FAMILIES)})")
     family_kwargs = {"kernel_size": e.kernel_size} if e.name == "cnn" else {}
-    return encoders.build(e.name, widths=e.widths, embed_dim=e.embed_dim, norm=e.norm,
-                          **family_kwargs)
+    return encoders.build(e.name, e.variant or None, embed_dim=e.embed_dim, norm=e.norm,
+                          **({} if e.variant else {"widths": e.widths}), **family_kwargs)
 
 
 def build_method(cfg: Config, dataset: data.Dataset) -> Method:
@@ -44,23 +49,29 @@ def build_method(cfg: Config, dataset: data.Dataset) -> Method:
     nested = dict(matryoshka_dims=m.matryoshka_dims, matryoshka_layers=m.matryoshka_layers)
     build = METHODS[m.name]
     if m.name in ("simclr", "supcon", "vicreg", "barlow_twins"):
-        return build(build_encoder(cfg), views_fn, **heads, **nested)
+        return build(build_encoder(cfg, dataset), views_fn, **heads, **nested)
     if m.name in ("simsiam", "byol"):
-        return build(build_encoder(cfg), views_fn, **heads, pred_hidden=m.pred_hidden)
+        return build(build_encoder(cfg, dataset), views_fn, **heads, pred_hidden=m.pred_hidden)
     if m.name == "moco":
-        return build(build_encoder(cfg), views_fn, **heads, queue_size=m.queue_size)
+        return build(build_encoder(cfg, dataset), views_fn, **heads, queue_size=m.queue_size)
     if m.name in DUAL_ENCODER_METHODS:
         if "x_pos" not in dataset.splits["train"]:
             raise ValueError(f"method {m.name!r} needs paired data with an 'x_pos' feature (e.g. "
                              f"data.name=latent_modalities or latent_classes); {dataset.name!r} "
                              f"has {sorted(dataset.splits['train'])}")
         extra = {"objective": m.objective} if m.name == "biencoder" else {}
-        return build(build_encoder(cfg), build_encoder(cfg), views_fn, proj_dim=m.proj_dim,
-                     **extra, **nested)
+        return build(build_encoder(cfg, dataset), build_encoder(cfg, dataset), views_fn,
+                     proj_dim=m.proj_dim, **extra, **nested)
     if m.name == "mae":
-        return build(build_encoder(cfg), views_fn, input_shape=dataset.input_shape,
+        return build(build_encoder(cfg, dataset), views_fn, input_shape=dataset.input_shape,
                      patch_size=m.patch_size, mask_ratio=m.mask_ratio)
-    return build(build_encoder(cfg), views_fn, num_classes=dataset.num_classes)  # supervised
+    if m.name == "mlm":
+        if dataset.vocab is None:
+            raise ValueError(f"method 'mlm' needs a text dataset with a vocabulary, not "
+                             f"{dataset.name!r} (try data.name=latent_topics)")
+        return build(build_encoder(cfg, dataset), views_fn, vocab=dataset.vocab,
+                     mask_ratio=m.mask_ratio)
+    return build(build_encoder(cfg, dataset), views_fn, num_classes=dataset.num_classes)  # supervised
 
 
 def warmup_cosine(step, *, peak, warmup_steps, total_steps: int, min_lr_ratio=0.0):

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from repr_jax import config as config_lib
@@ -101,6 +102,14 @@ def _raw_inputs(variables, x):
     return x.reshape(x.shape[0], -1)
 
 
+def _bag_of_words(vocab_size: int):
+    """Raw-input reference for token ids: counts of each non-padding token."""
+    def predict(variables, ids):
+        del variables
+        return jnp.sum(jax.nn.one_hot(ids, vocab_size) * (ids > 0)[..., None], axis=1)
+    return predict
+
+
 def reference_rows(cfg: Config, method: Method, dataset: Dataset, workdir: Path):
     """Raw-input and random-init-encoder rows, computed once per workdir (they never change)."""
     path = workdir / "eval" / "reference.json"
@@ -108,7 +117,8 @@ def reference_rows(cfg: Config, method: Method, dataset: Dataset, workdir: Path)
         return json.loads(path.read_text())
     random_init = method.init(jax.random.split(jax.random.PRNGKey(cfg.seed))[0],
                               sample_batch(dataset))
-    rows = evaluate(cfg, dataset, {"raw inputs": (_raw_inputs, None),
+    raw = _bag_of_words(len(dataset.vocab)) if dataset.vocab else _raw_inputs
+    rows = evaluate(cfg, dataset, {"raw inputs": (raw, None),
                                    "random-init encoder": (method.embed, random_init)}, step=0)
     if jax.process_index() == 0:
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,96 @@
+"""BERT-style bidirectional text encoder (Devlin et al. 2019), post-LayerNorm so BERT checkpoints load.
+
+Input: token ids ``[B, T]`` (``pad_id`` marks padding) and optional segment ids. Each layer is
+``x = LN(x + Attn(x)); x = LN(x + FFN(x))`` with exact (erf) GELU, an additive attention-mask bias on
+padded keys, and LayerNorm eps 1e-12 — the conventions of Hugging Face's ``BertModel``. The parameter
+names mirror BERT's so ``encoders.pretrained`` maps a checkpoint one tensor to one parameter.
+"""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from repr_jax.encoders.pooling import pool
+
+VARIANTS = {
+    "tiny": dict(width=32, depth=2, num_heads=2, mlp_dim=64),
+    "MiniLM-L6": dict(width=384, depth=6, num_heads=12, mlp_dim=1536),
+    "S": dict(width=512, depth=4, num_heads=8, mlp_dim=2048),
+    "B": dict(width=768, depth=12, num_heads=12, mlp_dim=3072),  # BERT-base: 109.5M with 30,522
+}
+
+
+class BertLayer(nn.Module):
+    width: int
+    num_heads: int
+    mlp_dim: int
+    eps: float = 1e-12
+
+    @nn.compact
+    def __call__(self, x_BxTxD, bias_Bx1x1xT):
+        b, t, d = x_BxTxD.shape
+        h, dh = self.num_heads, d // self.num_heads
+
+        def heads(name):
+            return nn.Dense(d, name=name)(x_BxTxD).reshape(b, t, h, dh)
+
+        q, k, v = heads("query"), heads("key"), heads("value")
+        scores_BxHxTxT = jnp.einsum("bqhd,bkhd->bhqk", q, k) / jnp.sqrt(dh).astype(q.dtype)
+        attn = jax.nn.softmax(scores_BxHxTxT + bias_Bx1x1xT, axis=-1)
+        ctx = jnp.einsum("bhqk,bkhd->bqhd", attn, v).reshape(b, t, d)
+        x = nn.LayerNorm(self.eps, name="attention_ln")(
+            x_BxTxD + nn.Dense(d, name="attention_out")(ctx))
+        ffn = nn.Dense(self.mlp_dim, name="intermediate")(x)
+        ffn = nn.Dense(d, name="output")(nn.gelu(ffn, approximate=False))
+        return nn.LayerNorm(self.eps, name="output_ln")(x + ffn)
+
+
+class TextTransformer(nn.Module):
+    """Returns ``(embedding [B, E], features)`` with ``tokens`` ``[B, T, D]`` (last layer), ``layers``
+    (each layer's token states), ``mask`` ``[B, T]`` (valid tokens), ``pooled`` and ``pre_head``."""
+    vocab_size: int = 30522
+    width: int = 384
+    depth: int = 6
+    num_heads: int = 12
+    mlp_dim: int = 1536
+    max_len: int = 512
+    type_vocab_size: int = 2
+    pad_id: int = 0
+    pooling: str = "mean"
+    embed_dim: int = 0
+    eps: float = 1e-12
+
+    def setup(self):
+        if self.width % self.num_heads:
+            raise ValueError(f"text_transformer: width {self.width} is not divisible by "
+                             f"num_heads {self.num_heads}")
+
+    @nn.compact
+    def __call__(self, ids: jax.Array, *, train: bool = False, segment_ids: jax.Array | None = None):
+        del train  # no dropout: deterministic features and exact resume
+        ids = ids.astype(jnp.int32)
+        b, t = ids.shape
+        if t > self.max_len:
+            raise ValueError(f"text_transformer: sequence length {t} exceeds max_len {self.max_len}")
+        mask = ids != self.pad_id
+        segment_ids = jnp.zeros_like(ids) if segment_ids is None else segment_ids
+        pos = self.param("position_embeddings", nn.initializers.normal(0.02),
+                         (self.max_len, self.width))
+        x = (nn.Embed(self.vocab_size, self.width, name="word_embeddings",
+                      embedding_init=nn.initializers.normal(0.02))(ids)
+             + pos[None, :t]
+             + nn.Embed(self.type_vocab_size, self.width, name="token_type_embeddings",
+                        embedding_init=nn.initializers.normal(0.02))(segment_ids))
+        x = nn.LayerNorm(self.eps, name="embeddings_ln")(x)
+        bias = jnp.where(mask, 0.0, jnp.finfo(x.dtype).min)[:, None, None, :]
+        layers = []
+        for i in range(self.depth):
+            x = BertLayer(self.width, self.num_heads, self.mlp_dim, self.eps, name=f"layer_{i}")(
+                x, bias)
+            layers.append(x)
+        pooled = pool(self.pooling, x, mask)
+        emb = nn.Dense(self.embed_dim, name="embed")(pooled) if self.embed_dim else pooled
+        return emb, {"tokens": x, "layers": tuple(layers), "mask": mask, "pooled": pooled,
+                     "pre_head": pooled}

@@ -1,0 +1,181 @@
+"""Tokenizers that need nothing but Python: BERT WordPiece from a ``vocab.txt``, and raw bytes.
+
+``WordPieceTokenizer`` follows BERT's reference tokenisation (Hugging Face ``BertTokenizer``): clean
+control characters, put spaces around CJK characters, split on whitespace, lower-case and strip
+accents (NFD, drop combining marks) when configured, split off punctuation, then greedy
+longest-match-first WordPiece with ``##`` continuation pieces; a word of more than 100 characters,
+or one that cannot be pieced, becomes ``[UNK]``. Special tokens written in the text are kept whole.
+Lower-casing is per character, like the Rust ``tokenizers`` implementation that sentence-transformers
+uses (Python's ``str.lower`` would apply the Greek final-sigma rule).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import unicodedata
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+SPECIALS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+
+
+def _is_whitespace(ch: str) -> bool:
+    return ch in " \t\n\r" or unicodedata.category(ch) == "Zs"
+
+
+def _is_control(ch: str) -> bool:
+    if ch in "\t\n\r":
+        return False
+    return unicodedata.category(ch) in ("Cc", "Cf")
+
+
+def _is_punctuation(ch: str) -> bool:
+    cp = ord(ch)
+    if 33 <= cp <= 47 or 58 <= cp <= 64 or 91 <= cp <= 96 or 123 <= cp <= 126:
+        return True
+    return unicodedata.category(ch).startswith("P")
+
+
+def _is_cjk(cp: int) -> bool:
+    return (0x4E00 <= cp <= 0x9FFF or 0x3400 <= cp <= 0x4DBF or 0x20000 <= cp <= 0x2A6DF
+            or 0x2A700 <= cp <= 0x2B73F or 0x2B740 <= cp <= 0x2B81F or 0x2B820 <= cp <= 0x2CEAF
+            or 0xF900 <= cp <= 0xFAFF or 0x2F800 <= cp <= 0x2FA1F)
+
+
+@dataclasses.dataclass(frozen=True)
+class Encoded:
+    """Token ids and attention mask, ``[N, T]`` int32 each (padding id 0, mask 0)."""
+    ids: np.ndarray
+    mask: np.ndarray
+
+
+class WordPieceTokenizer:
+    """BERT WordPiece tokenizer read from a ``vocab.txt`` (one token per line; id = line number)."""
+
+    def __init__(self, vocab: Sequence[str], *, lower_case: bool = True,
+                 strip_accents: bool | None = None, max_word_chars: int = 100):
+        self.vocab = list(vocab)
+        self.ids = {tok: i for i, tok in enumerate(self.vocab)}
+        missing = [t for t in ("[PAD]", "[UNK]", "[CLS]", "[SEP]") if t not in self.ids]
+        if missing:
+            raise ValueError(f"vocabulary lacks the special tokens {missing}")
+        self.lower_case = lower_case
+        self.strip_accents = lower_case if strip_accents is None else strip_accents
+        self.max_word_chars = max_word_chars
+        specials = sorted((t for t in self.vocab if re.fullmatch(r"\[[A-Z]+\]", t)), key=len,
+                          reverse=True)
+        self._special_re = re.compile("(" + "|".join(map(re.escape, specials)) + ")")
+        self.pad_id, self.unk_id = self.ids["[PAD]"], self.ids["[UNK]"]
+        self.cls_id, self.sep_id = self.ids["[CLS]"], self.ids["[SEP]"]
+
+    @classmethod
+    def from_file(cls, path: str | Path, **kwargs) -> "WordPieceTokenizer":
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"vocabulary file not found: {path}")
+        return cls(path.read_text(encoding="utf-8").splitlines(), **kwargs)
+
+    # ------------------------------------------------------------------ basic tokenisation
+    def _clean(self, text: str) -> str:
+        out = []
+        for ch in text:
+            cp = ord(ch)
+            if cp == 0 or cp == 0xFFFD or _is_control(ch):
+                continue
+            if _is_cjk(cp):
+                out.append(f" {ch} ")
+            else:
+                out.append(" " if _is_whitespace(ch) else ch)
+        return "".join(out)
+
+    def _split_word(self, word: str) -> list[str]:
+        if self.lower_case:  # per character, as the Rust tokenizer (no final-sigma rule)
+            word = "".join(c.lower() for c in word)
+        if self.strip_accents:
+            word = "".join(c for c in unicodedata.normalize("NFD", word)
+                           if unicodedata.category(c) != "Mn")
+        pieces, current = [], []
+        for ch in word:
+            if _is_punctuation(ch):
+                if current:
+                    pieces.append("".join(current))
+                    current = []
+                pieces.append(ch)
+            else:
+                current.append(ch)
+        if current:
+            pieces.append("".join(current))
+        return pieces
+
+    def _wordpiece(self, word: str) -> list[int]:
+        if len(word) > self.max_word_chars:
+            return [self.unk_id]
+        out, start = [], 0
+        while start < len(word):
+            end = len(word)
+            while end > start:
+                piece = word[start:end] if start == 0 else "##" + word[start:end]
+                if piece in self.ids:
+                    out.append(self.ids[piece])
+                    break
+                end -= 1
+            else:
+                return [self.unk_id]
+            start = end
+        return out
+
+    def tokenize(self, text: str) -> list[int]:
+        """Token ids of ``text`` without ``[CLS]``/``[SEP]``."""
+        ids = []
+        for part in self._special_re.split(text):
+            if part in self.ids and self._special_re.fullmatch(part):
+                ids.append(self.ids[part])
+                continue
+            for word in self._clean(part).split():
+                for piece in self._split_word(word):
+                    ids.extend(self._wordpiece(piece))
+        return ids
+
+    def encode(self, texts: Sequence[str], *, max_len: int = 512, pad_to: int | None = None
+               ) -> Encoded:
+        """``[CLS] tokens [SEP]`` truncated to ``max_len``, padded to the longest (or ``pad_to``)."""
+        rows = [[self.cls_id] + self.tokenize(t)[: max_len - 2] + [self.sep_id] for t in texts]
+        width = pad_to or max(len(r) for r in rows)
+        ids = np.full((len(rows), width), self.pad_id, np.int32)
+        mask = np.zeros((len(rows), width), np.int32)
+        for i, r in enumerate(rows):
+            ids[i, : len(r)], mask[i, : len(r)] = r, 1
+        return Encoded(ids, mask)
+
+    def decode(self, ids: Sequence[int]) -> str:
+        words = []
+        for i in ids:
+            tok = self.vocab[int(i)]
+            if tok == "[PAD]":
+                continue
+            if tok.startswith("##") and words:
+                words[-1] += tok[2:]
+            else:
+                words.append(tok)
+        return " ".join(words)
+
+
+class ByteTokenizer:
+    """Needs no vocabulary: the special tokens take ids 0-4, UTF-8 byte ``b`` is id ``5 + b``."""
+
+    vocab = list(SPECIALS) + [f"<{b:02x}>" for b in range(256)]
+    pad_id, cls_id, sep_id = 0, 2, 3
+
+    def tokenize(self, text: str) -> list[int]:
+        return [len(SPECIALS) + b for b in text.encode("utf-8")]
+
+    def encode(self, texts: Sequence[str], *, max_len: int = 512, pad_to: int | None = None
+               ) -> Encoded:
+        return WordPieceTokenizer.encode(self, texts, max_len=max_len, pad_to=pad_to)
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return bytes(int(i) - len(SPECIALS) for i in ids if int(i) >= len(SPECIALS)).decode(
+            "utf-8", errors="replace")

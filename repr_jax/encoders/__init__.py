@@ -14,12 +14,16 @@ import difflib
 
 import flax.linen as nn
 
-from repr_jax.encoders import cnn, mlp, text_transformer
+from repr_jax.encoders import cnn, lstm, mixer, mlp, resnet, text_transformer, vit
 from repr_jax.encoders.heads import MLPHead
 
 FAMILIES = {"mlp": (mlp.MLP, mlp.VARIANTS), "cnn": (cnn.CNN, cnn.VARIANTS),
-            "text_transformer": (text_transformer.TextTransformer, text_transformer.VARIANTS)}
-TOKEN_FAMILIES = ("text_transformer",)  # read integer token ids
+            "resnet": (resnet.ResNet, resnet.VARIANTS), "vit": (vit.ViT, vit.VARIANTS),
+            "mixer": (mixer.Mixer, mixer.VARIANTS),
+            "text_transformer": (text_transformer.TextTransformer, text_transformer.VARIANTS),
+            "lstm": (lstm.LSTMEncoder, lstm.VARIANTS)}
+TOKEN_FAMILIES = ("text_transformer", "lstm")  # read integer token ids
+IMAGE_FAMILIES = ("resnet", "vit", "mixer")  # read images [B, H, W, C]
 
 
 def _choose(kind: str, name: str, valid) -> None:
@@ -41,4 +45,4 @@ def build(name: str, variant: str | None = None, **overrides) -> nn.Module:
     return cls(**kwargs)
 
 
-__all__ = ["FAMILIES", "MLPHead", "TOKEN_FAMILIES", "build"]
+__all__ = ["FAMILIES", "IMAGE_FAMILIES", "MLPHead", "TOKEN_FAMILIES", "build"]

@@ -1,6 +1,8 @@
 """BERT-style bidirectional text encoder (Devlin et al. 2019), post-LayerNorm so BERT checkpoints load.
 
-Input: token ids ``[B, T]`` (``pad_id`` marks padding) and optional segment ids. Each layer is
+Input: token ids ``[B, T]`` (``pad_id`` marks padding) and optional segment ids. Any pooling of
+``encoders.pooling`` applies; ``landmark`` first inserts ``landmark_id`` after every
+``landmark_chunk`` tokens (so ``tokens`` is then the longer sequence) and averages those positions. Each layer is
 ``x = LN(x + Attn(x)); x = LN(x + FFN(x))`` with exact (erf) GELU, an additive attention-mask bias on
 padded keys, and LayerNorm eps 1e-12 — the conventions of Hugging Face's ``BertModel``. The parameter
 names mirror BERT's so ``encoders.pretrained`` maps a checkpoint one tensor to one parameter.
@@ -12,7 +14,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from repr_jax.encoders.pooling import pool
+from repr_jax.encoders.pooling import (AttentionPool, MultiLayerPool, insert_landmarks, mean_pool,
+                                       pool)
 
 VARIANTS = {
     "tiny": dict(width=32, depth=2, num_heads=2, mlp_dim=64),
@@ -58,9 +61,11 @@ class TextTransformer(nn.Module):
     max_len: int = 512
     type_vocab_size: int = 2
     pad_id: int = 0
-    pooling: str = "mean"
+    pooling: str = "mean"  # mean | max | cls | last_token | attention | multi_layer | landmark
     embed_dim: int = 0
     eps: float = 1e-12
+    landmark_chunk: int = 16
+    landmark_id: int = 102  # BERT's [SEP]
 
     def setup(self):
         if self.width % self.num_heads:
@@ -71,6 +76,10 @@ class TextTransformer(nn.Module):
     def __call__(self, ids: jax.Array, *, train: bool = False, segment_ids: jax.Array | None = None):
         del train  # no dropout: deterministic features and exact resume
         ids = ids.astype(jnp.int32)
+        landmarks = None
+        if self.pooling == "landmark":
+            ids, landmarks = insert_landmarks(ids, ids != self.pad_id, chunk=self.landmark_chunk,
+                                              landmark_id=self.landmark_id, pad_id=self.pad_id)
         b, t = ids.shape
         if t > self.max_len:
             raise ValueError(f"text_transformer: sequence length {t} exceeds max_len {self.max_len}")
@@ -90,7 +99,14 @@ class TextTransformer(nn.Module):
             x = BertLayer(self.width, self.num_heads, self.mlp_dim, self.eps, name=f"layer_{i}")(
                 x, bias)
             layers.append(x)
-        pooled = pool(self.pooling, x, mask)
+        if self.pooling == "landmark":
+            pooled = mean_pool(x, landmarks)
+        elif self.pooling == "attention":
+            pooled = AttentionPool(self.num_heads, name="attention_pool")(x, mask)
+        elif self.pooling == "multi_layer":
+            pooled = MultiLayerPool(name="multi_layer_pool")(layers, mask)
+        else:
+            pooled = pool(self.pooling, x, mask)
         emb = nn.Dense(self.embed_dim, name="embed")(pooled) if self.embed_dim else pooled
         return emb, {"tokens": x, "layers": tuple(layers), "mask": mask, "pooled": pooled,
                      "pre_head": pooled}

@@ -21,24 +21,51 @@ def load_dataset(cfg: Config) -> data.Dataset:
     return data.load(d.name, data_dir=d.data_dir, **sizes)
 
 
+# Which EncoderConfig size fields each family takes, and under which module field name.
+_SIZE_FIELDS = {
+    "vit": {"width": "width", "depth": "depth", "num_heads": "num_heads", "mlp_dim": "mlp_dim",
+            "patch_size": "patch_size"},
+    "mixer": {"width": "width", "depth": "depth", "patch_size": "patch_size"},
+    "text_transformer": {"width": "width", "depth": "depth", "num_heads": "num_heads",
+                         "mlp_dim": "mlp_dim"},
+    "lstm": {"width": "hidden", "depth": "depth"},
+}
+
+
 def build_encoder(cfg: Config, dataset: data.Dataset):
     """The configured encoder; token encoders take their vocabulary from the dataset."""
     e = cfg.encoder
-    if e.name in encoders.TOKEN_FAMILIES:
-        if dataset.vocab is None:
-            raise ValueError(f"encoder {e.name!r} reads token ids, but dataset {dataset.name!r} has "
-                             f"no vocabulary (use a text dataset such as latent_topics)")
-        sizes = {k: v for k, v in dict(width=e.width, depth=e.depth, num_heads=e.num_heads,
-                                       mlp_dim=e.mlp_dim).items() if v}
-        return encoders.build(e.name, e.variant or "tiny", vocab_size=len(dataset.vocab),
-                              max_len=max(dataset.input_shape[0], 8), pooling=e.pooling,
-                              embed_dim=e.embed_dim, **sizes)
-    if dataset.vocab is not None:
-        raise ValueError(f"dataset {dataset.name!r} holds token ids; use a token encoder "
-                         f"({', '.join(encoders.TOKEN_FAMILIES)})")
-    family_kwargs = {"kernel_size": e.kernel_size} if e.name == "cnn" else {}
-    return encoders.build(e.name, e.variant or None, embed_dim=e.embed_dim, norm=e.norm,
-                          **({} if e.variant else {"widths": e.widths}), **family_kwargs)
+    is_text = e.name in encoders.TOKEN_FAMILIES
+    if is_text != (dataset.vocab is not None):
+        raise ValueError(
+            f"encoder {e.name!r} reads token ids, but dataset {dataset.name!r} has no vocabulary "
+            f"(use a text dataset such as latent_topics)" if is_text else
+            f"dataset {dataset.name!r} holds token ids; use a token encoder "
+            f"({', '.join(encoders.TOKEN_FAMILIES)})")
+    if e.name in encoders.IMAGE_FAMILIES and len(dataset.input_shape) != 3:
+        raise ValueError(f"encoder {e.name!r} reads images [H, W, C], but {dataset.name!r} has "
+                         f"inputs of shape {dataset.input_shape} (try data.name=digits)")
+    kwargs = {"embed_dim": e.embed_dim}
+    kwargs.update({module_field: getattr(e, field)
+                   for field, module_field in _SIZE_FIELDS.get(e.name, {}).items()
+                   if getattr(e, field)})
+    if is_text:
+        t = dataset.input_shape[0]
+        kwargs.update(vocab_size=len(dataset.vocab), pooling=e.pooling,
+                      max_len=max(t + -(-t // e.landmark_chunk), 8))
+        if e.name == "text_transformer":
+            kwargs.update(landmark_chunk=e.landmark_chunk,
+                          landmark_id=dataset.vocab.index("[SEP]"))
+        elif e.pooling == "landmark":
+            raise ValueError("landmark pooling needs a transformer (encoder.name=text_transformer)")
+    if e.name in ("mlp", "cnn"):
+        kwargs["norm"] = e.norm
+        if not e.variant:
+            kwargs["widths"] = e.widths
+        if e.name == "cnn":
+            kwargs["kernel_size"] = e.kernel_size
+    default_variant = None if e.name in ("mlp", "cnn") else "tiny"
+    return encoders.build(e.name, e.variant or default_variant, **kwargs)
 
 
 def build_method(cfg: Config, dataset: data.Dataset) -> Method:

@@ -1,0 +1,95 @@
+"""Vision Transformer (Dosovitskiy et al. 2021) as in big_vision: patch embedding, learned or
+2-D sin-cos positions, optional CLS token, pre-LN blocks (LayerNorm eps 1e-6, GELU MLP)."""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+VARIANTS = {
+    "tiny": dict(width=32, depth=2, num_heads=2, mlp_dim=64, patch_size=4),
+    "Ti": dict(width=192, depth=12, num_heads=3, mlp_dim=768, patch_size=16),
+    "S": dict(width=384, depth=12, num_heads=6, mlp_dim=1536, patch_size=16),
+    "B": dict(width=768, depth=12, num_heads=12, mlp_dim=3072, patch_size=16),
+}
+
+
+def sincos_2d(h: int, w: int, width: int, temperature: float = 10_000.0) -> np.ndarray:
+    """Fixed 2-D sin-cos position embeddings ``[h * w, width]`` (MoCo v3 / big_vision)."""
+    if width % 4:
+        raise ValueError(f"sincos positions need a width divisible by 4, got {width}")
+    y, x = np.mgrid[:h, :w]
+    omega = 1.0 / temperature ** (np.arange(width // 4) / (width // 4 - 1 or 1))
+    y = y.reshape(-1)[:, None] * omega[None]
+    x = x.reshape(-1)[:, None] * omega[None]
+    return np.concatenate([np.sin(x), np.cos(x), np.sin(y), np.cos(y)], axis=1).astype(np.float32)
+
+
+class EncoderBlock(nn.Module):
+    """Pre-LN transformer block over ``[B, N, D]`` with an optional key mask ``[B, N]``."""
+    num_heads: int
+    mlp_dim: int
+    eps: float = 1e-6
+
+    @nn.compact
+    def __call__(self, x, mask=None):
+        attn_mask = None if mask is None else nn.make_attention_mask(mask, mask)
+        y = nn.LayerNorm(self.eps, name="ln1")(x)
+        x = x + nn.MultiHeadDotProductAttention(self.num_heads, name="attn")(y, y, mask=attn_mask)
+        y = nn.LayerNorm(self.eps, name="ln2")(x)
+        y = nn.Dense(x.shape[-1], name="mlp_out")(nn.gelu(nn.Dense(self.mlp_dim, name="mlp_in")(y)))
+        return x + y
+
+
+class ViT(nn.Module):
+    """Args: images ``[B, H, W, C]``. Returns ``(embedding, features)`` with ``tokens`` (patch tokens
+    after the final LayerNorm), ``layers`` (each block's output), ``pooled`` and ``pre_head``."""
+    width: int = 768
+    depth: int = 12
+    num_heads: int = 12
+    mlp_dim: int = 3072
+    patch_size: int = 16
+    posemb: str = "learn"  # or "sincos2d"
+    pool_type: str = "cls"  # or "gap" (mean of patch tokens)
+    embed_dim: int = 0
+
+    @nn.compact
+    def __call__(self, x: jax.Array, *, train: bool = False):
+        del train
+        if x.ndim != 4:
+            raise ValueError(f"vit expects images [B, H, W, C]; got {x.shape}")
+        b, hh, ww, _ = x.shape
+        p = self.patch_size
+        if hh % p or ww % p:
+            raise ValueError(f"vit: image {hh}x{ww} is not divisible by patch_size {p}")
+        if self.width % self.num_heads:
+            raise ValueError(f"vit: width {self.width} is not divisible by {self.num_heads} heads")
+        x = nn.Conv(self.width, (p, p), (p, p), padding="VALID", name="embedding")(x)
+        gh, gw = x.shape[1:3]
+        x = x.reshape(b, gh * gw, self.width)
+        if self.posemb == "learn":
+            x = x + self.param("pos_embedding", nn.initializers.normal(0.02),
+                               (1, gh * gw, self.width))
+        elif self.posemb == "sincos2d":
+            x = x + jnp.asarray(sincos_2d(gh, gw, self.width))[None]
+        else:
+            raise ValueError(f"vit posemb {self.posemb!r}; choose from: 'learn', 'sincos2d'")
+        if self.pool_type == "cls":
+            cls = self.param("cls", nn.initializers.zeros, (1, 1, self.width))
+            x = jnp.concatenate([jnp.tile(cls, (b, 1, 1)), x], axis=1)
+        layers = []
+        for i in range(self.depth):
+            x = EncoderBlock(self.num_heads, self.mlp_dim, name=f"block{i}")(x)
+            layers.append(x)
+        x = nn.LayerNorm(1e-6, name="encoder_norm")(x)
+        if self.pool_type == "cls":
+            pooled, tokens = x[:, 0], x[:, 1:]
+        elif self.pool_type == "gap":
+            pooled, tokens = x.mean(axis=1), x
+        else:
+            raise ValueError(f"vit pool_type {self.pool_type!r}; choose from: 'cls', 'gap'")
+        emb = nn.Dense(self.embed_dim, name="embed")(pooled) if self.embed_dim else pooled
+        return emb, {"tokens": tokens, "layers": tuple(layers), "pooled": pooled,
+                     "pre_head": pooled}

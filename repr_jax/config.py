@@ -198,7 +198,8 @@ class DataConfig:
                                       "TFDS name in data_dir")
     data_dir: str = static("", doc="TFDS data dir; '' = $REPR_JAX_DATA_DIR or ~/.cache/repr_jax/tfds")
     num_examples: int = static(0, ">=0", "generated datasets: examples in total (0 = default)")
-    num_classes: int = static(0, ">=0", "latent_classes: number of latent classes (0 = default)")
+    num_classes: int = static(0, ">=0", "latent_*: number of latent classes (0 = default)")
+    max_len: int = static(0, ">=0", "latent_topics: tokens per sequence (0 = default 32)")
     views: ViewsConfig = _section(ViewsConfig)
 
 
@@ -303,7 +304,7 @@ class EvalConfig:
     knn_k: int = static(20, ">0")
     knn_temperature: float = static(0.07, ">0")
     reference_rows: bool = static(True, doc="also evaluate raw inputs and the random-init encoder")
-    batch_size: int = static(1024, ">0", "batch size of the feature pass")
+    batch_size: int = static(256, ">0", "batch size of the feature pass")
 
     def _validate(self):
         from repr_jax.eval import EVALUATORS  # the registry lives with the evaluators

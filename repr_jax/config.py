@@ -199,7 +199,9 @@ class DataConfig:
     data_dir: str = static("", doc="TFDS data dir; '' = $REPR_JAX_DATA_DIR or ~/.cache/repr_jax/tfds")
     num_examples: int = static(0, ">=0", "generated datasets: examples in total (0 = default)")
     num_classes: int = static(0, ">=0", "latent_*: number of latent classes (0 = default)")
-    max_len: int = static(0, ">=0", "latent_topics: tokens per sequence (0 = default 32)")
+    max_len: int = static(0, ">=0", "tokens per sequence: latent_topics (default 32), text (64)")
+    tokenizer: str = static("", doc="text data: '' (bytes) or the path of a WordPiece vocab.txt")
+    pairs: str = static("", doc="wordnet: definition_lemmas | example_definition | synonyms")
     views: ViewsConfig = _section(ViewsConfig)
 
 

@@ -126,3 +126,33 @@ def test_explicit_default_size_reuses_the_predefined_config():
     np.testing.assert_array_equal(a.splits["test"]["x"], b.splits["test"]["x"])
     m = data.load("latent_modalities", num_examples=600)
     assert m.splits["train"]["x_pos"].shape[1:] == (24,) and "teacher" in m.splits["train"]
+
+
+def test_latent_topics_token_data():
+    ds = data.load("latent_topics", num_examples=600, max_len=16)
+    x = ds.splits["train"]["x"]
+    assert x.dtype == np.int32 and x.shape[1] == 16 and ds.vocab[:5] == (
+        "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+    assert (x[:, 0] == 2).all() and ((x == 3).sum(1) == 1).all()  # [CLS] ... [SEP] [PAD]...
+    assert ds.splits["train"]["x_pos"].shape == x.shape
+
+
+WORDNET = "/usr/share/wordnet/data.noun"
+
+
+@pytest.mark.skipif(not __import__("os").path.exists(WORDNET),
+                    reason="WordNet 3.0 absent: apt-get install wordnet-base")
+def test_wordnet_pairs_split_by_synset():
+    from repr_jax.data.builders import read_wordnet
+    synsets = read_wordnet()
+    assert len(synsets) == 117_659 and sum(len(s["lemmas"]) >= 2 for s in synsets) == 53_811
+    ds = data.load("wordnet", pairs="synonyms", max_len=24)
+    sizes = {k: len(v["label"]) for k, v in ds.splits.items()}
+    assert sum(sizes.values()) == 53_811 and ds.num_classes == 45 and len(ds.vocab) == 261
+    assert 0.08 < sizes["test"] / 53_811 < 0.12  # about 10% of synsets held out
+
+
+def test_wordnet_missing_names_the_package(tmp_path):
+    from repr_jax.data.builders import read_wordnet
+    with pytest.raises(FileNotFoundError, match="apt-get install wordnet-base"):
+        read_wordnet(str(tmp_path))

@@ -273,5 +273,95 @@ class LatentTopics(_ArraysBuilder):
                 for name, idx in zip(("train", "validation", "test"), parts)}
 
 
+WORDNET_DIR = "/usr/share/wordnet"
+WORDNET_PAIRS = ("definition_lemmas", "example_definition", "synonyms")
+WORDNET_LEXFILES = 45  # lexicographer files (noun.animal, verb.motion, ...): the class label
+
+
+def read_wordnet(wordnet_dir: str = WORDNET_DIR) -> list[dict]:
+    """Parses WordNet 3.0's ``data.{noun,verb,adj,adv}`` into synsets: ``offset``, ``pos``,
+    ``lexfile`` (0-44), ``lemmas``, ``definition`` and quoted ``examples``."""
+    import re
+    from pathlib import Path
+    root = Path(wordnet_dir)
+    files = [root / f"data.{pos}" for pos in ("noun", "verb", "adj", "adv")]
+    missing = [str(f) for f in files if not f.is_file()]
+    if missing:
+        raise FileNotFoundError(
+            f"WordNet 3.0 database not found ({', '.join(missing)}): install Debian's "
+            f"wordnet-base (apt-get install wordnet-base) or point wordnet_dir at its files")
+    synsets = []
+    for f in files:
+        for line in f.read_text(encoding="latin-1").splitlines():
+            if not line or line.startswith("  "):
+                continue  # license header
+            head, _, gloss = line.partition(" | ")
+            fields = head.split()
+            n_words = int(fields[3], 16)
+            lemmas = [re.sub(r"\(.*\)$", "", w).replace("_", " ")
+                      for w in fields[4:4 + 2 * n_words:2]]
+            definition = gloss.split('; "')[0].strip().rstrip(";").strip()
+            synsets.append(dict(offset=f"{fields[0]}{fields[2]}", pos=fields[2],
+                                lexfile=int(fields[1]), lemmas=lemmas, definition=definition,
+                                examples=re.findall(r'"([^"]+)"', gloss)))
+    return synsets
+
+
+class WordNetConfig(tfds.core.BuilderConfig):
+    def __init__(self, *, pairs: str = "definition_lemmas", wordnet_dir: str = WORDNET_DIR,
+                 **kwargs):
+        if pairs not in WORDNET_PAIRS:
+            raise ValueError(f"wordnet pairs {pairs!r}; choose from: {', '.join(WORDNET_PAIRS)}")
+        super().__init__(name=pairs, **kwargs)
+        self.pairs, self.wordnet_dir = pairs, wordnet_dir
+
+
+class WordNet(tfds.core.GeneratorBasedBuilder):
+    """WordNet 3.0 text pairs, split by synset (80/10/10, by a hash of the synset id):
+    ``definition_lemmas`` (definition ↔ its lemmas), ``example_definition`` (a usage example ↔ the
+    definition) or ``synonyms`` (two lemmas of one synset). ``x``/``x_pos`` are strings, ``label``
+    the synset's lexicographer file (45 classes, e.g. noun.animal)."""
+
+    VERSION = tfds.core.Version("1.0.0")
+    BUILDER_CONFIGS = [WordNetConfig(pairs=p) for p in WORDNET_PAIRS]
+
+    def __init__(self, **kwargs):
+        kwargs.setdefault("file_format", "array_record")
+        super().__init__(**kwargs)
+
+    def _info(self):
+        return tfds.core.DatasetInfo(
+            builder=self, description=self.__doc__,
+            features=tfds.features.FeaturesDict({
+                "x": tfds.features.Text(), "x_pos": tfds.features.Text(),
+                "label": tfds.features.ClassLabel(num_classes=WORDNET_LEXFILES)}),
+            supervised_keys=("x", "label"))
+
+    def _split_generators(self, dl_manager):
+        del dl_manager
+        import zlib
+        synsets = read_wordnet(self.builder_config.wordnet_dir)
+        splits = {"train": [], "validation": [], "test": []}
+        for s in synsets:
+            bucket = zlib.crc32(s["offset"].encode()) % 10
+            splits["test" if bucket == 0 else "validation" if bucket == 1 else "train"].append(s)
+        return {k: self._generate_examples(v) for k, v in splits.items()}
+
+    def _generate_examples(self, synsets):
+        pairs = self.builder_config.pairs
+        for s in synsets:
+            label = s["lexfile"]
+            if pairs == "definition_lemmas":
+                yield s["offset"], {"x": s["definition"], "x_pos": ", ".join(s["lemmas"]),
+                                    "label": label}
+            elif pairs == "example_definition":
+                for i, ex in enumerate(s["examples"]):
+                    yield f"{s['offset']}_{i}", {"x": ex, "x_pos": s["definition"],
+                                                 "label": label}
+            elif len(s["lemmas"]) >= 2:
+                yield s["offset"], {"x": s["lemmas"][0], "x_pos": s["lemmas"][1], "label": label}
+
+
 BUILDERS = {"digits": Digits, "mnist1d": Mnist1d, "latent_classes": LatentClasses,
-            "latent_modalities": LatentModalities, "latent_topics": LatentTopics}
+            "latent_modalities": LatentModalities, "latent_topics": LatentTopics,
+            "wordnet": WordNet}

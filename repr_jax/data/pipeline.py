@@ -106,10 +106,13 @@ def _read_split(builder, split: str, input_key: str, label_key: str) -> dict[str
     """Every array feature of a split; the supervised keys become ``x`` and ``label``."""
     source = builder.as_data_source(split)
     records = source.__getitems__(list(range(len(source))))
-    keys = [k for k, v in records[0].items() if isinstance(v, (np.ndarray, np.generic, int, float))]
+    keys = [k for k, v in records[0].items()
+            if isinstance(v, (np.ndarray, np.generic, int, float, bytes, str))]
     out = {k: np.stack([np.asarray(r[k]) for r in records]) for k in keys}
     x = out.pop(input_key)
-    if x.dtype == np.uint8:
+    if x.dtype.kind in "OSU":
+        out["x"] = x  # text: tokenized by load()
+    elif x.dtype == np.uint8:
         out["x"] = x.astype(np.float32) / 255.0  # images
     elif np.issubdtype(x.dtype, np.integer):
         out["x"] = x.astype(np.int32)  # token ids
@@ -119,15 +122,43 @@ def _read_split(builder, split: str, input_key: str, label_key: str) -> dict[str
     return out
 
 
-def load(name: str, *, data_dir: str = "", **config_kwargs: Any) -> Dataset:
+def make_tokenizer(spec: str = ""):
+    """``""``/``"bytes"``: :class:`ByteTokenizer`; a path to a ``vocab.txt``: WordPiece."""
+    from repr_jax.data.tokenizer import ByteTokenizer, WordPieceTokenizer
+    return ByteTokenizer() if spec in ("", "bytes") else WordPieceTokenizer.from_file(spec)
+
+
+def _tokenize_text(splits, tokenizer: str, max_len: int) -> tuple[str, ...]:
+    """Replaces string features (``x``, ``x_pos``) by ``[N, max_len]`` token ids, in place."""
+    tok = make_tokenizer(tokenizer)
+    for arrays in splits.values():
+        for key in ("x", "x_pos"):
+            if key in arrays and arrays[key].dtype.kind in "OSU":
+                texts = [t.decode("utf-8") if isinstance(t, bytes) else str(t)
+                         for t in arrays[key]]
+                arrays[key] = tok.encode(texts, max_len=max_len, pad_to=max_len).ids
+    return tuple(tok.vocab)
+
+
+def load(name: str, *, data_dir: str = "", tokenizer: str = "", max_len: int = 0,
+         **config_kwargs: Any) -> Dataset:
     """Prepares (first time only) and reads a dataset's splits into memory.
 
     Args:
-      name: a built-in name (``mnist1d``, ``digits``, ``latent_classes``), the name of a TFDS dataset
-        prepared in ``data_dir``, or the path of a prepared TFDS dataset version directory.
+      name: a built-in name (``mnist1d``, ``digits``, ``latent_classes``, ``latent_modalities``,
+        ``latent_topics``, ``wordnet``), the name of a TFDS dataset prepared in ``data_dir``, or the
+        path of a prepared TFDS dataset version directory.
       data_dir: the TFDS data dir; default ``$REPR_JAX_DATA_DIR`` or ``~/.cache/repr_jax/tfds``.
+      tokenizer: for text features: ``""`` (bytes) or the path of a WordPiece ``vocab.txt``.
+      max_len: sequence length: a builder setting for generated token data (latent_topics), else the
+        length text is tokenized to (default 64).
       **config_kwargs: builder-config values for generated datasets (``num_examples``, ...).
     """
+    from repr_jax.data import builders
+    config_cls = (type(builders.BUILDERS[name].BUILDER_CONFIGS[0])
+                  if name in builders.BUILDERS and builders.BUILDERS[name].BUILDER_CONFIGS else None)
+    if max_len and config_cls is not None and "max_len" in inspect.signature(config_cls).parameters:
+        config_kwargs["max_len"], max_len = max_len, 0
     builder = _builder(name, data_dir or default_data_dir(), **config_kwargs)
     info = builder.info
     input_key, label_key = info.supervised_keys or ("x", "label")
@@ -144,6 +175,8 @@ def load(name: str, *, data_dir: str = "", **config_kwargs: Any) -> Dataset:
         splits["train"] = {k: v[perm[n_val:]] for k, v in train.items()}
     num_classes = info.features[label_key].num_classes
     vocab = (info.metadata or {}).get("vocab")
+    if splits["train"]["x"].dtype.kind in "OSU":
+        vocab = _tokenize_text(splits, tokenizer, max_len or 64)
     return Dataset(name=name, splits=splits, num_classes=int(num_classes),
                    vocab=tuple(vocab) if vocab else None)
 

@@ -17,8 +17,9 @@ from repr_jax.methods import DUAL_ENCODER_METHODS, METHODS, Method
 def load_dataset(cfg: Config) -> data.Dataset:
     d = cfg.data
     sizes = {k: v for k, v in (("num_examples", d.num_examples), ("num_classes", d.num_classes),
-                               ("max_len", d.max_len)) if v}
-    return data.load(d.name, data_dir=d.data_dir, **sizes)
+                               ("pairs", d.pairs)) if v}
+    return data.load(d.name, data_dir=d.data_dir, tokenizer=d.tokenizer, max_len=d.max_len,
+                     **sizes)
 
 
 # Which EncoderConfig size fields each family takes, and under which module field name.

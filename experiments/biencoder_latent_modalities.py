@@ -5,9 +5,15 @@ the pair, 0.5 for the same class) or kl_distill (match an oracle teacher's in-ba
 Base: _latent_modalities_base.py (MLP towers on latent_modalities data).
 Command:   repr-jax train --config biencoder_latent_modalities
 Hardware:  2 CPU cores.
-Runtime:   MEASURED_RUNTIME
+Runtime:   28 s for the whole command (training and evaluation), measured 2026-12-02
+           with the other core partly busy.
 Expected (test split, 1,200 examples; the probe reads tower A's embedding of x):
-MEASURED_TABLE
+    representation       linear_probe/accuracy  knn/accuracy
+    raw inputs                          0.7008        0.6992
+    random-init encoder                 0.7075        0.7067
+    biencoder encoder                   0.7075        0.7117
+Outcome: as clip_latent_modalities: the class probe is at this data's ceiling already;
+retrieval metrics (the evaluation issue) are the measure for this method.
 """
 
 from _latent_modalities_base import get_config as base_config

@@ -7,9 +7,13 @@ distributions; it is the ceiling, not the baseline.)
 
 Command:   repr-jax train --config mlm_latent_topics
 Hardware:  2 CPU cores.
-Runtime:   MEASURED_RUNTIME
+Runtime:   188 s for the whole command (training and evaluation), measured 2026-12-02
+           with the other core partly busy.
 Expected (test split, 1,200 sentences):
-MEASURED_TABLE
+    representation       linear_probe/accuracy  knn/accuracy
+    raw inputs                          0.9733        0.9242
+    random-init encoder                 0.7233        0.5167
+    mlm encoder                         0.9625        0.9608
 """
 
 from repr_jax.config import (Config, DataConfig, EncoderConfig, MethodConfig, OptimConfig,

@@ -10,7 +10,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from repr_jax.encoders.pooling import AttentionPool, MultiLayerPool, pool
+from repr_jax.encoders.pooling import pool_tokens
 
 VARIANTS = {
     "tiny": dict(hidden=16, depth=1, embed_width=16),
@@ -50,12 +50,9 @@ class LSTMEncoder(nn.Module):
                 x = fwd(x, seq_lengths=lengths)
             x = jnp.where(mask[..., None], x, 0.0)
             layers.append(x)
-        if self.pooling == "attention":
-            pooled = AttentionPool(name="attention_pool")(x, mask)
-        elif self.pooling == "multi_layer":
-            pooled = MultiLayerPool(name="multi_layer_pool")(layers, mask)
-        else:
-            pooled = pool(self.pooling, x, mask)
+        if self.pooling == "landmark":
+            raise ValueError("landmark pooling needs a transformer (encoder.name=text_transformer)")
+        pooled = pool_tokens(self.pooling, x, mask, layers)
         emb = nn.Dense(self.embed_dim, name="embed")(pooled) if self.embed_dim else pooled
         return emb, {"tokens": x, "layers": tuple(layers), "mask": mask, "pooled": pooled,
                      "pre_head": pooled}

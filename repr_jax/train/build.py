@@ -57,8 +57,6 @@ def build_encoder(cfg: Config, dataset: data.Dataset):
         if e.name == "text_transformer":
             kwargs.update(landmark_chunk=e.landmark_chunk,
                           landmark_id=dataset.vocab.index("[SEP]"))
-        elif e.pooling == "landmark":
-            raise ValueError("landmark pooling needs a transformer (encoder.name=text_transformer)")
     if e.name in ("mlp", "cnn"):
         kwargs["norm"] = e.norm
         if not e.variant:

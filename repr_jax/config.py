@@ -73,8 +73,8 @@ def _section(cls: type) -> Any:
 
 
 def _is_config(x: Any) -> bool:
-    return dataclasses.is_dataclass(x) and getattr(type(x) if not isinstance(x, type) else x,
-                                                   "_is_repr_jax_config", False)
+    """True for config classes and their instances (the decorator sets the class attribute)."""
+    return getattr(x, "_is_repr_jax_config", False) is True
 
 
 @functools.lru_cache(maxsize=None)
@@ -369,7 +369,7 @@ def from_dict(d: dict[str, Any], cls: type = None, _prefix: str = "") -> Any:
         if k not in hints:
             raise _unknown_key(_prefix + k, cls)
         sub = hints[k]
-        if isinstance(sub, type) and getattr(sub, "_is_repr_jax_config", False):
+        if _is_config(sub):
             if not isinstance(v, dict):
                 raise ConfigError(f"{_prefix + k} is a section; set its keys, e.g. "
                                   f"{_prefix + k}.{_valid_keys(sub)[0]}=...")
@@ -432,7 +432,7 @@ def override(cfg: Any, assignments: Sequence[str]) -> Any:
             if part not in hints:
                 raise _unknown_key(".".join(parts[: i + 1]), cls)
             sub = hints[part]
-            is_section = isinstance(sub, type) and getattr(sub, "_is_repr_jax_config", False)
+            is_section = _is_config(sub)
             if i == len(parts) - 1:
                 if is_section:
                     raise ConfigError(f"{key} is a section; set one of its keys: "

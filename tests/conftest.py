@@ -36,3 +36,26 @@ def tiny_config(**sections):
     )
     kw.update(sections)
     return Config(**kw)
+
+
+class Crash(RuntimeError):
+    """A simulated crash (kill, preemption) in the middle of training."""
+
+
+def FaultyStream(arrays, *, fault, at_step, **kw):  # noqa: N802 - used like a class
+    """A BatchStream that raises :class:`Crash` (``fault="crash"``) or returns an all-NaN batch
+    (``fault="nan"``) when asked for ``at_step``."""
+    import numpy as np
+
+    from repr_jax import data
+
+    class _Faulty(data.BatchStream):
+        def batch(self, step, **kwargs):
+            out = super().batch(step, **kwargs)
+            if step == at_step:
+                if fault == "crash":
+                    raise Crash(f"simulated crash at step {step}")
+                out = dict(out, x=np.full_like(out["x"], np.nan))
+            return out
+
+    return _Faulty(arrays, **kw)

@@ -1,6 +1,5 @@
 """Evaluators on features whose answer is known by construction, and against references."""
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest

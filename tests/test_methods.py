@@ -7,6 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import Crash, FaultyStream
 
 from repr_jax import config as C
 from repr_jax import data
@@ -105,16 +106,10 @@ def test_resume_restores_method_state(tmp_path):
     half = C.override(cfg, ["train.steps=6"])
     # Interrupt after the step-3 checkpoint by making step 4's batch crash.
     ds = data.load("latent_classes", num_examples=2000)
-
-    class Crash(data.BatchStream):
-        def batch(self, step, **kw):
-            if step == 4:
-                raise KeyboardInterrupt
-            return super().batch(step, **kw)
-
-    with pytest.raises(KeyboardInterrupt):
+    crashy = FaultyStream(ds.splits["train"], fault="crash", at_step=4, batch_size=64, seed=0)
+    with pytest.raises(Crash):
         train_and_evaluate(half, tmp_path / "resumed", progress=False, verbose=False, dataset=ds,
-                           stream=Crash(ds.splits["train"], batch_size=64, seed=0))
+                           stream=crashy)
     resumed = train_and_evaluate(half, tmp_path / "resumed", progress=False, verbose=False)
     for a, b in zip(jax.tree.leaves(jax.device_get(full["state"])),
                     jax.tree.leaves(jax.device_get(resumed["state"]))):

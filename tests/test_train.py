@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from conftest import tiny_config
+from conftest import Crash, FaultyStream, tiny_config
 
 from repr_jax import config as C
 from repr_jax import data
@@ -82,33 +82,13 @@ def test_uneven_batch_fails_before_compiling(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
-class _Crash(RuntimeError):
-    pass
-
-
-class FaultyStream(data.BatchStream):
-    """Crashes (or poisons the batch with NaN) when asked for ``at_step``."""
-
-    def __init__(self, arrays, *, fault, at_step, **kw):
-        super().__init__(arrays, **kw)
-        self.fault, self.at_step = fault, at_step
-
-    def batch(self, step, **kw):
-        out = super().batch(step, **kw)
-        if step == self.at_step:
-            if self.fault == "crash":
-                raise _Crash(f"simulated crash at step {step}")
-            out = dict(out, x=np.full_like(out["x"], np.nan))
-        return out
-
-
 def test_resume_is_bitwise_identical(tmp_path, mnist1d_small):
     cfg = tiny_config()
     full = train_and_evaluate(cfg, tmp_path / "full", progress=False, verbose=False,
                               dataset=mnist1d_small)
     crashy = FaultyStream(mnist1d_small.splits["train"], batch_size=32, seed=0, fault="crash",
                           at_step=4)
-    with pytest.raises(_Crash):  # dies after the checkpoint at step 3
+    with pytest.raises(Crash):  # dies after the checkpoint at step 3
         train_and_evaluate(cfg, tmp_path / "resumed", progress=False, verbose=False,
                            dataset=mnist1d_small, stream=crashy)
     resumed = train_and_evaluate(cfg, tmp_path / "resumed", progress=False, verbose=False,

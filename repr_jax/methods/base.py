@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 
 from repr_jax.encoders import MLPHead
+from repr_jax.objectives import l2_normalize
 
 Batch = dict[str, jax.Array]
 LossFn = Callable[..., tuple[jax.Array, tuple[dict, dict, dict]]]
@@ -115,5 +116,4 @@ def head(out_dim: int, hidden: int, norm: str) -> MLPHead:
 
 def normalized_std(emb: jax.Array) -> jax.Array:
     """Mean over dimensions of the std of L2-normalised embeddings (1/sqrt(D) healthy, 0 collapsed)."""
-    u = emb / jnp.maximum(jnp.linalg.norm(emb, axis=-1, keepdims=True), 1e-12)
-    return jnp.std(u, axis=0).mean()
+    return jnp.std(l2_normalize(emb), axis=0).mean()

@@ -75,6 +75,15 @@ def init_state(cfg: Config, method: Method, sample: dict[str, np.ndarray], mesh)
     return jax.jit(init_fn, out_shardings=sharding.replicated(mesh))(sample)
 
 
+def build_run(cfg: Config, dataset: Dataset | None = None):
+    """Mesh, dataset, method and a fresh sharded state for ``cfg``: what training and re-evaluation
+    both start from."""
+    mesh = sharding.make_mesh(cfg.train.num_devices)
+    dataset = dataset or load_dataset(cfg)
+    method = build_method(cfg, dataset)
+    return mesh, dataset, method, init_state(cfg, method, sample_batch(dataset), mesh)
+
+
 def make_step_fn(cfg: Config, method: Method, mesh):
     step = functools.partial(train_step, method=method, total_steps=cfg.train.steps)
     rep = sharding.replicated(mesh)
@@ -154,18 +163,15 @@ def train_and_evaluate(cfg: Config, workdir: str | Path, *, progress: bool = Tru
     workdir = Path(workdir)
     t = cfg.train
     # ---------------------------------------------------------------- setup: checks before compiling
-    mesh = sharding.make_mesh(t.num_devices)
-    cfg.check_devices(mesh.size)
+    cfg.check_devices(sharding.make_mesh(t.num_devices).size)
     if t.batch_size % jax.process_count():
         raise ConfigError(f"train.batch_size={t.batch_size} is not divisible by the "
                           f"{jax.process_count()} processes")
     _check_workdir(cfg, workdir)
-    dataset = dataset or load_dataset(cfg)
-    stream = stream or BatchStream(dataset.splits["train"], batch_size=t.batch_size, seed=cfg.seed)
-    method = build_method(cfg, dataset)
 
     # ---------------------------------------------------------------- state: fresh or resumed
-    state = init_state(cfg, method, sample_batch(dataset), mesh)
+    mesh, dataset, method, state = build_run(cfg, dataset)
+    stream = stream or BatchStream(dataset.splits["train"], batch_size=t.batch_size, seed=cfg.seed)
     ckpt = Checkpointer(workdir / "checkpoints", keep=t.keep_checkpoints)
     if ckpt.latest_step() is not None:
         state = ckpt.restore(state)
@@ -248,10 +254,7 @@ def evaluate_workdir(workdir: str | Path, *, progress: bool = True) -> list[dict
     if not (workdir / "config.json").exists():
         raise ConfigError(f"{workdir} has no config.json: not a repr-jax run directory")
     cfg = config_lib.load_json(workdir / "config.json")
-    mesh = sharding.make_mesh(cfg.train.num_devices)
-    dataset = load_dataset(cfg)
-    method = build_method(cfg, dataset)
-    state = init_state(cfg, method, sample_batch(dataset), mesh)
+    _, dataset, method, state = build_run(cfg)
     ckpt = Checkpointer(workdir / "checkpoints", keep=cfg.train.keep_checkpoints)
     try:
         if ckpt.latest_step() is None:

@@ -37,8 +37,13 @@ def _parser() -> argparse.ArgumentParser:
 
     e = sub.add_parser("eval", help="evaluate the latest checkpoint of a run",
                        description="Evaluate the latest checkpoint in --workdir with the run's "
-                       "configured evaluators; writes eval/step_<N>.json and prints a table.")
+                       "configured evaluators (change them with --set eval.KEY=VALUE); writes "
+                       "eval/step_<N>.json and plots/*.png and prints a table.")
     e.add_argument("--workdir", required=True, help="a run directory written by `repr-jax train`")
+    e.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override an eval.* value, e.g. --set \"eval.sets=('latent_sts',)\" or "
+                        "--set eval.probe=logistic (repeatable)")
+    e.add_argument("--no-progress", action="store_true", help="no progress bar or table")
     return p
 
 
@@ -61,7 +66,7 @@ def _train(args) -> int:
 
 def _eval(args) -> int:
     from repr_jax.train import evaluate_workdir
-    evaluate_workdir(args.workdir)
+    evaluate_workdir(args.workdir, overrides=args.overrides, progress=not args.no_progress)
     return 0
 
 

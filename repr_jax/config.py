@@ -200,7 +200,8 @@ class DataConfig:
     num_examples: int = static(0, ">=0", "generated datasets: examples in total (0 = default)")
     num_classes: int = static(0, ">=0", "latent_*: number of latent classes (0 = default)")
     max_len: int = static(0, ">=0", "tokens per sequence: latent_topics (default 32), text (64)")
-    tokenizer: str = static("", doc="text data: '' (bytes) or the path of a WordPiece vocab.txt")
+    tokenizer: str = static("", doc="text data: '' (bytes), 'minilm' (its WordPiece vocab), or "
+                                            "the path of a WordPiece vocab.txt")
     pairs: str = static("", doc="wordnet: definition_lemmas | example_definition | synonyms")
     views: ViewsConfig = _section(ViewsConfig)
 
@@ -302,17 +303,47 @@ class TrainConfig:
 
 @config
 class EvalConfig:
-    evaluators: tuple[str, ...] = static(("linear_probe", "knn"))
+    evaluators: tuple[str, ...] = static(
+        ("linear_probe", "knn", "fewshot", "retrieval", "sts", "clustering", "geometry"),
+        doc="linear_probe | knn | fewshot | retrieval | quantization | sts | clustering | geometry | "
+            "layerwise | matryoshka (retrieval and sts run when there are pairs or sets)")
+    sets: tuple[str, ...] = static((), doc="extra evaluation sets: lee | wordsim353 | simlex999 | "
+                                           "polarity | wordnet_retrieval | latent_retrieval | "
+                                           "latent_sts")
+    probe: str = static("ridge", ("ridge", "logistic"), "linear probe kind")
     knn_k: int = static(20, ">0")
     knn_temperature: float = static(0.07, ">0")
+    similarity: str = static("cosine", ("cosine", "dot", "l2"), "kNN, retrieval and STS scores")
+    fewshot_shots: tuple[int, ...] = static((1, 5, 10, 25), doc="examples per class")
+    fewshot_seeds: int = static(5, ">0", "draws per shot count")
+    retrieval_metrics: tuple[str, ...] = static(("recall@1", "recall@10", "mrr@10", "ndcg@10",
+                                                 "map@10"), doc="metric@k, metric in recall | "
+                                                                "precision | mrr | ndcg | map")
+    max_queries: int = static(2000, ">0", "retrieval over the test pairs: first N pairs")
+    protocol: str = static("linear_probe", doc="what layerwise and matryoshka run per layer / prefix")
+    matryoshka_dims: tuple[int, ...] = static((), doc="prefix widths; () = method.matryoshka_dims "
+                                                      "or powers of two")
+    bootstrap: int = static(1000, ">=0", "bootstrap resamples for intervals (0 = none)")
     reference_rows: bool = static(True, doc="also evaluate raw inputs and the random-init encoder")
     batch_size: int = static(256, ">0", "batch size of the feature pass")
 
     def _validate(self):
+        from repr_jax.data.eval_sets import EVAL_SETS
         from repr_jax.eval import EVALUATORS  # the registry lives with the evaluators
         for name in self.evaluators:
             if name not in EVALUATORS:
                 raise ConfigError(_unknown_choice("eval.evaluators", name, EVALUATORS))
+        for name in self.sets:
+            if name not in EVAL_SETS:
+                raise ConfigError(_unknown_choice("eval.sets", name, EVAL_SETS))
+        if self.protocol in ("layerwise", "matryoshka") or self.protocol not in EVALUATORS:
+            raise ConfigError(_unknown_choice("eval.protocol", self.protocol, [
+                e for e in EVALUATORS if e not in ("layerwise", "matryoshka")]))
+        for m in self.retrieval_metrics:
+            name, _, k = m.partition("@")
+            if name not in ("recall", "precision", "mrr", "ndcg", "map") or not k.isdigit():
+                raise ConfigError(f"eval.retrieval_metrics: {m!r} is not metric@k with metric in "
+                                  f"recall, precision, mrr, ndcg, map")
 
 
 @config

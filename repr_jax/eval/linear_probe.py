@@ -1,16 +1,22 @@
-"""Linear probe: a closed-form ridge classifier on frozen features."""
+"""Linear probe on frozen features: closed-form ridge, or multinomial logistic regression (L-BFGS)."""
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Iterator
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
+import optax.tree_utils as otu
 
 from repr_jax.eval.base import Embedder, Evaluator
+from repr_jax.eval.stats import with_ci
 
 RIDGE_GRID = tuple(10.0 ** np.arange(-6, 3.5, 0.5))  # relative to the mean eigenvalue of X^T X
+LOGISTIC_GRID = tuple(10.0 ** np.arange(-6.0, 0.5, 1.0))  # on the mean cross-entropy
+KINDS = ("ridge", "logistic")
 
 
 def _standardize(train_x, *others):
@@ -29,19 +35,62 @@ def _ridge_weights(x_NxD, y_NxC, lambdas_L):
     return jnp.einsum("ij,lj,jc->lic", evecs_DxD, inv_LxD, proj_DxC)
 
 
+@functools.partial(jax.jit, static_argnames=("max_iters",))
+def _logistic_weights(x_NxD, y_NxC, lambdas_L, *, max_iters: int, tol):
+    """Multinomial logistic regression for every lambda (vmapped L-BFGS): ``([L, D, C], [L, C])``.
+
+    Minimises ``mean_i CE(x_i W + b, y_i) + lambda / 2 ||W||^2`` (bias unpenalised), which is
+    scikit-learn's ``LogisticRegression(C=1 / (lambda * N))`` objective divided by ``C N``.
+    """
+    d, c = x_NxD.shape[1], y_NxC.shape[1]
+    opt = optax.lbfgs()
+
+    def fit(lam):
+        def loss(p):
+            logits = x_NxD @ p["w"] + p["b"][None, :]
+            return (jnp.mean(optax.softmax_cross_entropy(logits, y_NxC))
+                    + 0.5 * lam * jnp.sum(p["w"] ** 2))
+        value_and_grad = optax.value_and_grad_from_state(loss)
+
+        def step(carry):
+            p, state = carry
+            value, grad = value_and_grad(p, state=state)
+            updates, state = opt.update(grad, state, p, value=value, grad=grad, value_fn=loss)
+            return optax.apply_updates(p, updates), state
+
+        def running(carry):
+            _, state = carry
+            it = otu.tree_get(state, "count")
+            return (it == 0) | ((it < max_iters) & (otu.tree_norm(otu.tree_get(state, "grad")) > tol))
+
+        p0 = {"w": jnp.zeros((d, c)), "b": jnp.zeros((c,))}
+        p, _ = jax.lax.while_loop(running, step, (p0, opt.init(p0)))
+        return p["w"], p["b"]
+
+    return jax.vmap(fit)(lambdas_L)
+
+
 def linear_probe(train_x, train_y, test_x, test_y, *, kind: str = "ridge", l2: float | None = None,
-                 val_x=None, val_y=None, num_classes: int | None = None) -> dict[str, float]:
-    """Test accuracy of a linear classifier fit on frozen features.
+                 val_x=None, val_y=None, num_classes: int | None = None, max_iters: int = 500,
+                 per_example: bool = False) -> dict[str, Any]:
+    """Test accuracy of a linear classifier fit on frozen, standardised features.
 
     ``kind="ridge"``: least squares onto centred one-hot targets with an L2 penalty
-    ``l2 * mean_eig(X^T X)`` on standardised features (bias unpenalised); the class is the argmax.
-    With ``l2=None`` the penalty is chosen from ``RIDGE_GRID`` by accuracy on ``(val_x, val_y)``
-    (10% of train is held out when no validation split is given); the reported model is fit on train.
+    ``l2 * mean_eig(X^T X)`` (bias unpenalised); the class is the argmax. Closed form: one
+    eigendecomposition serves every penalty.
+    ``kind="logistic"``: multinomial logistic regression, ``mean CE + l2 / 2 ||W||^2`` (bias
+    unpenalised; sklearn's ``C = 1 / (l2 * N_train)``), fit with optax's L-BFGS to gradient norm 1e-5
+    or ``max_iters``.
 
-    Returns ``{"accuracy", "l2"}``.
+    With ``l2=None`` the penalty is chosen from ``RIDGE_GRID`` / ``LOGISTIC_GRID`` by accuracy on
+    ``(val_x, val_y)`` (10% of train is held out when no validation split is given); the reported
+    model is fit on the rest of train. ``per_example=True`` adds ``"correct"`` (``[N_test]`` 0/1) for
+    bootstrap intervals.
+
+    Returns ``{"accuracy", "l2"}`` (and ``"correct"``).
     """
-    if kind != "ridge":
-        raise ValueError(f"linear_probe kind={kind!r} is not available; choose from: 'ridge'")
+    if kind not in KINDS:
+        raise ValueError(f"linear_probe kind={kind!r} is not available; choose from {KINDS}")
     train_x, test_x = jnp.asarray(train_x, jnp.float32), jnp.asarray(test_x, jnp.float32)
     train_y, test_y = jnp.asarray(train_y), jnp.asarray(test_y)
     if train_x.ndim != 2 or test_x.shape[1:] != train_x.shape[1:]:
@@ -56,32 +105,50 @@ def linear_probe(train_x, train_y, test_x, test_y, *, kind: str = "ridge", l2: f
     others = (test_x,) if val_x is None else (test_x, jnp.asarray(val_x, jnp.float32))
     train_x, test_x, *rest = _standardize(train_x, *others)
     y = jax.nn.one_hot(train_y, num_classes)
-    y_mean = y.mean(0, keepdims=True)
-    lambdas = jnp.asarray(RIDGE_GRID if l2 is None else (l2,), jnp.float32)
-    w_LxDxC = _ridge_weights(train_x, y - y_mean, lambdas)
+    grid = RIDGE_GRID if kind == "ridge" else LOGISTIC_GRID
+    lambdas = jnp.asarray(grid if l2 is None else (l2,), jnp.float32)
+    if kind == "ridge":
+        y_mean = y.mean(0, keepdims=True)
+        w_LxDxC = _ridge_weights(train_x, y - y_mean, lambdas)
+        b_LxC = jnp.broadcast_to(y_mean, (len(lambdas), num_classes))
+    else:
+        w_LxDxC, b_LxC = _logistic_weights(train_x, y, lambdas, max_iters=max_iters, tol=1e-5)
 
-    def accuracy(w, x, labels):
-        return jnp.mean(jnp.argmax(x @ w + y_mean, -1) == labels)
+    def correct(w, b, x, labels):
+        return (jnp.argmax(x @ w + b[None, :], -1) == labels).astype(jnp.float32)
 
     best = 0
     if l2 is None:
-        val_acc = jax.vmap(accuracy, (0, None, None))(w_LxDxC, rest[0], jnp.asarray(val_y))
+        val_acc = jax.vmap(lambda w, b: correct(w, b, rest[0], jnp.asarray(val_y)).mean())(
+            w_LxDxC, b_LxC)
         best = int(jnp.argmax(val_acc))
-    return {"accuracy": float(accuracy(w_LxDxC[best], test_x, test_y)),
-            "l2": float(lambdas[best])}
+    hits = correct(w_LxDxC[best], b_LxC[best], test_x, test_y)
+    out = {"accuracy": float(hits.mean()), "l2": float(lambdas[best])}
+    if per_example:
+        out["correct"] = hits
+    return out
 
 
 class LinearProbe(Evaluator):
-    """Ridge probe trained on ``train``, penalty chosen on ``validation``, scored on ``test``."""
+    """Linear probe trained on ``train``, penalty chosen on ``validation``, scored on ``test`` (with a
+    bootstrap interval over test examples); then on every classification evaluation set."""
 
     name = "linear_probe"
 
-    def __init__(self, embedder: Embedder, **options: Any):
+    def __init__(self, embedder: Embedder, *, kind: str = "ridge", bootstrap: int = 1000,
+                 **options: Any):
         super().__init__(embedder)
-        self.options = options
+        self.kind, self.bootstrap, self.options = kind, bootstrap, options
+
+    def _probe(self, train, test, val=(None, None), prefix=""):
+        out = linear_probe(*train, *test, val_x=val[0], val_y=val[1], kind=self.kind,
+                           per_example=True, **self.options)
+        yield prefix + "accuracy", with_ci(out["correct"], bootstrap=self.bootstrap)
 
     def run(self, variables) -> Iterator[tuple[str, float]]:
         f = self.embedder(variables)
-        val = f.get("validation", (None, None))
-        out = linear_probe(*f["train"], *f["test"], val_x=val[0], val_y=val[1], **self.options)
-        yield "accuracy", out["accuracy"]
+        yield from self._probe(f["train"], f["test"], f.get("validation", (None, None)))
+        for s in self.embedder.sets("classification"):
+            split = {k: (self.embedder.embed(variables, v["x"]), jnp.asarray(v["label"]))
+                     for k, v in s.splits.items()}
+            yield from self._probe(split["train"], split["test"], prefix=f"{s.name}/")

@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 
 from repr_jax.encoders import MLPHead
+from repr_jax.encoders.pooling import layer_summaries
 from repr_jax.objectives import l2_normalize
 
 Batch = dict[str, jax.Array]
@@ -47,6 +48,16 @@ class Method:
     def embed(self, variables: dict, x: jax.Array) -> jax.Array:
         """The representation ``[B, E]`` (eval mode): the evaluators' ``predict_fn``."""
         return self.model.apply(variables, x, method=self.model.embed)
+
+    def embed_pos(self, variables: dict, x_pos: jax.Array) -> jax.Array:
+        """The representation of a pair's second input: the second tower of a dual encoder,
+        otherwise :meth:`embed`."""
+        return self.model.apply(variables, x_pos,
+                                method=getattr(self.model, "embed_pos", self.model.embed))
+
+    def embed_layers(self, variables: dict, x: jax.Array) -> tuple[jax.Array, ...]:
+        """Every encoder layer pooled to ``[B, D_l]``, then the representation (eval mode)."""
+        return self.model.apply(variables, x, method=self.model.embed_layers)
 
 
 def apply_train(model: nn.Module, params: Any, model_state: dict, *args, **kwargs):
@@ -97,6 +108,9 @@ class Tower(nn.Module):
     def embed(self, x):
         return self.encoder(x, train=False)[0]
 
+    def embed_layers(self, x):
+        return layer_summaries(*self.encoder(x, train=False))
+
 
 class SingleInput(nn.Module):
     """Adapts a tower that reads ``x`` to ``init(key, batch)``: the batch's ``x`` initialises it."""
@@ -108,6 +122,9 @@ class SingleInput(nn.Module):
 
     def embed(self, x):
         return self.tower.embed(x)
+
+    def embed_layers(self, x):
+        return self.tower.embed_layers(x)
 
 
 def head(out_dim: int, hidden: int, norm: str) -> MLPHead:

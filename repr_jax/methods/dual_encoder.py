@@ -39,6 +39,12 @@ class TwoTowers(nn.Module):
     def embed(self, x):
         return self.tower_a.embed(x)
 
+    def embed_pos(self, x_pos):
+        return self.tower_b.embed(x_pos)
+
+    def embed_layers(self, x):
+        return self.tower_a.embed_layers(x)
+
 
 def dual_encoder(name: str, encoder_a, encoder_b, views_fn: Callable, objective, *, proj_dim: int,
                  init_logit_scale: float = 0.0, init_logit_bias: float | None = None,

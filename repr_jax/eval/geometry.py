@@ -1,0 +1,104 @@
+"""Representation geometry: how embeddings fill their space, independent of any label.
+
+Each function takes embeddings ``[N, D]`` and returns a scalar; each is checked against a numpy
+transcription of its paper's reference code in ``tests/test_eval_metrics.py``.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from repr_jax.eval.base import Evaluator
+from repr_jax.eval.retrieval import _normalize
+
+
+def alignment(z1, z2, alpha: float = 2.0) -> jax.Array:
+    """Mean ``||f(x) - f(x+)||^alpha`` of L2-normalised positive pairs (Wang & Isola 2020; lower is
+    better aligned, in ``[0, 2^alpha]``)."""
+    z1, z2 = _normalize(jnp.asarray(z1, jnp.float32)), _normalize(jnp.asarray(z2, jnp.float32))
+    return jnp.mean(jnp.linalg.norm(z1 - z2, axis=-1) ** alpha)
+
+
+def uniformity(z, t: float = 2.0) -> jax.Array:
+    """``log mean_{i<j} exp(-t ||z_i - z_j||^2)`` of L2-normalised embeddings (Wang & Isola 2020;
+    lower is more uniform). Memory ``O(N^2)``: evaluators pass a subsample."""
+    z = _normalize(jnp.asarray(z, jnp.float32))
+    n = z.shape[0]
+    sq_NxN = jnp.maximum(2.0 - 2.0 * z @ z.T, 0.0)
+    iu = jnp.triu_indices(n, k=1)
+    return jax.nn.logsumexp(-t * sq_NxN[iu]) - jnp.log(n * (n - 1) / 2)
+
+
+def effective_rank(z, eps: float = 1e-7) -> jax.Array:
+    """RankMe (Garrido et al. 2023): ``exp(-sum p_k log p_k)`` with ``p_k = s_k / ||s||_1 + eps`` over
+    the singular values ``s`` of the (uncentred) embedding matrix; between 1 and ``min(N, D)``."""
+    s = jnp.linalg.svd(jnp.asarray(z, jnp.float32), compute_uv=False)
+    p = s / jnp.sum(s) + eps
+    return jnp.exp(-jnp.sum(p * jnp.log(p)))
+
+
+def anisotropy(z) -> jax.Array:
+    """Mean cosine similarity of two *different* random embeddings (Ethayarajh 2019), computed exactly
+    over all ``N (N - 1)`` ordered pairs: ``(||sum_i u_i||^2 - N) / (N (N - 1))`` with ``u = z/||z||``.
+    0 for isotropic embeddings, 1 when all point the same way."""
+    u = _normalize(jnp.asarray(z, jnp.float32))
+    n = u.shape[0]
+    return (jnp.sum(jnp.sum(u, 0) ** 2) - n) / (n * (n - 1))
+
+
+def linear_cka(x, y) -> jax.Array:
+    """Linear centred kernel alignment (Kornblith et al. 2019) between ``x [N, D1]`` and ``y [N, D2]``:
+    ``||Y^T X||_F^2 / (||X^T X||_F ||Y^T Y||_F)`` on column-centred features; 1 for representations
+    equal up to rotation and isotropic scaling."""
+    x = jnp.asarray(x, jnp.float32)
+    y = jnp.asarray(y, jnp.float32)
+    if x.shape[0] != y.shape[0]:
+        raise ValueError(f"linear_cka needs the same examples; got {x.shape[0]} and {y.shape[0]}")
+    x, y = x - x.mean(0, keepdims=True), y - y.mean(0, keepdims=True)
+    return (jnp.linalg.norm(y.T @ x) ** 2
+            / (jnp.linalg.norm(x.T @ x) * jnp.linalg.norm(y.T @ y)))
+
+
+def coding_rate(z, eps: float = 0.5) -> jax.Array:
+    """``R(Z) = 1/2 logdet(I + D / (N eps^2) Z^T Z)`` (nats), the rate of MCR² (Yu et al. 2020) and
+    CRATE's compression term, for rows ``z [N, D]`` taken as given (normalise first for theirs)."""
+    z = jnp.asarray(z, jnp.float32)
+    n, d = z.shape
+    return 0.5 * jnp.linalg.slogdet(jnp.eye(d) + d / (n * eps ** 2) * z.T @ z)[1]
+
+
+def feature_std(z) -> jax.Array:
+    """Mean over dimensions of the std of L2-normalised embeddings: ``1/sqrt(D)`` for spread-out
+    features, 0 for a collapsed representation (the collapse monitor of SimSiam, Chen & He 2021)."""
+    return jnp.mean(jnp.std(_normalize(jnp.asarray(z, jnp.float32)), axis=0))
+
+
+class Geometry(Evaluator):
+    """Label-free geometry of the ``test`` features (the first ``max_examples``): uniformity,
+    effective rank, anisotropy, coding rate (of L2-normalised features), feature std; alignment of
+    the test pairs when the data has them; linear CKA with the raw inputs when those are vectors."""
+
+    name = "geometry"
+
+    def __init__(self, embedder, *, max_examples: int = 2000):
+        super().__init__(embedder)
+        self.max_examples = max_examples
+
+    def run(self, variables):
+        test = self.embedder.splits["test"]
+        n = min(self.max_examples, len(test["x"]))
+        z = self.embedder.embed(variables, test["x"])[:n]
+        if "x_pos" in test and self.embedder.pairs_ok:
+            z_pos = self.embedder.embed(variables, test["x_pos"][:n], "pos")
+            if z_pos.shape == z.shape:
+                yield "alignment", float(alignment(z, z_pos))
+        yield "uniformity", float(uniformity(z))
+        yield "effective_rank", float(effective_rank(z))
+        yield "anisotropy", float(anisotropy(z))
+        yield "coding_rate", float(coding_rate(_normalize(z)))
+        yield "feature_std", float(feature_std(z))
+        x = np.asarray(test["x"][:n])
+        if x.dtype.kind == "f":
+            yield "cka_vs_input", float(linear_cka(z, x.reshape(n, -1)))

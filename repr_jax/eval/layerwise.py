@@ -1,0 +1,33 @@
+"""Any evaluator per encoder layer: intermediate layers often beat the last one (e.g. for BERT's
+lexical tasks, Tenney et al. 2019; for self-supervised ViTs, the layer before the head)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from repr_jax.eval.base import Embedder, Evaluator
+
+
+class Layerwise(Evaluator):
+    """Runs ``protocol`` (an evaluator name) on each encoder layer's pooled features and on the final
+    embedding; yields ``layer_{i}/{metric}`` and ``embedding/{metric}``."""
+
+    name = "layerwise"
+
+    def __init__(self, embedder: Embedder, *, protocol: str = "linear_probe", **options: Any):
+        super().__init__(embedder)
+        from repr_jax.eval import EVALUATORS
+        if protocol not in EVALUATORS or protocol in ("layerwise", "matryoshka"):
+            raise ValueError(f"layerwise protocol {protocol!r}; choose from "
+                             f"{[e for e in EVALUATORS if e not in ('layerwise', 'matryoshka')]}")
+        self.protocol, self.options = EVALUATORS[protocol], options
+
+    def run(self, variables):
+        if not self.embedder.has_layers:
+            return
+        layers = self.embedder.embed(variables, self.embedder.splits["test"]["x"][:1], "layers")
+        for i in range(len(layers)):
+            name = "embedding" if i == len(layers) - 1 else f"layer_{i}"
+            view = self.embedder.view(lambda t, i=i: t[i], which="layers")
+            for metric, value in self.protocol(view, **self.options).run(variables):
+                yield f"{name}/{metric}", value

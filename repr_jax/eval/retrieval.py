@@ -1,0 +1,223 @@
+"""Exact top-k retrieval in memory-bounded chunks, and ranking metrics in the trec_eval convention.
+
+Conventions (checked against ``pytrec_eval`` in ``tests/test_eval_retrieval.py``):
+
+* a document is relevant when its grade is ``>= 1`` (trec_eval's ``relevance_level=1``);
+* ``recall@k`` = relevant in the top ``k`` / all relevant; ``precision@k`` = relevant in the top ``k``
+  / ``k``; ``mrr@k`` = 1 / rank of the first relevant document within the top ``k`` (0 if none);
+  ``ndcg@k`` uses linear gain (the grade), a ``1 / log2(rank + 1)`` discount and the ideal ranking
+  from the qrels (trec_eval's ``ndcg_cut``); ``map@k`` sums precision at each relevant rank within the
+  top ``k`` and divides by *all* relevant documents (trec_eval's ``map_cut``);
+* ties in score are broken by document order: the lower corpus index ranks first (``pytrec_eval``
+  breaks ties by descending document id, so name documents accordingly when comparing);
+* means are over queries with at least one relevant document.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from repr_jax.eval.base import Evaluator
+from repr_jax.eval.stats import with_ci
+
+SIMILARITIES = ("cosine", "dot", "l2")
+METRICS = ("recall", "precision", "mrr", "ndcg", "map")
+
+
+def _normalize(x):
+    return x / jnp.maximum(jnp.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
+
+
+def similarity_matrix(q_QxD: jax.Array, c_NxD: jax.Array, similarity: str) -> jax.Array:
+    """``cosine``, ``dot``, or ``l2`` (negative squared Euclidean distance) scores ``[Q, N]``."""
+    if similarity == "cosine":
+        return _normalize(q_QxD) @ _normalize(c_NxD).T
+    if similarity == "dot":
+        return q_QxD @ c_NxD.T
+    if similarity == "l2":
+        return (2 * q_QxD @ c_NxD.T - jnp.sum(c_NxD ** 2, -1)[None, :]
+                - jnp.sum(q_QxD ** 2, -1)[:, None])
+    raise ValueError(f"unknown similarity {similarity!r}; choose from {SIMILARITIES}")
+
+
+@functools.partial(jax.jit, static_argnames=("k", "similarity", "corpus_chunk"))
+def _topk_chunked(q_QxD, c_NxD, *, k: int, similarity: str, corpus_chunk: int):
+    n = c_NxD.shape[0]
+    num_chunks = -(-n // corpus_chunk)
+    pad = num_chunks * corpus_chunk - n
+    if similarity == "cosine":  # normalise once, then dot products
+        q_QxD, c_NxD, similarity = _normalize(q_QxD), _normalize(c_NxD), "dot"
+    c_padded = jnp.pad(c_NxD, ((0, pad), (0, 0))).reshape(num_chunks, corpus_chunk, -1)
+    q = q_QxD.shape[0]
+    init = (jnp.full((q, k), -jnp.inf, q_QxD.dtype), jnp.full((q, k), n, jnp.int32))
+
+    def body(carry, inputs):
+        best_s, best_i = carry
+        chunk_idx, c_CxD = inputs
+        s_QxC = similarity_matrix(q_QxD, c_CxD, similarity)
+        ids_C = chunk_idx * corpus_chunk + jnp.arange(corpus_chunk, dtype=jnp.int32)
+        s_QxC = jnp.where(ids_C[None, :] < n, s_QxC, -jnp.inf)
+        # Previous winners come first, so top_k's lowest-position-first tie rule keeps corpus order.
+        s = jnp.concatenate([best_s, s_QxC], axis=1)
+        i = jnp.concatenate([best_i, jnp.broadcast_to(ids_C, s_QxC.shape)], axis=1)
+        top_s, pos = jax.lax.top_k(s, k)
+        return (top_s, jnp.take_along_axis(i, pos, axis=1)), None
+
+    (scores, ids), _ = jax.lax.scan(body, init, (jnp.arange(num_chunks), c_padded))
+    return scores, ids
+
+
+def retrieve(queries, corpus, *, k: int = 10, similarity: str = "cosine",
+             query_chunk: int = 4096, corpus_chunk: int = 65536) -> tuple[jax.Array, jax.Array]:
+    """Exact top-``k`` search: ``(scores [Q, k], indices [Q, k])``, best first.
+
+    The corpus is scanned in chunks of ``corpus_chunk`` while a running top-``k`` is kept, and queries
+    go in batches of ``query_chunk``, so memory is ``O(query_chunk * (corpus_chunk + k))`` whatever
+    the corpus size. Ties go to the lower corpus index.
+
+    >>> s, i = retrieve(jnp.eye(2), jnp.asarray([[0., 1.], [1., 0.], [1., 1.]]), k=2)
+    >>> i.tolist()
+    [[1, 2], [0, 2]]
+    """
+    queries, corpus = jnp.asarray(queries), jnp.asarray(corpus)
+    if queries.ndim != 2 or corpus.ndim != 2 or queries.shape[1] != corpus.shape[1]:
+        raise ValueError(f"retrieve expects queries [Q, D] and corpus [N, D]; got {queries.shape} "
+                         f"and {corpus.shape}")
+    if similarity not in SIMILARITIES:
+        raise ValueError(f"unknown similarity {similarity!r}; choose from {SIMILARITIES}")
+    k = min(k, corpus.shape[0])
+    corpus_chunk = min(corpus_chunk, corpus.shape[0])
+    out = [_topk_chunked(queries[i:i + query_chunk], corpus, k=k, similarity=similarity,
+                         corpus_chunk=corpus_chunk)
+           for i in range(0, queries.shape[0], query_chunk)]
+    return jnp.concatenate([o[0] for o in out]), jnp.concatenate([o[1] for o in out])
+
+
+def ranked_metrics(gains_QxK: jax.Array, qrels_QxN: jax.Array, ks: Sequence[int]
+                   ) -> dict[str, jax.Array]:
+    """Per-query metrics from the grades of the retrieved documents in rank order (``gains_QxK``) and
+    the full qrels (for the number of relevant documents and the ideal ranking): ``{"ndcg@10": [Q]}``.
+    """
+    gains_QxK = jnp.asarray(gains_QxK, jnp.float32)
+    qrels = jnp.asarray(qrels_QxN, jnp.float32)
+    kmax = gains_QxK.shape[1]
+    rel_QxK = (gains_QxK >= 1).astype(jnp.float32)
+    num_rel_Q = jnp.sum(qrels >= 1, axis=1).astype(jnp.float32)
+    ideal_QxK = -jnp.sort(-qrels, axis=1)[:, :kmax]
+    ideal_QxK = jnp.pad(ideal_QxK, ((0, 0), (0, kmax - ideal_QxK.shape[1])))
+    discount_K = 1.0 / jnp.log2(jnp.arange(kmax, dtype=jnp.float32) + 2.0)
+    ranks_K = jnp.arange(1, kmax + 1, dtype=jnp.float32)
+    hits_QxK = jnp.cumsum(rel_QxK, axis=1)
+    first_rel_Q = jnp.argmax(rel_QxK, axis=1)  # 0 when nothing relevant is retrieved (masked below)
+    safe_rel = jnp.maximum(num_rel_Q, 1.0)
+    out = {}
+    for k in ks:
+        kk = min(k, kmax)
+        hits = hits_QxK[:, kk - 1]
+        dcg = jnp.sum(gains_QxK[:, :kk] * discount_K[None, :kk], axis=1)
+        idcg = jnp.sum(ideal_QxK[:, :kk] * discount_K[None, :kk], axis=1)
+        found = hits > 0
+        out[f"recall@{k}"] = hits / safe_rel
+        out[f"precision@{k}"] = hits / k
+        out[f"mrr@{k}"] = jnp.where(found, 1.0 / (first_rel_Q + 1.0), 0.0)
+        out[f"ndcg@{k}"] = jnp.where(idcg > 0, dcg / jnp.where(idcg > 0, idcg, 1.0), 0.0)
+        out[f"map@{k}"] = (jnp.sum(rel_QxK[:, :kk] * hits_QxK[:, :kk] / ranks_K[None, :kk], 1)
+                            / safe_rel)
+    return out
+
+
+def judged_queries(qrels_QxN) -> np.ndarray:
+    """Boolean mask of the queries that have at least one relevant document."""
+    return np.asarray(jnp.any(jnp.asarray(qrels_QxN) >= 1, axis=1))
+
+
+def retrieval_metrics(scores, qrels, ks: Sequence[int] = (1, 5, 10), *,
+                      per_query: bool = False) -> dict[str, float] | dict[str, jax.Array]:
+    """Ranking metrics of a score matrix against graded relevance judgements.
+
+    Args:
+      scores: ``[Q, N]`` query-document scores (higher = better).
+      qrels: ``[Q, N]`` integer grades, 0 = not relevant.
+      ks: cut-offs; keys are ``f"{metric}@{k}"`` for metric in ``recall, precision, mrr, ndcg, map``.
+      per_query: return ``[Q']`` arrays over the judged queries (for :func:`bootstrap_ci`) instead of
+        their means.
+
+    >>> m = retrieval_metrics(jnp.asarray([[0.9, 0.1, 0.5]]), jnp.asarray([[0, 1, 2]]), ks=(1, 3))
+    >>> round(m["recall@3"], 3), round(m["mrr@3"], 3), round(m["ndcg@3"], 3)
+    (1.0, 0.5, 0.67)
+    """
+    scores, qrels = jnp.asarray(scores), jnp.asarray(qrels)
+    if scores.shape != qrels.shape or scores.ndim != 2:
+        raise ValueError(f"scores and qrels must both be [Q, N]; got {scores.shape} and "
+                         f"{qrels.shape}")
+    order_QxN = jnp.argsort(-scores, axis=1, stable=True)[:, :max(ks)]
+    gains = jnp.take_along_axis(qrels, order_QxN, axis=1)
+    return _reduce(ranked_metrics(gains, qrels, ks), judged_queries(qrels), per_query)
+
+
+def _reduce(per_q: dict[str, jax.Array], judged: np.ndarray, per_query: bool):
+    if not judged.any():
+        raise ValueError("no query has a relevant document (every qrels row is 0)")
+    per_q = {k: v[judged] for k, v in per_q.items()}
+    return per_q if per_query else {k: float(jnp.mean(v)) for k, v in per_q.items()}
+
+
+def topk_metrics(indices_QxK, qrels_QxN, ks: Sequence[int] = (1, 5, 10), *,
+                 per_query: bool = False):
+    """:func:`retrieval_metrics` from retrieved indices (e.g. :func:`retrieve`'s) instead of a full
+    score matrix."""
+    qrels = jnp.asarray(qrels_QxN)
+    gains = jnp.take_along_axis(qrels, jnp.asarray(indices_QxK), axis=1)
+    return _reduce(ranked_metrics(gains, qrels, ks), judged_queries(qrels), per_query)
+
+
+# --------------------------------------------------------------------------------------------------
+# Evaluator
+# --------------------------------------------------------------------------------------------------
+
+def retrieval_tasks(embedder, variables, *, max_queries: int = 2000):
+    """``(prefix, query_features, corpus_features, qrels)`` for every retrieval task the embedder
+    knows: its ``test`` split when it holds pairs (query ``x[i]`` → corpus ``x_pos[i]``, the first
+    ``max_queries`` pairs; the partner is embedded with the pair function, e.g. a second tower), then
+    each retrieval evaluation set (prefixed with its name)."""
+    test = embedder.splits.get("test", {})
+    if "x_pos" in test and embedder.pairs_ok:
+        n = min(max_queries, len(test["x"]))
+        q = embedder.embed(variables, test["x"][:n])
+        c = embedder.embed(variables, test["x_pos"][:n], "pos")
+        if q.shape[1] == c.shape[1]:
+            yield "", q, c, np.eye(n, dtype=np.int8)
+    for s in embedder.sets("retrieval"):
+        yield (f"{s.name}/", embedder.embed(variables, s.queries),
+               embedder.embed(variables, s.corpus), s.qrels)
+
+
+class Retrieval(Evaluator):
+    """Exact top-k retrieval on every retrieval task (see :func:`retrieval_tasks`), with per-query
+    bootstrap intervals."""
+
+    name = "retrieval"
+
+    def __init__(self, embedder, *, metrics: Sequence[str] = ("recall@1", "recall@10", "mrr@10",
+                                                             "ndcg@10", "map@10"),
+                 similarity: str = "cosine", max_queries: int = 2000, bootstrap: int = 1000):
+        super().__init__(embedder)
+        self.metrics, self.similarity = tuple(metrics), similarity
+        self.max_queries, self.bootstrap = max_queries, bootstrap
+        self.ks = sorted({int(m.split("@")[1]) for m in self.metrics})
+        unknown = [m for m in self.metrics if m.split("@")[0] not in METRICS]
+        if unknown:
+            raise ValueError(f"unknown retrieval metrics {unknown}; use metric@k, metric in {METRICS}")
+
+    def run(self, variables):
+        for prefix, q, c, qrels in retrieval_tasks(self.embedder, variables,
+                                                   max_queries=self.max_queries):
+            _, idx = retrieve(q, c, k=max(self.ks), similarity=self.similarity)
+            per_q = topk_metrics(idx, qrels, self.ks, per_query=True)
+            for m in self.metrics:
+                yield prefix + m, with_ci(per_q[m], bootstrap=self.bootstrap)

@@ -1,0 +1,143 @@
+"""Uncertainty for every metric: bootstrap confidence intervals and a paired bootstrap test.
+
+Both resample *evaluation examples* (queries, test points, rated pairs) with replacement and recompute
+the statistic on device, ``vmap``-ed over resamples in chunks. Intervals are percentile intervals
+(Efron & Tibshirani 1993, ch. 13; scipy's ``bootstrap(method="percentile")``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from typing import Any, Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+class Estimate(float):
+    """A metric value that carries its confidence interval: ``float(e)`` is the point estimate,
+    ``e.low`` / ``e.high`` the interval (``nan`` where none was computed)."""
+
+    def __new__(cls, value: float, low: float = math.nan, high: float = math.nan):
+        self = super().__new__(cls, float(value))
+        self.low, self.high = float(low), float(high)
+        return self
+
+    def __repr__(self) -> str:
+        return f"Estimate({float(self):.6g}, low={self.low:.6g}, high={self.high:.6g})"
+
+    def __reduce__(self):
+        return Estimate, (float(self), self.low, self.high)
+
+
+def _as_tuple(values) -> tuple[jax.Array, ...]:
+    arrays = tuple(jnp.asarray(v) for v in (values if isinstance(values, (tuple, list))
+                                            else (values,)))
+    n = arrays[0].shape[0]
+    if any(a.shape[0] != n for a in arrays):
+        raise ValueError(f"bootstrap arrays must share their first (example) axis; got "
+                         f"{[a.shape for a in arrays]}")
+    return arrays
+
+
+def _mean(x):
+    return jnp.mean(x)
+
+
+@functools.partial(jax.jit, static_argnames=("statistic", "num_resamples", "chunk"))
+def _resampled(statistic: Callable, arrays: Sequence[jax.Array], num_resamples: int, seed,
+               chunk: int) -> jax.Array:
+    """``statistic`` on ``num_resamples`` resamples (with replacement) of the example axis; one
+    compilation per statistic and shape."""
+    n = arrays[0].shape[0]
+    idx_RxN = jax.random.randint(jax.random.PRNGKey(seed), (num_resamples, n), 0, n)
+
+    def one(idx_N):
+        return statistic(*(a[idx_N] for a in arrays))
+    return jax.lax.map(one, idx_RxN, batch_size=min(chunk, num_resamples))
+
+
+def _interval(samples: jax.Array, level: float) -> tuple[float, float]:
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1); got {level}")
+    alpha = (1 - level) / 2
+    lo, hi = jnp.quantile(samples, jnp.asarray([alpha, 1 - alpha]))
+    return float(lo), float(hi)
+
+
+def bootstrap_ci(values: Any, statistic: Callable[..., jax.Array] | None = None, *,
+                 num_resamples: int = 1000, level: float = 0.95, seed: int = 0,
+                 chunk: int = 100) -> Estimate:
+    """Percentile bootstrap confidence interval of ``statistic`` over examples.
+
+    Args:
+      values: an array ``[N, ...]`` or a tuple of arrays sharing the example axis ``N`` (resampled
+        jointly, e.g. ``(scores, gold)`` for a correlation).
+      statistic: a JAX function of the arrays returning a scalar; default the mean of one array
+        (per-example accuracies, per-query nDCG...).
+      num_resamples, level, seed: ``level=0.95`` gives the 2.5th and 97.5th percentiles.
+      chunk: resamples evaluated per vectorised batch (memory ``chunk * N``).
+
+    Returns:
+      ``Estimate(statistic(values), low, high)``.
+
+    >>> e = bootstrap_ci(jnp.asarray([0.0, 1.0] * 50))
+    >>> float(e), e.low < 0.5 < e.high
+    (0.5, True)
+    """
+    arrays = _as_tuple(values)
+    statistic = statistic or _mean
+    point = float(statistic(*arrays))
+    samples = _resampled(statistic, arrays, num_resamples, seed, chunk)
+    return Estimate(point, *_interval(samples, level))
+
+
+def paired_bootstrap(values_a: Any, values_b: Any, statistic: Callable[..., jax.Array] | None = None,
+                     *, num_resamples: int = 1000, level: float = 0.95, seed: int = 0,
+                     chunk: int = 100) -> dict[str, float]:
+    """Paired bootstrap test of ``statistic(a) - statistic(b)`` for two representations scored on
+    the *same* examples (each resample draws the same example indices for both).
+
+    Returns ``{"difference", "low", "high", "p_value"}``: the observed difference, its percentile
+    interval, and the two-sided bootstrap p-value ``min(1, 2 * min(P*(d <= 0), P*(d >= 0)))`` for
+    "no difference" (Koehn 2004's paired bootstrap resampling, two-sided).
+    """
+    a, b = _as_tuple(values_a), _as_tuple(values_b)
+    if a[0].shape[0] != b[0].shape[0]:
+        raise ValueError(f"paired_bootstrap needs the same examples for both; got "
+                         f"{a[0].shape[0]} and {b[0].shape[0]}")
+    statistic = statistic or _mean
+    samples = _resampled(_Difference(statistic, len(a)), a + b, num_resamples, seed, chunk)
+    lo, hi = _interval(samples, level)
+    observed = float(statistic(*a) - statistic(*b))
+    # Differences within float32 rounding of zero count on both sides (identical inputs: p = 1).
+    tie = 1e-6 * max(1.0, float(jnp.max(jnp.abs(samples))))
+    p = 2 * min(float(jnp.mean(samples <= tie)), float(jnp.mean(samples >= -tie)))
+    return {"difference": observed, "low": lo, "high": hi, "p_value": min(1.0, p)}
+
+
+@dataclasses.dataclass(frozen=True)
+class _Difference:
+    """``statistic(a) - statistic(b)`` over the concatenated arrays (hashable: a jit static arg)."""
+    statistic: Callable
+    k: int
+
+    def __call__(self, *arrays):
+        return self.statistic(*arrays[:self.k]) - self.statistic(*arrays[self.k:])
+
+
+def with_ci(values: Any, statistic: Callable[..., jax.Array] | None = None, *,
+            bootstrap: int = 1000, level: float = 0.95) -> float:
+    """:func:`bootstrap_ci` when ``bootstrap`` resamples are asked for, else the plain statistic."""
+    if bootstrap:
+        return bootstrap_ci(values, statistic, num_resamples=bootstrap, level=level)
+    return float((statistic or _mean)(*_as_tuple(values)))
+
+
+def mean_and_spread(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and sample standard deviation (``ddof=1``; 0 for one value) of repeated runs."""
+    v = np.asarray(values, np.float64)
+    return float(v.mean()), float(v.std(ddof=1)) if len(v) > 1 else 0.0

@@ -143,11 +143,17 @@ def wordnet_retrieval(tokenizer: str = "", max_len: int = 64, data_dir: str = ""
                         _tokenize(unique, tokenizer, max_len), qrels)
 
 
-def _latent_map(dim: int, latent_dim: int, num_classes: int, seed: int):
-    """The class means and the ``x = tanh(W z)`` map of ``latent_class_arrays`` for this config."""
+def latent_map(dim: int = 32, latent_dim: int = 8, num_classes: int = 10, seed: int = 0
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """The class means ``mu [C, k]`` and the map ``W [dim, k]`` (``x = tanh(W z)``) that
+    ``latent_class_arrays`` draws for this config (the same generator, in the same order)."""
     rng = np.random.default_rng(seed)
     mu = rng.normal(size=(num_classes, latent_dim))
-    w = rng.normal(size=(dim, latent_dim)) / np.sqrt(latent_dim)
+    return mu, rng.normal(size=(dim, latent_dim)) / np.sqrt(latent_dim)
+
+
+def _latent_map(dim: int, latent_dim: int, num_classes: int, seed: int):
+    mu, w = latent_map(dim, latent_dim, num_classes, seed)
     return mu, lambda z: np.tanh(z @ w.T).astype(np.float32)
 
 

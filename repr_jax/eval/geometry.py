@@ -14,6 +14,7 @@ from repr_jax.eval.base import Evaluator
 from repr_jax.eval.retrieval import _normalize
 
 
+@jax.jit
 def alignment(z1, z2, alpha: float = 2.0) -> jax.Array:
     """Mean ``||f(x) - f(x+)||^alpha`` of L2-normalised positive pairs (Wang & Isola 2020; lower is
     better aligned, in ``[0, 2^alpha]``)."""
@@ -21,6 +22,7 @@ def alignment(z1, z2, alpha: float = 2.0) -> jax.Array:
     return jnp.mean(jnp.linalg.norm(z1 - z2, axis=-1) ** alpha)
 
 
+@jax.jit
 def uniformity(z, t: float = 2.0) -> jax.Array:
     """``log mean_{i<j} exp(-t ||z_i - z_j||^2)`` of L2-normalised embeddings (Wang & Isola 2020;
     lower is more uniform). Memory ``O(N^2)``: evaluators pass a subsample."""
@@ -31,6 +33,7 @@ def uniformity(z, t: float = 2.0) -> jax.Array:
     return jax.nn.logsumexp(-t * sq_NxN[iu]) - jnp.log(n * (n - 1) / 2)
 
 
+@jax.jit
 def effective_rank(z, eps: float = 1e-7) -> jax.Array:
     """RankMe (Garrido et al. 2023): ``exp(-sum p_k log p_k)`` with ``p_k = s_k / ||s||_1 + eps`` over
     the singular values ``s`` of the (uncentred) embedding matrix; between 1 and ``min(N, D)``."""
@@ -39,6 +42,7 @@ def effective_rank(z, eps: float = 1e-7) -> jax.Array:
     return jnp.exp(-jnp.sum(p * jnp.log(p)))
 
 
+@jax.jit
 def anisotropy(z) -> jax.Array:
     """Mean cosine similarity of two *different* random embeddings (Ethayarajh 2019), computed exactly
     over all ``N (N - 1)`` ordered pairs: ``(||sum_i u_i||^2 - N) / (N (N - 1))`` with ``u = z/||z||``.
@@ -48,6 +52,7 @@ def anisotropy(z) -> jax.Array:
     return (jnp.sum(jnp.sum(u, 0) ** 2) - n) / (n * (n - 1))
 
 
+@jax.jit
 def linear_cka(x, y) -> jax.Array:
     """Linear centred kernel alignment (Kornblith et al. 2019) between ``x [N, D1]`` and ``y [N, D2]``:
     ``||Y^T X||_F^2 / (||X^T X||_F ||Y^T Y||_F)`` on column-centred features; 1 for representations
@@ -61,6 +66,7 @@ def linear_cka(x, y) -> jax.Array:
             / (jnp.linalg.norm(x.T @ x) * jnp.linalg.norm(y.T @ y)))
 
 
+@jax.jit
 def coding_rate(z, eps: float = 0.5) -> jax.Array:
     """``R(Z) = 1/2 logdet(I + D / (N eps^2) Z^T Z)`` (nats), the rate of MCR² (Yu et al. 2020) and
     CRATE's compression term, for rows ``z [N, D]`` taken as given (normalise first for theirs)."""
@@ -69,6 +75,7 @@ def coding_rate(z, eps: float = 0.5) -> jax.Array:
     return 0.5 * jnp.linalg.slogdet(jnp.eye(d) + d / (n * eps ** 2) * z.T @ z)[1]
 
 
+@jax.jit
 def feature_std(z) -> jax.Array:
     """Mean over dimensions of the std of L2-normalised embeddings: ``1/sqrt(D)`` for spread-out
     features, 0 for a collapsed representation (the collapse monitor of SimSiam, Chen & He 2021)."""

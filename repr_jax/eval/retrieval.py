@@ -103,6 +103,11 @@ def ranked_metrics(gains_QxK: jax.Array, qrels_QxN: jax.Array, ks: Sequence[int]
     """Per-query metrics from the grades of the retrieved documents in rank order (``gains_QxK``) and
     the full qrels (for the number of relevant documents and the ideal ranking): ``{"ndcg@10": [Q]}``.
     """
+    return _ranked_metrics(gains_QxK, qrels_QxN, tuple(int(k) for k in ks))
+
+
+@functools.partial(jax.jit, static_argnames=("ks",))
+def _ranked_metrics(gains_QxK, qrels_QxN, ks: tuple[int, ...]):
     gains_QxK = jnp.asarray(gains_QxK, jnp.float32)
     qrels = jnp.asarray(qrels_QxN, jnp.float32)
     kmax = gains_QxK.shape[1]

@@ -79,7 +79,7 @@ def linear_probe(train_x, train_y, test_x, test_y, *, kind: str = "ridge", l2: f
     ``l2 * mean_eig(X^T X)`` (bias unpenalised); the class is the argmax. Closed form: one
     eigendecomposition serves every penalty.
     ``kind="logistic"``: multinomial logistic regression, ``mean CE + l2 / 2 ||W||^2`` (bias
-    unpenalised; sklearn's ``C = 1 / (l2 * N_train)``), fit with optax's L-BFGS to gradient norm 1e-5
+    unpenalised; sklearn's ``C = 1 / (l2 * N_train)``), fit with optax's L-BFGS to gradient norm 1e-4
     or ``max_iters``.
 
     With ``l2=None`` the penalty is chosen from ``RIDGE_GRID`` / ``LOGISTIC_GRID`` by accuracy on
@@ -112,7 +112,7 @@ def linear_probe(train_x, train_y, test_x, test_y, *, kind: str = "ridge", l2: f
         w_LxDxC = _ridge_weights(train_x, y - y_mean, lambdas)
         b_LxC = jnp.broadcast_to(y_mean, (len(lambdas), num_classes))
     else:
-        w_LxDxC, b_LxC = _logistic_weights(train_x, y, lambdas, max_iters=max_iters, tol=1e-5)
+        w_LxDxC, b_LxC = _logistic_weights(train_x, y, lambdas, max_iters=max_iters, tol=1e-4)
 
     def correct(w, b, x, labels):
         return (jnp.argmax(x @ w + b[None, :], -1) == labels).astype(jnp.float32)

@@ -1,0 +1,94 @@
+"""Linear-probe fit time: repr_jax (JAX, on device) vs scikit-learn (CPU), at equal accuracy.
+
+    python bench/probe_vs_sklearn.py                          # 20,000 x 256 features, 10 classes
+    python bench/probe_vs_sklearn.py --train 50000 --dim 512
+
+Both fit the same objective on the same standardised features: multinomial logistic regression
+(``mean CE + l2/2 ||W||^2`` = sklearn's ``C = 1 / (l2 N)``, L-BFGS both) and ridge (sklearn
+``RidgeClassifier``, the same penalty). Prints test accuracy, fit+predict time (best of
+``--repeats`` after a warm-up that compiles ours; the first, compiling call is printed too) and the
+time ratios, all from this one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # see shared/OFFLINE_DATA.md: threads spin
+
+import numpy as np  # noqa: E402
+
+
+def features(n_train: int, n_test: int, dim: int, classes: int, seed: int = 0):
+    """Overlapping Gaussian classes in a random low-rank-plus-noise feature space (probe accuracy
+    well below 1, as for real frozen features)."""
+    rng = np.random.default_rng(seed)
+    means = rng.normal(size=(classes, 32)) * 0.6
+    mix = rng.normal(size=(32, dim)) / np.sqrt(32)
+    def draw(n):
+        y = rng.integers(0, classes, n)
+        z = means[y] + rng.normal(size=(n, 32))
+        return (z @ mix + 0.5 * rng.normal(size=(n, dim))).astype(np.float32), y
+    return draw(n_train), draw(n_test)
+
+
+def timed(fn, repeats: int):
+    t = time.perf_counter()
+    out = fn()
+    first = time.perf_counter() - t
+    best = first
+    for _ in range(repeats):
+        t = time.perf_counter()
+        out = fn()
+        best = min(best, time.perf_counter() - t)
+    return out, first, best
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--train", type=int, default=20000)
+    p.add_argument("--test", type=int, default=5000)
+    p.add_argument("--dim", type=int, default=256)
+    p.add_argument("--classes", type=int, default=10)
+    p.add_argument("--l2", type=float, default=1e-4)
+    p.add_argument("--repeats", type=int, default=2)
+    args = p.parse_args(argv)
+
+    import jax
+    from sklearn.linear_model import LogisticRegression, RidgeClassifier
+
+    from repr_jax.eval import linear_probe
+    from repr_jax.eval.linear_probe import _standardize
+
+    (x, y), (tx, ty) = features(args.train, args.test, args.dim, args.classes)
+    xs, txs = (np.asarray(a) for a in _standardize(x, tx))
+    print(f"{args.train:,} x {args.dim} train features, {args.test:,} test, {args.classes} classes; "
+          f"jax {jax.__version__} on {jax.devices()[0].platform}, {os.cpu_count()} CPUs")
+
+    rows = []
+    for kind in ("logistic", "ridge"):
+        def ours(kind=kind):
+            return linear_probe(x, y, tx, ty, kind=kind, l2=args.l2)["accuracy"]
+        if kind == "logistic":
+            ref_model = LogisticRegression(C=1 / (args.l2 * args.train), max_iter=1000)
+        else:
+            alpha = args.l2 * np.linalg.eigvalsh(xs.T.astype(np.float64) @ xs).mean()
+            ref_model = RidgeClassifier(alpha=alpha)
+
+        def theirs(model=ref_model):
+            return model.fit(xs, y).score(txs, ty)
+        acc_o, first_o, t_o = timed(ours, args.repeats)
+        acc_s, _, t_s = timed(theirs, args.repeats)
+        rows.append((kind, acc_o, acc_s, first_o, t_o, t_s))
+
+    print(f"{'probe':9} {'acc ours':>9} {'acc sklearn':>12} {'ours 1st':>9} {'ours':>8} "
+          f"{'sklearn':>8} {'sklearn/ours':>13}")
+    for kind, acc_o, acc_s, first_o, t_o, t_s in rows:
+        print(f"{kind:9} {acc_o:9.4f} {acc_s:12.4f} {first_o:8.2f}s {t_o:7.2f}s {t_s:7.2f}s "
+              f"{t_s / t_o:12.2f}x")
+
+
+if __name__ == "__main__":
+    main()

@@ -320,6 +320,8 @@ class EvalConfig:
                                                  "map@10"), doc="metric@k, metric in recall | "
                                                                 "precision | mrr | ndcg | map")
     max_queries: int = static(2000, ">0", "retrieval over the test pairs: first N pairs")
+    max_examples: int = static(0, ">=0", "evaluate on a fixed random subset of at most N examples "
+                                         "per split (0 = all)")
     protocol: str = static("linear_probe", doc="what layerwise and matryoshka run per layer / prefix")
     matryoshka_dims: tuple[int, ...] = static((), doc="prefix widths; () = method.matryoshka_dims "
                                                       "or powers of two")

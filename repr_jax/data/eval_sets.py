@@ -50,6 +50,7 @@ class RetrievalSet:
     queries: np.ndarray        # [Q, ...]
     corpus: np.ndarray         # [N, ...]
     qrels: np.ndarray          # [Q, N] int grades, 0 = not relevant
+    corpus_is_pos: bool = False  # the corpus is of the pairs' second kind (x_pos): use that tower
     kind: str = "retrieval"
 
 
@@ -140,7 +141,7 @@ def wordnet_retrieval(tokenizer: str = "", max_len: int = 64, data_dir: str = ""
     qrels = np.zeros((len(defs), len(unique)), np.int8)
     qrels[np.arange(len(defs)), [col[w] for w in lemmas]] = 1
     return RetrievalSet("wordnet_retrieval", _tokenize(defs, tokenizer, max_len),
-                        _tokenize(unique, tokenizer, max_len), qrels)
+                        _tokenize(unique, tokenizer, max_len), qrels, corpus_is_pos=True)
 
 
 def latent_map(dim: int = 32, latent_dim: int = 8, num_classes: int = 10, seed: int = 0

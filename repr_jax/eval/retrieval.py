@@ -189,7 +189,8 @@ def retrieval_tasks(embedder, variables, *, max_queries: int = 2000):
     """``(prefix, query_features, corpus_features, qrels)`` for every retrieval task the embedder
     knows: its ``test`` split when it holds pairs (query ``x[i]`` → corpus ``x_pos[i]``, the first
     ``max_queries`` pairs; the partner is embedded with the pair function, e.g. a second tower), then
-    each retrieval evaluation set (prefixed with its name)."""
+    each retrieval evaluation set (prefixed with its name; a corpus of the pairs' second kind, such
+    as WordNet lemma lists, goes through the pair function too)."""
     test = embedder.splits.get("test", {})
     if "x_pos" in test and embedder.pairs_ok:
         n = min(max_queries, len(test["x"]))
@@ -198,8 +199,9 @@ def retrieval_tasks(embedder, variables, *, max_queries: int = 2000):
         if q.shape[1] == c.shape[1]:
             yield "", q, c, np.eye(n, dtype=np.int8)
     for s in embedder.sets("retrieval"):
+        pos = "pos" if getattr(s, "corpus_is_pos", False) and embedder.pairs_ok else "x"
         yield (f"{s.name}/", embedder.embed(variables, s.queries),
-               embedder.embed(variables, s.corpus), s.qrels)
+               embedder.embed(variables, s.corpus, pos), s.qrels)
 
 
 class Retrieval(Evaluator):

@@ -127,6 +127,19 @@ def evaluator_options(cfg: Config) -> dict[str, dict[str, Any]]:
     return opts
 
 
+def eval_splits(dataset: Dataset, max_examples: int) -> dict[str, dict[str, np.ndarray]]:
+    """The splits evaluators see: all of them, or a fixed random subset of ``max_examples`` each."""
+    if not max_examples:
+        return dataset.splits
+    out = {}
+    for name, arrays in dataset.splits.items():
+        n = len(arrays["label"])
+        keep = (slice(None) if n <= max_examples else
+                np.sort(np.random.default_rng(0).permutation(n)[:max_examples]))
+        out[name] = {k: v[keep] for k, v in arrays.items()}
+    return out
+
+
 def evaluate(cfg: Config, dataset: Dataset, representations: dict[str, Representation],
              *, step: int, eval_sets: Sequence[Any] = (), progress: bool = False
              ) -> list[dict[str, Any]]:
@@ -138,12 +151,12 @@ def evaluate(cfg: Config, dataset: Dataset, representations: dict[str, Represent
     jobs = [(r, e) for r in representations for e in cfg.eval.evaluators]
     bar = tqdm(jobs, desc="eval", unit="evaluator", disable=not progress, leave=False,
                dynamic_ncols=True)
-    embedders = {}
+    embedders, splits = {}, eval_splits(dataset, cfg.eval.max_examples)
     for rep_name, name in bar:
         rep = representations[rep_name]
         bar.set_postfix_str(f"{rep_name}: {name}")
         if rep_name not in embedders:
-            embedders[rep_name] = Embedder(rep.embed, dataset.splits, batch_size=cfg.eval.batch_size,
+            embedders[rep_name] = Embedder(rep.embed, splits, batch_size=cfg.eval.batch_size,
                                            pos_fn=rep.embed_pos, layers_fn=rep.embed_layers,
                                            eval_sets=eval_sets)
         for metric, value in EVALUATORS[name](embedders[rep_name], **options[name]).run(
@@ -161,11 +174,17 @@ def _raw_inputs(variables, x):
     return x.reshape(x.shape[0], -1)
 
 
-def _bag_of_words(vocab_size: int):
-    """Raw-input reference for token ids: counts of each non-padding token."""
+def _bag_of_words(vocab_size: int, max_dim: int = 4096):
+    """Raw-input reference for token ids: counts of each non-padding token (hashed into ``max_dim``
+    buckets, ``id % max_dim``, for larger vocabularies: 30k-dimensional counts of 100k texts would
+    not fit in memory)."""
+    dim = min(vocab_size, max_dim)
+
     def predict(variables, ids):
         del variables
-        return jnp.sum(jax.nn.one_hot(ids, vocab_size) * (ids > 0)[..., None], axis=1)
+        rows = jnp.broadcast_to(jnp.arange(ids.shape[0])[:, None], ids.shape)
+        counts = jnp.zeros((ids.shape[0], dim), jnp.float32)
+        return counts.at[rows, ids % dim].add((ids > 0).astype(jnp.float32))
     return predict
 
 

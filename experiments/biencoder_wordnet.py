@@ -30,7 +30,7 @@ def get_config(arg=None) -> Config:
         method=MethodConfig(name="biencoder", objective="info_nce", temperature=0.05,
                             proj_dim=128),
         optim=OptimConfig(lr=1e-3, weight_decay=1e-2, warmup_steps=200),
-        train=TrainConfig(batch_size=256, steps=100 if quick else 3000, ckpt_every=500,
+        train=TrainConfig(batch_size=256, steps=100 if quick else 2500, ckpt_every=500,
                           log_every=50),
         eval=EvalConfig(evaluators=("linear_probe", "knn", "retrieval", "sts", "geometry"),
                         sets=("lee", "wordsim353", "simlex999", "polarity", "wordnet_retrieval"),

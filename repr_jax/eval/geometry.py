@@ -98,9 +98,10 @@ class Geometry(Evaluator):
         n = min(self.max_examples, len(test["x"]))
         z = self.embedder.embed(variables, test["x"])[:n]
         if "x_pos" in test and self.embedder.pairs_ok:
+            z_q = self.embedder.embed(variables, test["x"][:n], "query")
             z_pos = self.embedder.embed(variables, test["x_pos"][:n], "pos")
-            if z_pos.shape == z.shape:
-                yield "alignment", float(alignment(z, z_pos))
+            if z_pos.shape == z_q.shape:
+                yield "alignment", float(alignment(z_q, z_pos))
         yield "uniformity", float(uniformity(z))
         yield "effective_rank", float(effective_rank(z))
         yield "anisotropy", float(anisotropy(z))

@@ -188,20 +188,21 @@ def topk_metrics(indices_QxK, qrels_QxN, ks: Sequence[int] = (1, 5, 10), *,
 def retrieval_tasks(embedder, variables, *, max_queries: int = 2000):
     """``(prefix, query_features, corpus_features, qrels)`` for every retrieval task the embedder
     knows: its ``test`` split when it holds pairs (query ``x[i]`` → corpus ``x_pos[i]``, the first
-    ``max_queries`` pairs; the partner is embedded with the pair function, e.g. a second tower), then
+    ``max_queries`` pairs, both in the space pairs are compared in, e.g. a dual encoder's two
+    projections), then
     each retrieval evaluation set (prefixed with its name; a corpus of the pairs' second kind, such
     as WordNet lemma lists, goes through the pair function too)."""
     test = embedder.splits.get("test", {})
     if "x_pos" in test and embedder.pairs_ok:
         n = min(max_queries, len(test["x"]))
-        q = embedder.embed(variables, test["x"][:n])
+        q = embedder.embed(variables, test["x"][:n], "query")
         c = embedder.embed(variables, test["x_pos"][:n], "pos")
         if q.shape[1] == c.shape[1]:
             yield "", q, c, np.eye(n, dtype=np.int8)
     for s in embedder.sets("retrieval"):
-        pos = "pos" if getattr(s, "corpus_is_pos", False) and embedder.pairs_ok else "x"
-        yield (f"{s.name}/", embedder.embed(variables, s.queries),
-               embedder.embed(variables, s.corpus, pos), s.qrels)
+        paired = getattr(s, "corpus_is_pos", False) and embedder.pairs_ok
+        yield (f"{s.name}/", embedder.embed(variables, s.queries, "query" if paired else "x"),
+               embedder.embed(variables, s.corpus, "pos" if paired else "x"), s.qrels)
 
 
 class Retrieval(Evaluator):

@@ -49,9 +49,15 @@ class Method:
         """The representation ``[B, E]`` (eval mode): the evaluators' ``predict_fn``."""
         return self.model.apply(variables, x, method=self.model.embed)
 
+    def embed_query(self, variables: dict, x: jax.Array) -> jax.Array:
+        """A pair's first input in the space where pairs are compared (a dual encoder's aligned
+        projection), otherwise :meth:`embed`: what retrieval over pairs uses."""
+        return self.model.apply(variables, x,
+                                method=getattr(self.model, "embed_query", self.model.embed))
+
     def embed_pos(self, variables: dict, x_pos: jax.Array) -> jax.Array:
-        """The representation of a pair's second input: the second tower of a dual encoder,
-        otherwise :meth:`embed`."""
+        """A pair's second input in that space: the second tower of a dual encoder, otherwise
+        :meth:`embed`."""
         return self.model.apply(variables, x_pos,
                                 method=getattr(self.model, "embed_pos", self.model.embed))
 

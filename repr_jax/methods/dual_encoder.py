@@ -2,7 +2,8 @@
 CLIP, SigLIP and the retrieval bi-encoder.
 
 Each tower is an encoder with a linear projection; the evaluated representation is tower A's
-embedding. CLIP and SigLIP learn their logit scale (and SigLIP its bias) as parameters.
+embedding, and cross-tower retrieval (query ``x`` → document ``x_pos``) uses the space the objective
+aligned: the projections (or, with Matryoshka, the embeddings). CLIP and SigLIP learn their logit scale (and SigLIP its bias) as parameters.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ class TwoTowers(nn.Module):
     tower_b: Tower
     init_logit_scale: float = 0.0  # log of the initial multiplier
     init_logit_bias: float | None = None
+    aligned: str = "projection"  # the space the objective aligns: "projection" | "embedding"
 
     @nn.compact
     def __call__(self, batch, *, train: bool = False):
@@ -39,8 +41,15 @@ class TwoTowers(nn.Module):
     def embed(self, x):
         return self.tower_a.embed(x)
 
+    def _aligned(self, tower: Tower, x):
+        emb, _, z, _ = tower(x, train=False)
+        return z if self.aligned == "projection" else emb
+
+    def embed_query(self, x):
+        return self._aligned(self.tower_a, x)
+
     def embed_pos(self, x_pos):
-        return self.tower_b.embed(x_pos)
+        return self._aligned(self.tower_b, x_pos)
 
     def embed_layers(self, x):
         return self.tower_a.embed_layers(x)
@@ -53,7 +62,8 @@ def dual_encoder(name: str, encoder_a, encoder_b, views_fn: Callable, objective,
     ``matryoshka_dims``, on nested prefixes of their embeddings)."""
     model = TwoTowers(Tower(encoder_a, head(proj_dim, 0, "none")),
                       Tower(encoder_b, head(proj_dim, 0, "none")),
-                      init_logit_scale, init_logit_bias)
+                      init_logit_scale, init_logit_bias,
+                      aligned="embedding" if matryoshka_dims else "projection")
 
     def loss(params, model_state, extra, batch, key, hp):
         ka, kb = jax.random.split(key)

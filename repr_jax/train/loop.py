@@ -98,12 +98,14 @@ class Representation:
     the representation has them, the function for a pair's second input and the per-layer one."""
     embed: Callable[[Any, jax.Array], jax.Array]
     variables: Any
+    embed_query: Callable | None = None
     embed_pos: Callable | None = None
     embed_layers: Callable | None = None
 
     @classmethod
     def of(cls, method: Method, variables: Any) -> "Representation":
-        return cls(method.embed, variables, method.embed_pos, method.embed_layers)
+        return cls(method.embed, variables, method.embed_query, method.embed_pos,
+                   method.embed_layers)
 
 
 def evaluator_options(cfg: Config) -> dict[str, dict[str, Any]]:
@@ -157,7 +159,8 @@ def evaluate(cfg: Config, dataset: Dataset, representations: dict[str, Represent
         bar.set_postfix_str(f"{rep_name}: {name}")
         if rep_name not in embedders:
             embedders[rep_name] = Embedder(rep.embed, splits, batch_size=cfg.eval.batch_size,
-                                           pos_fn=rep.embed_pos, layers_fn=rep.embed_layers,
+                                           query_fn=rep.embed_query, pos_fn=rep.embed_pos,
+                                           layers_fn=rep.embed_layers,
                                            eval_sets=eval_sets)
         for metric, value in EVALUATORS[name](embedders[rep_name], **options[name]).run(
                 rep.variables):

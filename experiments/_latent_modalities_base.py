@@ -2,8 +2,8 @@
 instances of 10 latent classes seen through two modalities). Not an experiment of its own: the
 *_latent_modalities files override its method."""
 
-from repr_jax.config import (Config, DataConfig, EncoderConfig, MethodConfig, OptimConfig,
-                             TrainConfig, ViewsConfig)
+from repr_jax.config import (Config, DataConfig, EncoderConfig, EvalConfig, MethodConfig,
+                             OptimConfig, TrainConfig, ViewsConfig)
 
 
 def get_config(arg=None) -> Config:
@@ -17,4 +17,7 @@ def get_config(arg=None) -> Config:
         optim=OptimConfig(lr=1e-3, weight_decay=1e-4, warmup_steps=100),
         train=TrainConfig(batch_size=256, steps=100 if quick else 1500, ckpt_every=500,
                           log_every=25),
+        # x -> x_pos retrieval over the 1,200 test pairs is what these methods learn.
+        eval=EvalConfig(evaluators=("linear_probe", "knn", "retrieval", "quantization",
+                                    "geometry")),
     )

@@ -11,9 +11,15 @@ Expected (test split, 1,200 examples; the probe reads tower A's embedding of x):
     raw inputs                          0.7008        0.6992
     random-init encoder                 0.7075        0.7067
     clip encoder                        0.7100        0.7133
+Retrieval (x -> x_pos over the 1,200 test pairs, in the projection space the loss aligns; 95%
+bootstrap intervals; re-measured with `repr-jax eval` on the same checkpoint, 2026-12-02):
+    recall@1 0.9917 ±0.0050 (random-init encoder 0.0008, chance 1/1,200), nDCG@10 0.9969;
+    nDCG@10 by storage: float32 0.9969 (256 B/vector), int8 0.9969 (64 B), binary 0.9327 (8 B),
+    binary + float rescoring of a 40-document shortlist 0.9969; alignment of the pairs 0.19
+    (random init 1.85).
 Outcome: no gain on the class probe, and none is possible: the latent class is only ~70%
-recoverable on this data (noise 1.0), and raw inputs already reach it. What CLIP learns here is the
-cross-modal alignment, which a retrieval evaluator (x -> x_pos recall@k; the evaluation issue) measures.
+recoverable on this data (noise 1.0), and raw inputs already reach it. What CLIP learns is the
+cross-modal alignment, and retrieval shows it: near-perfect instance retrieval from chance.
 """
 
 from _latent_modalities_base import get_config as base_config

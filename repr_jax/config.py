@@ -331,21 +331,21 @@ class EvalConfig:
 
     def _validate(self):
         from repr_jax.data.eval_sets import EVAL_SETS
-        from repr_jax.eval import EVALUATORS  # the registry lives with the evaluators
+        from repr_jax.eval import EVALUATORS, PROTOCOLS  # the registries live with the evaluators
+        from repr_jax.eval.retrieval import METRICS
         for name in self.evaluators:
             if name not in EVALUATORS:
                 raise ConfigError(_unknown_choice("eval.evaluators", name, EVALUATORS))
         for name in self.sets:
             if name not in EVAL_SETS:
                 raise ConfigError(_unknown_choice("eval.sets", name, EVAL_SETS))
-        if self.protocol in ("layerwise", "matryoshka") or self.protocol not in EVALUATORS:
-            raise ConfigError(_unknown_choice("eval.protocol", self.protocol, [
-                e for e in EVALUATORS if e not in ("layerwise", "matryoshka")]))
+        if self.protocol not in PROTOCOLS:
+            raise ConfigError(_unknown_choice("eval.protocol", self.protocol, PROTOCOLS))
         for m in self.retrieval_metrics:
             name, _, k = m.partition("@")
-            if name not in ("recall", "precision", "mrr", "ndcg", "map") or not k.isdigit():
+            if name not in METRICS or not k.isdigit():
                 raise ConfigError(f"eval.retrieval_metrics: {m!r} is not metric@k with metric in "
-                                  f"recall, precision, mrr, ndcg, map")
+                                  f"{', '.join(METRICS)}")
 
 
 @config

@@ -1,14 +1,11 @@
 """Scaling-law fits: recovery of known parameters from noisy synthetic data, and the published
 Chinchilla refit (Besiroglu et al. 2024) on the digitised Hoffmann et al. points when present."""
 
-import csv
-import os
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 from repr_jax.scaling import LAWS, bootstrap, compute_optimal, fit_law
+from repr_jax.scaling.refdata import chinchilla_points
 
 RNG = np.random.default_rng(0)
 
@@ -85,32 +82,16 @@ def test_custom_law_function_and_errors():
     assert set(LAWS) == {"power", "chinchilla", "saturation", "bnsl", "log_linear"}
 
 
-def _chinchilla_csv() -> Path | None:
-    root = os.environ.get("REPR_JAX_REFDATA")
-    candidates = [Path(root)] if root else [p / "shared" / "refdata"
-                                            for p in Path(__file__).resolve().parents]
-    for c in candidates:
-        f = c / "chinchilla_epoch" / "svg_extracted_data.csv"
-        if f.exists():
-            return f
-    return None
-
-
 def test_chinchilla_refit_reproduces_the_published_estimates():
     """Besiroglu et al. 2024's procedure (shared/refdata/chinchilla_epoch/SOURCE.md): drop the 5
     highest losses, D = C / (6 N), sum of Huber(1e-3) on log loss, Hoffmann's 4,500-start grid.
     Every estimate lands within one published bootstrap SE of E 1.82, A 482, B 2085, alpha 0.348,
     beta 0.366, and our bootstrap SEs are close to theirs (0.026, 124, 1293, 0.015, 0.021)."""
-    path = _chinchilla_csv()
-    if path is None:
+    points = chinchilla_points()
+    if points is None:
         pytest.skip("shared/refdata/chinchilla_epoch is not beside this checkout")
-    rows = list(csv.DictReader(path.open()))
-    n = np.array([float(r["Model Size"]) for r in rows])
-    c = np.array([float(r["Training FLOP"]) for r in rows])
-    loss = np.array([float(r["loss"]) for r in rows])
-    keep = loss < np.sort(loss)[-5]
-    n, c, loss = n[keep], c[keep], loss[keep]
-    inputs = {"N": n, "D": c / (6 * n)}
+    inputs, loss = {"N": points["N"], "D": points["D"]}, points["loss"]
+    assert len(loss) == 240
     f = fit_law("chinchilla", inputs, loss)
     published = dict(E=(1.8172, 0.0257), A=(482.01, 124.52), B=(2085.43, 1293.28),
                      alpha=(0.3478, 0.0154), beta=(0.3658, 0.0206))

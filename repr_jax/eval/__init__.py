@@ -25,8 +25,10 @@ from repr_jax.eval.sts import STS, sts_correlation
 
 EVALUATORS = {e.name: e for e in (LinearProbe, KNN, FewShot, Retrieval, Quantization, STS,
                                   Clustering, Geometry, Layerwise, Matryoshka)}
+# What layerwise and matryoshka can run per layer / prefix: every evaluator but themselves.
+PROTOCOLS = tuple(name for name in EVALUATORS if name not in ("layerwise", "matryoshka"))
 
-__all__ = ["EVALUATORS", "Embedder", "EmbedderView", "Estimate", "Evaluator", "alignment", "ami",
+__all__ = ["EVALUATORS", "PROTOCOLS", "Embedder", "EmbedderView", "Estimate", "Evaluator", "alignment", "ami",
            "anisotropy", "bootstrap_ci", "coding_rate", "effective_rank", "feature_std", "fewshot",
            "kmeans", "knn_classifier", "linear_cka", "linear_probe", "nmi", "paired_bootstrap",
            "quantized_search", "retrieval_metrics", "retrieve", "sts_correlation", "uniformity",

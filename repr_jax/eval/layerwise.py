@@ -8,6 +8,14 @@ from typing import Any
 from repr_jax.eval.base import Embedder, Evaluator
 
 
+def protocol_evaluator(protocol: str) -> type[Evaluator]:
+    """The evaluator class that layerwise / matryoshka run per layer / prefix."""
+    from repr_jax.eval import EVALUATORS, PROTOCOLS  # the registry imports this module
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"protocol {protocol!r}; choose from {list(PROTOCOLS)}")
+    return EVALUATORS[protocol]
+
+
 class Layerwise(Evaluator):
     """Runs ``protocol`` (an evaluator name) on each encoder layer's pooled features and on the final
     embedding; yields ``layer_{i}/{metric}`` and ``embedding/{metric}``."""
@@ -16,11 +24,7 @@ class Layerwise(Evaluator):
 
     def __init__(self, embedder: Embedder, *, protocol: str = "linear_probe", **options: Any):
         super().__init__(embedder)
-        from repr_jax.eval import EVALUATORS
-        if protocol not in EVALUATORS or protocol in ("layerwise", "matryoshka"):
-            raise ValueError(f"layerwise protocol {protocol!r}; choose from "
-                             f"{[e for e in EVALUATORS if e not in ('layerwise', 'matryoshka')]}")
-        self.protocol, self.options = EVALUATORS[protocol], options
+        self.protocol, self.options = protocol_evaluator(protocol), options
 
     def run(self, variables):
         if not self.embedder.has_layers:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from repr_jax.eval.base import Embedder, Evaluator
+from repr_jax.eval.layerwise import protocol_evaluator
 
 
 def prefix_dims(dim: int, smallest: int = 8) -> tuple[int, ...]:
@@ -27,11 +28,8 @@ class Matryoshka(Evaluator):
     def __init__(self, embedder: Embedder, *, dims: Sequence[int] = (),
                  protocol: str = "linear_probe", **options: Any):
         super().__init__(embedder)
-        from repr_jax.eval import EVALUATORS
-        if protocol not in EVALUATORS or protocol in ("layerwise", "matryoshka"):
-            raise ValueError(f"matryoshka protocol {protocol!r}; choose from "
-                             f"{[e for e in EVALUATORS if e not in ('layerwise', 'matryoshka')]}")
-        self.dims, self.protocol, self.options = tuple(dims), EVALUATORS[protocol], options
+        self.dims, self.protocol = tuple(dims), protocol_evaluator(protocol)
+        self.options = options
 
     def run(self, variables):
         width = self.embedder.embed(variables, self.embedder.splits["test"]["x"][:1]).shape[1]

@@ -143,6 +143,7 @@ def fit_law(law: str | Law | Callable, inputs: Mapping[str, Any], y, *, huber_de
     if log_space and bool(jnp.any(y <= 0)):
         raise ValueError("log_space=True needs positive y; pass log_space=False")
     starts = jnp.asarray(law_obj.grid(init_grid if isinstance(law, (str, Law)) else None))
+    num_starts = len(starts)
     run = functools.partial(_minimize, inputs=x, y=y, weights=jnp.ones_like(y), law=law_obj,
                             log_space=log_space, delta=huber_delta, tol=tol)
     if len(starts) > polish:
@@ -155,9 +156,7 @@ def fit_law(law: str | Law | Callable, inputs: Mapping[str, Any], y, *, huber_de
     in_basin = int(np.sum(obj <= obj[best] * (1 + 1e-3) + 1e-12))
     residuals = np.asarray(_residual_fn(law_obj, log_space)(theta[best], x, y))
     return FitResult(law_obj.name, {k: float(v) for k, v in law_obj.public(theta[best]).items()},
-                     np.asarray(theta[best]), float(obj[best]), residuals,
-                     int(law_obj.grid(init_grid if isinstance(law, (str, Law)) else None).shape[0]),
-                     in_basin)
+                     np.asarray(theta[best]), float(obj[best]), residuals, num_starts, in_basin)
 
 
 @dataclasses.dataclass(frozen=True)

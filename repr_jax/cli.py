@@ -45,6 +45,25 @@ def _parser() -> argparse.ArgumentParser:
                         "--set eval.probe=logistic (repeatable)")
     e.add_argument("--no-progress", action="store_true", help="no progress bar or table")
 
+    s = sub.add_parser("sweep", help="train a grid of runs into one results table (resumable)",
+                       description="Train every point of a sweep file's grid (several at once "
+                       "where cores allow), isolating failures, into --workdir; rerunning resumes "
+                       "(finished points are skipped, interrupted ones continue from their "
+                       "checkpoints). Writes results.csv/.json (one row per point x evaluation "
+                       "step) and plots/loss_vs_flops.png.")
+    s.add_argument("sweep", metavar="SWEEP", help="a sweep file in experiments/ (or a path) "
+                   "defining get_sweep(); append :ARG to pass ARG")
+    s.add_argument("--workdir", required=True, help="the sweep directory")
+    s.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config value of every point (repeatable)")
+    s.add_argument("--jobs", type=int, default=None, help="points trained at once (default: one "
+                   "per CPU core on CPU, 1 on an accelerator)")
+    s.add_argument("--retry-failed", action="store_true", help="rerun points that failed before")
+    s.add_argument("--dry-run", action="store_true", help="list the points and exit")
+    s.add_argument("--collect", action="store_true",
+                   help="only rewrite results.csv/.json from what the runs have written so far")
+    s.add_argument("--no-progress", action="store_true", help="no progress bar")
+
     f = sub.add_parser("fit", help="fit a scaling law to a results table",
                        description="Fit a scaling law (with bootstrap intervals) to columns of a "
                        "results CSV; writes fit_<law>.json and fit_<law>.png next to the table.")
@@ -58,8 +77,12 @@ def _parser() -> argparse.ArgumentParser:
                    help="keep rows with COL == VALUE (repeatable)")
     f.add_argument("--holdout-above", type=float, default=None, metavar="X",
                    help="fit on rows whose first input is <= X; report error on the rest")
+    f.add_argument("--holdout-below", type=float, default=None, metavar="X",
+                   help="fit on rows whose first input is >= X (e.g. extrapolate to lower loss)")
     f.add_argument("--bootstrap", type=int, default=4000, help="bootstrap resamples (default 4000)")
     f.add_argument("--out", default=None, help="output folder (default: the table's folder)")
+    f.add_argument("--name", default=None,
+                   help="output name: fit_<NAME>.json/.png (default: the law's name)")
     return p
 
 
@@ -67,9 +90,26 @@ def _fit(args) -> int:
     from repr_jax.scaling.table import fit_table, format_fit
     result = fit_table(args.table, law=args.law, x=args.x.split(","), y=args.y,
                        where=args.where, out_dir=args.out, n_bootstrap=args.bootstrap,
-                       holdout_above=args.holdout_above)
+                       holdout_above=args.holdout_above, holdout_below=args.holdout_below,
+                       name=args.name)
     print(format_fit(result))
     return 0
+
+
+def _sweep(args) -> int:
+    from repr_jax.scaling import sweep as sweep_lib
+    if args.collect:
+        rows = sweep_lib.collect(args.workdir)
+        print(f"{len(rows)} rows -> {Path(args.workdir) / 'results.csv'}")
+        return 0
+    sweep = sweep_lib.load_sweep(args.sweep)
+    if args.dry_run:
+        for p in sweep.points(args.overrides):
+            print(p.name)
+        return 0
+    rows = sweep_lib.run_sweep(sweep, args.workdir, jobs=args.jobs, overrides=args.overrides,
+                               retry_failed=args.retry_failed, progress=not args.no_progress)
+    return 0 if all(r["status"] == sweep_lib.FINISHED for r in rows) else 1
 
 
 def _train(args) -> int:
@@ -100,13 +140,16 @@ def main(argv: list[str] | None = None) -> int:
     from repr_jax.config import ConfigError
     from repr_jax.train import TrainingDiverged
     try:
-        return {"train": _train, "eval": _eval, "fit": _fit}[args.command](args)
+        return {"train": _train, "eval": _eval, "sweep": _sweep, "fit": _fit}[args.command](args)
     except (ConfigError, TrainingDiverged, FileNotFoundError) as e:
         print(f"repr-jax: error: {e}", file=sys.stderr)
         return 2
     except ValueError as e:  # shape/dataset/name problems raised before anything ran
         print(f"repr-jax: error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("repr-jax: interrupted (rerun the same command to resume)", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

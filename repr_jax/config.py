@@ -39,6 +39,7 @@ __all__ = [
     "ConfigError", "hyper", "static", "Config", "DataConfig", "ViewsConfig", "EncoderConfig",
     "MethodConfig", "OptimConfig", "TrainConfig", "EvalConfig", "load", "override", "to_dict",
     "from_dict", "save_json", "load_json", "flatten", "diff", "experiments_dir", "list_experiments",
+    "load_module",
 ]
 
 
@@ -198,6 +199,9 @@ class DataConfig:
                                       "TFDS name in data_dir")
     data_dir: str = static("", doc="TFDS data dir; '' = $REPR_JAX_DATA_DIR or ~/.cache/repr_jax/tfds")
     num_examples: int = static(0, ">=0", "generated datasets: examples in total (0 = default)")
+    train_examples: int = static(0, ">=0", "train on a fixed random subset of N training examples "
+                                           "(nested: a smaller N is a subset of a larger one); "
+                                           "0 = all. Evaluation splits are unchanged")
     num_classes: int = static(0, ">=0", "latent_*: number of latent classes (0 = default)")
     max_len: int = static(0, ">=0", "tokens per sequence: latent_topics (default 32), text (64)")
     tokenizer: str = static("", doc="text data: '' (bytes), 'minilm' (its WordPiece vocab), or "
@@ -501,12 +505,9 @@ def list_experiments() -> list[str]:
     return sorted(p.stem for p in d.glob("*.py") if not p.name.startswith("_")) if d.is_dir() else []
 
 
-def load(name_or_path: str) -> Config:
-    """Reads ``get_config(arg)`` from an experiment file.
-
-    ``name_or_path`` is a path to a ``.py`` file or the name of a file in ``experiments/``, optionally
-    followed by ``:arg`` which is passed to ``get_config(arg=None)`` (``simclr_mnist1d:quick``).
-    """
+def load_module(name_or_path: str) -> tuple[types.ModuleType, str | None]:
+    """Imports an experiment file: a path to a ``.py`` file or the name of a file in
+    ``experiments/``, optionally followed by ``:arg``; returns the module and ``arg`` (or None)."""
     name, _, arg = name_or_path.partition(":")
     path = Path(name)
     if not (path.suffix == ".py" and path.is_file()):
@@ -521,9 +522,20 @@ def load(name_or_path: str) -> Config:
         spec.loader.exec_module(module)
     finally:
         sys.path.remove(str(path.parent))
+    return module, arg or None
+
+
+def load(name_or_path: str) -> Config:
+    """Reads ``get_config(arg)`` from an experiment file.
+
+    ``name_or_path`` is a path to a ``.py`` file or the name of a file in ``experiments/``, optionally
+    followed by ``:arg`` which is passed to ``get_config(arg=None)`` (``simclr_mnist1d:quick``).
+    """
+    module, arg = load_module(name_or_path)
+    path = Path(module.__file__)
     if not hasattr(module, "get_config"):
         raise ConfigError(f"{path} defines no get_config()")
-    cfg = module.get_config(arg or None)
+    cfg = module.get_config(arg)
     if not isinstance(cfg, Config):
         raise ConfigError(f"{path}: get_config() must return repr_jax.config.Config, "
                           f"got {type(cfg).__name__}")

@@ -48,19 +48,21 @@ def _equal(a: str, b: str) -> bool:
 def _column(rows, col) -> np.ndarray:
     if rows and col not in rows[0]:
         raise ValueError(f"no column {col!r} in the table; columns: {', '.join(rows[0])}")
-    try:
-        return np.asarray([float(r[col]) for r in rows], np.float64)
+    try:  # an empty cell (a failed run, a metric not measured) is missing: NaN, dropped below
+        return np.asarray([float(r[col]) if r[col] != "" else np.nan for r in rows], np.float64)
     except ValueError as e:
         raise ValueError(f"column {col!r} is not numeric: {e}") from None
 
 
 def fit_table(table: str | Path, *, law: str, x: Sequence[str], y: str, where: Sequence[str] = (),
               out_dir: str | Path | None = None, n_bootstrap: int = 4000,
-              holdout_above: float | None = None, seed: int = 0, plot: bool = True
-              ) -> dict[str, Any]:
+              holdout_above: float | None = None, holdout_below: float | None = None,
+              seed: int = 0, plot: bool = True, name: str | None = None) -> dict[str, Any]:
     """Fits ``law`` to ``y`` against the columns ``x`` (in the law's input order, e.g. ``N,D`` for
-    Chinchilla); returns (and writes as JSON) parameters with standard errors and 95% intervals, and
-    the held-out relative errors when ``holdout_above`` is given."""
+    Chinchilla); returns (and writes as ``fit_<name or law>.json``) parameters with standard errors
+    and 95% intervals, and the relative errors on the rows held out for extrapolation: those whose
+    first input is above ``holdout_above`` (larger models) or below ``holdout_below`` (e.g. lower
+    upstream loss)."""
     law_obj = get_law(law)
     if len(x) != len(law_obj.inputs):
         raise ValueError(f"law {law!r} takes {len(law_obj.inputs)} inputs "
@@ -71,10 +73,14 @@ def fit_table(table: str | Path, *, law: str, x: Sequence[str], y: str, where: S
     ok = np.isfinite(target) & np.all([np.isfinite(v) for v in data.values()], axis=0)
     data, target = {k: v[ok] for k, v in data.items()}, target[ok]
     first = data[law_obj.inputs[0]]
-    train = first <= holdout_above if holdout_above is not None else np.ones_like(first, bool)
+    train = np.ones_like(first, bool)
+    if holdout_above is not None:
+        train &= first <= holdout_above
+    if holdout_below is not None:
+        train &= first >= holdout_below
     if train.sum() < len(law_obj.params) + 1:
         raise ValueError(f"{int(train.sum())} rows to fit {len(law_obj.params)} parameters "
-                         f"(after --where and --holdout-above)")
+                         f"(after --where and the hold-out)")
     fit_inputs = {k: v[train] for k, v in data.items()}
     fit = fit_law(law_obj, fit_inputs, target[train])
     boot = bootstrap(law_obj, fit_inputs, target[train], n=n_bootstrap, seed=seed, start=fit)
@@ -85,19 +91,21 @@ def fit_table(table: str | Path, *, law: str, x: Sequence[str], y: str, where: S
         "params": {k: {"value": v, "se": boot.se[k], "low": boot.low[k], "high": boot.high[k]}
                    for k, v in fit.params.items()},
         "bootstrap_resamples": n_bootstrap}
-    if holdout_above is not None and (~train).any():
+    if (~train).any():
         pred = fit.predict({k: v[~train] for k, v in data.items()})
         rel = np.abs(pred - target[~train]) / np.abs(target[~train])
-        result["holdout"] = {"above": holdout_above, "points": int((~train).sum()),
+        result["holdout"] = {"above": holdout_above, "below": holdout_below,
+                             "points": int((~train).sum()),
                              "mean_relative_error": float(rel.mean()),
                              "max_relative_error": float(rel.max())}
     out = Path(out_dir) if out_dir else Path(table).parent
     out.mkdir(parents=True, exist_ok=True)
-    (out / f"fit_{law_obj.name}.json").write_text(json.dumps(result, indent=1))
+    stem = f"fit_{name or law_obj.name}"
+    (out / f"{stem}.json").write_text(json.dumps(result, indent=1))
     if plot:
         from repr_jax.scaling.plots import plot_fit
         result["plot"] = str(plot_fit(law_obj, fit, boot, data, target, train,
-                                      out / f"fit_{law_obj.name}.png", x_label=x[0], y_label=y))
+                                      out / f"{stem}.png", x_label=x[0], y_label=y))
     return result
 
 
@@ -110,6 +118,8 @@ def format_fit(result: dict[str, Any]) -> str:
                      f"[{p['low']:.6g}, {p['high']:.6g}]")
     if "holdout" in result:
         h = result["holdout"]
-        lines.append(f"  held out {h['points']} points above {h['above']:g}: mean relative error "
+        where = " and ".join(f"{side} {h[side]:g}" for side in ("above", "below")
+                             if h.get(side) is not None)
+        lines.append(f"  held out {h['points']} points {where}: mean relative error "
                      f"{h['mean_relative_error']:.4f}, max {h['max_relative_error']:.4f}")
     return "\n".join(lines)

@@ -7,6 +7,7 @@ import dataclasses
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 from repr_jax import data, encoders
@@ -18,8 +19,22 @@ def load_dataset(cfg: Config) -> data.Dataset:
     d = cfg.data
     sizes = {k: v for k, v in (("num_examples", d.num_examples), ("num_classes", d.num_classes),
                                ("pairs", d.pairs)) if v}
-    return data.load(d.name, data_dir=d.data_dir, tokenizer=d.tokenizer, max_len=d.max_len,
-                     **sizes)
+    dataset = data.load(d.name, data_dir=d.data_dir, tokenizer=d.tokenizer, max_len=d.max_len,
+                        **sizes)
+    return subset_train(dataset, d.train_examples) if d.train_examples else dataset
+
+
+def subset_train(dataset: data.Dataset, n: int) -> data.Dataset:
+    """``dataset`` training on the first ``n`` of one fixed permutation of its train split, so the
+    subsets of a data-size sweep are nested; validation and test stay whole."""
+    train = dataset.splits["train"]
+    available = len(train["label"])
+    if n > available:
+        raise ConfigError(f"data.train_examples={n} but {dataset.name!r} has {available} training "
+                          f"examples (raise data.num_examples for generated data)")
+    keep = np.sort(np.random.default_rng(0).permutation(available)[:n])
+    return dataclasses.replace(dataset, splits={**dataset.splits,
+                                                "train": {k: v[keep] for k, v in train.items()}})
 
 
 def load_eval_sets(cfg: Config, dataset: data.Dataset) -> list:

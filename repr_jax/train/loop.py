@@ -3,10 +3,13 @@
 workdir/ after a run::
 
     config.json        the full config (a rerun with the same workdir resumes; a different config fails)
+    run.json           what the run costs: parameter counts (total, non-embedding), FLOPs of one
+                       train step (XLA cost analysis), batch size, steps, devices, train examples
     metrics.jsonl      one row per ``train.log_every`` steps: loss, lr, grad_norm, examples/s, ...
     checkpoints/       orbax checkpoints of the TrainState (the data position is the step)
     eval/              step_<N>.json (rows: representation, evaluator, metric, value[, ci_low,
-                       ci_high]), reference.json (reference rows, keyed by the eval section)
+                       ci_high]; ``upstream/loss`` is the objective on the test split),
+                       reference.json (reference rows, keyed by the eval section)
     plots/             loss.png (loss and learning rate against step); layerwise.png,
                        matryoshka.png, quantization.png when those evaluators ran
 """
@@ -31,7 +34,7 @@ from repr_jax.config import Config, ConfigError
 from repr_jax.data import BatchStream, Dataset
 from repr_jax.eval import EVALUATORS, Embedder, Estimate
 from repr_jax.methods import Method
-from repr_jax.train import sharding
+from repr_jax.train import costs, sharding
 from repr_jax.train.build import build_method, load_dataset, load_eval_sets, make_optimizer
 from repr_jax.train.checkpoint import Checkpointer
 from repr_jax.train.log import MetricsWriter, format_table, plot_eval, plot_metrics
@@ -47,7 +50,9 @@ class TrainingDiverged(RuntimeError):
     """The loss became NaN or infinite; the message names the step and the last good checkpoint."""
 
 
-def _check_workdir(cfg: Config, workdir: Path) -> None:
+def check_resumable(cfg: Config, workdir: Path) -> None:
+    """Raises ConfigError when ``workdir`` holds a run whose config differs from ``cfg`` in a key
+    that changes the trained numbers (bookkeeping keys, RESUMABLE_CHANGES, may differ)."""
     saved_path = workdir / "config.json"
     if saved_path.exists():
         changed = {k: v for k, v in config_lib.diff(config_lib.load_json(saved_path), cfg).items()
@@ -56,9 +61,13 @@ def _check_workdir(cfg: Config, workdir: Path) -> None:
             desc = ", ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in changed.items())
             raise ConfigError(f"{workdir} holds a run with a different config ({desc}); "
                               f"use a new --workdir, or the saved settings to resume")
+
+
+def _check_workdir(cfg: Config, workdir: Path) -> None:
+    check_resumable(cfg, workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     if jax.process_index() == 0:
-        config_lib.save_json(cfg, saved_path)
+        config_lib.save_json(cfg, workdir / "config.json")
 
 
 def sample_batch(dataset: Dataset, n: int = 2) -> dict[str, np.ndarray]:
@@ -93,6 +102,35 @@ def make_step_fn(cfg: Config, method: Method, mesh):
     rep = sharding.replicated(mesh)
     return jax.jit(step, in_shardings=(rep, sharding.batch_sharding(mesh), rep),
                    out_shardings=(rep, rep), donate_argnums=0)
+
+
+def compile_step(cfg: Config, method: Method, mesh, state: TrainState, batch: Any):
+    """The train step compiled ahead of time for ``batch``'s shapes, and what it costs: ``{params,
+    non_embedding_params, flops_per_step}`` (XLA's cost analysis, all devices, one global batch)."""
+    compiled = make_step_fn(cfg, method, mesh).lower(state, batch, hyperparams(cfg)).compile()
+    return compiled, dict(costs.param_counts(state.params),
+                          flops_per_step=costs.compiled_flops(compiled, mesh.size))
+
+
+def make_upstream_loss(cfg: Config, method: Method) -> Callable[[TrainState, dict], float]:
+    """The training objective on held-out data: the mean loss over the split's full batches of
+    ``train.batch_size`` (one batch of all of it when smaller), with fixed augmentation keys, so
+    the number is comparable across steps and runs — the upstream loss of a scaling table."""
+    hp = hyperparams(cfg)["method"]
+
+    @jax.jit
+    def batch_loss(state: TrainState, batch: dict, key: jax.Array) -> jax.Array:
+        model_state = {"batch_stats": state.batch_stats} if state.batch_stats else {}
+        return method.loss(state.params, model_state, state.extra, batch, key, hp)[0]
+
+    def upstream_loss(state: TrainState, split: dict) -> float:
+        n = len(split["label"])
+        size = min(cfg.train.batch_size, n)
+        key = jax.random.PRNGKey(cfg.seed + 1)
+        losses = [batch_loss(state, {k: v[i * size:(i + 1) * size] for k, v in split.items()},
+                             jax.random.fold_in(key, i)) for i in range(n // size)]
+        return float(np.mean(jax.device_get(losses)))
+    return upstream_loss
 
 
 @dataclasses.dataclass(frozen=True)
@@ -247,12 +285,19 @@ def reference_rows(cfg: Config, method: Method, dataset: Dataset, workdir: Path,
 
 def run_evaluation(cfg: Config, method: Method, dataset: Dataset, state: TrainState,
                    workdir: Path, *, reference: bool, eval_sets: Sequence[Any] = (),
-                   progress: bool = False) -> list[dict[str, Any]]:
+                   progress: bool = False, upstream_loss: Callable | None = None
+                   ) -> list[dict[str, Any]]:
+    """Evaluates ``state`` (plus the reference rows when ``reference``), writes
+    ``eval/step_<N>.json``: the rows, led by the held-out training objective (``upstream/loss``)."""
     step = int(jax.device_get(state.step))
+    name = f"{cfg.method.name} encoder"
     rows = (reference_rows(cfg, method, dataset, workdir, eval_sets, progress)
             if reference else [])
-    rows = rows + evaluate(cfg, dataset, {f"{cfg.method.name} encoder":
-                                          Representation.of(method, state.variables)},
+    upstream_loss = upstream_loss or make_upstream_loss(cfg, method)
+    test = eval_splits(dataset, cfg.eval.max_examples)["test"]
+    rows.append(dict(step=step, representation=name, evaluator="upstream", metric="loss",
+                     value=upstream_loss(state, test)))
+    rows = rows + evaluate(cfg, dataset, {name: Representation.of(method, state.variables)},
                            step=step, eval_sets=eval_sets, progress=progress)
     if jax.process_index() == 0:
         (workdir / "eval").mkdir(parents=True, exist_ok=True)
@@ -293,8 +338,16 @@ def train_and_evaluate(cfg: Config, workdir: str | Path, *, progress: bool = Tru
         state = ckpt.restore(state)
     start = int(jax.device_get(state.step))
     metrics_out = MetricsWriter(workdir / "metrics.jsonl", resume_step=start)
-    step_fn = make_step_fn(cfg, method, mesh)
     hp = hyperparams(cfg)
+    first = sharding.global_batch(stream.batch(start, process_index=jax.process_index(),
+                                               process_count=jax.process_count()), mesh)
+    step_fn, run_costs = compile_step(cfg, method, mesh, state, first)
+    if jax.process_index() == 0:
+        (workdir / "run.json").write_text(json.dumps(dict(
+            run_costs, batch_size=t.batch_size, steps=t.steps, num_devices=mesh.size,
+            num_processes=jax.process_count(), backend=jax.default_backend(),
+            train_examples=len(dataset.splits["train"]["label"])), indent=1) + "\n")
+    upstream_loss = make_upstream_loss(cfg, method)
 
     # ---------------------------------------------------------------- train
     pbar = _progress(t.steps, start, progress and jax.process_index() == 0)
@@ -343,7 +396,7 @@ def train_and_evaluate(cfg: Config, workdir: str | Path, *, progress: bool = Tru
                     ckpt.save(state)
                 if t.eval_every and done % t.eval_every == 0 and done < t.steps:
                     rows = run_evaluation(cfg, method, dataset, state, workdir, reference=False,
-                                          eval_sets=eval_sets)
+                                          eval_sets=eval_sets, upstream_loss=upstream_loss)
                     pbar.write(f"step {done}: " + ", ".join(
                         f"{r['evaluator']}/{r['metric']}={r['value']:.4f}" for r in rows
                         if "/" not in r["metric"])[:400])
@@ -357,7 +410,8 @@ def train_and_evaluate(cfg: Config, workdir: str | Path, *, progress: bool = Tru
     # ---------------------------------------------------------------- evaluate
     eval_rows = run_evaluation(cfg, method, dataset, state, workdir,
                                reference=cfg.eval.reference_rows, eval_sets=eval_sets,
-                               progress=progress and jax.process_index() == 0)
+                               progress=progress and jax.process_index() == 0,
+                               upstream_loss=upstream_loss)
     if jax.process_index() == 0:
         if (workdir / "metrics.jsonl").exists():
             plot_metrics(workdir / "metrics.jsonl", workdir / "plots" / "loss.png")

@@ -1,0 +1,499 @@
+"""Sweeps: one base experiment trained at every point of a grid, resumably, into one tidy table.
+
+A sweep file is an experiment file (in ``experiments/`` or anywhere) that also defines
+``get_sweep(arg=None) -> Sweep``::
+
+    def get_sweep(arg=None):
+        return Sweep(base=get_config(), grid={
+            "encoder.widths": [(8, 16, 32), (16, 32, 64)],
+            "data.train_examples": [1000, 4000],
+            ("optim.lr", "optim.warmup_steps"): [(1e-3, 100), (3e-4, 300)],  # coupled keys
+        })
+
+``repr-jax sweep FILE --workdir DIR`` (:func:`run_sweep`) writes::
+
+    DIR/sweep.json          the points (name and overrides) in sweep order
+    DIR/runs/<point>/       a ``repr-jax train`` run directory per point (config.json, run.json,
+                            metrics.jsonl, checkpoints/, eval/), plus status.json and log.txt
+    DIR/results.csv, .json  one row per point × evaluation step (:func:`collect`)
+    DIR/plots/loss_vs_flops.png
+
+Each point trains in its own process (a crash, an out-of-memory kill or a divergence is recorded in
+that point's ``status.json`` and the sweep goes on; on CPU the processes are pinned to disjoint
+cores). Rerunning the command skips finished points, retries nothing that failed unless
+``--retry-failed``, and continues interrupted points from their latest checkpoint: training is a
+pure function of (config, step), so the resumed table equals an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import hashlib
+import itertools
+import json
+import math
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+from repr_jax import config as config_lib
+from repr_jax.config import Config, ConfigError
+
+FINISHED, FAILED, RUNNING, PENDING = "finished", "failed", "running", "pending"
+# Leading columns of results.csv; then the metrics, then the grid's keys, then every config key.
+RUN_COLUMNS = ("point", "status", "step", "final", "examples_seen", "epochs", "train_examples",
+               "params", "non_embedding_params", "flops_per_step", "flops", "train/loss", "error")
+
+
+@dataclasses.dataclass(frozen=True)
+class Sweep:
+    """A base config and a grid over its keys.
+
+    ``grid`` maps a config key (``"encoder.widths"``) to the values it takes, or a tuple of keys to
+    tuples of values that change together; the points are the product over its entries, in order.
+    ``overrides`` (``"key=value"`` strings) apply to every point first.
+    """
+    base: Config | str
+    grid: Mapping[str | tuple[str, ...], Sequence[Any]]
+    overrides: Sequence[str] = ()
+
+    def base_config(self) -> Config:
+        base = config_lib.load(self.base) if isinstance(self.base, str) else self.base
+        return config_lib.override(base, list(self.overrides))
+
+    def axes(self) -> list[tuple[tuple[str, ...], list[tuple[Any, ...]]]]:
+        """``[(keys, [values per point of this axis])]`` with every value a tuple over ``keys``."""
+        out = []
+        for keys, values in self.grid.items():
+            keys = (keys,) if isinstance(keys, str) else tuple(keys)
+            values = list(values)
+            if not values:
+                raise ConfigError(f"sweep grid {'/'.join(keys)} has no values")
+            if len(keys) > 1:
+                for v in values:
+                    if not isinstance(v, (tuple, list)) or len(v) != len(keys):
+                        raise ConfigError(f"sweep grid {keys}: each value must be a tuple of "
+                                          f"{len(keys)} values, got {v!r}")
+                values = [tuple(v) for v in values]
+            else:
+                values = [(v,) for v in values]
+            out.append((keys, values))
+        return out
+
+    def points(self, extra_overrides: Sequence[str] = ()) -> list["Point"]:
+        """Every point's name, grid values and full config; any bad key or value raises
+        ConfigError (naming the valid keys) before anything runs."""
+        base = config_lib.override(self.base_config(), list(extra_overrides))
+        axes = self.axes()
+        keys = [k for ks, _ in axes for k in ks]
+        if len(set(keys)) != len(keys):
+            raise ConfigError(f"sweep grid names a key twice: {keys}")
+        points, names = [], set()
+        for combo in itertools.product(*(values for _, values in axes)):
+            values = dict(zip(keys, itertools.chain.from_iterable(combo)))
+            cfg = config_lib.override(base, [f"{k}={v!r}" for k, v in values.items()])
+            name = point_name(values)
+            if name in names:
+                raise ConfigError(f"two sweep points are both named {name!r}: the grid repeats "
+                                  f"a value")
+            names.add(name)
+            points.append(Point(name, values, cfg))
+        return points
+
+
+@dataclasses.dataclass(frozen=True)
+class Point:
+    name: str
+    values: dict[str, Any]
+    config: Config
+
+
+def _short(value: Any) -> str:
+    if isinstance(value, (tuple, list)):
+        return "x".join(_short(v) for v in value) or "none"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+def point_name(values: Mapping[str, Any]) -> str:
+    """A readable, stable directory name from a point's grid values (``widths=8x16,lr=0.001``):
+    the same values always name the same directory, so a grown grid keeps its finished points."""
+    leaves = [k.rsplit(".", 1)[-1] for k in values]
+    parts = [f"{leaf if leaves.count(leaf) == 1 else key}={_short(v)}"
+             for leaf, (key, v) in zip(leaves, values.items())]
+    name = re.sub(r"[^A-Za-z0-9._=,+-]", "_", ",".join(parts)) or "base"
+    if len(name) > 100:
+        name = name[:88] + "-" + hashlib.sha1(name.encode()).hexdigest()[:11]
+    return name
+
+
+def load_sweep(name_or_path: str) -> Sweep:
+    """``get_sweep(arg)`` of a sweep file (``name[:arg]``, as for experiments)."""
+    module, arg = config_lib.load_module(name_or_path)
+    if not hasattr(module, "get_sweep"):
+        raise ConfigError(f"{module.__file__} defines no get_sweep(): not a sweep file")
+    sweep = module.get_sweep(arg)
+    if not isinstance(sweep, Sweep):
+        raise ConfigError(f"{module.__file__}: get_sweep() must return repr_jax.scaling.Sweep, "
+                          f"got {type(sweep).__name__}")
+    return sweep
+
+
+# --------------------------------------------------------------------------------------------------
+# Running
+# --------------------------------------------------------------------------------------------------
+
+def _read_json(path: Path, default: Any = None) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return default
+
+
+def _write_json(path: Path, value: Any) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(value, indent=1, default=str) + "\n")
+    tmp.replace(path)
+
+
+def point_status(run_dir: Path) -> dict[str, Any]:
+    """``{"status": finished | failed | running | pending, ...}``; "running" left behind by a killed
+    sweep means interrupted."""
+    return _read_json(run_dir / "status.json", {"status": PENDING})
+
+
+def _has_accelerator_plugin() -> bool:
+    """Whether JAX would find a GPU/TPU here, without initialising a backend (which would take
+    the accelerator's memory away from the points' processes)."""
+    import importlib.util
+    import pkgutil
+    platforms = os.environ.get("JAX_PLATFORMS", "")
+    if platforms:
+        return platforms.split(",")[0] not in ("cpu", "")
+    if importlib.util.find_spec("libtpu") is not None:
+        return True
+    try:
+        import jax_plugins
+    except ImportError:
+        return False
+    return any(True for _ in pkgutil.iter_modules(jax_plugins.__path__))
+
+
+def default_jobs() -> int:
+    """Points trained at once: one per CPU core on CPU (small models train faster side by side on
+    one core each than one after another on all of them), one on an accelerator."""
+    return 1 if _has_accelerator_plugin() else max(1, len(os.sched_getaffinity(0)))
+
+
+def _core_slots(jobs: int) -> list[str | None]:
+    """Disjoint CPU core sets, one per concurrent point (None: no pinning)."""
+    if jobs <= 1 or _has_accelerator_plugin():
+        return [None] * max(jobs, 1)
+    cores = sorted(os.sched_getaffinity(0))
+    per = max(1, len(cores) // jobs)
+    return [",".join(map(str, cores[(i * per) % len(cores):(i * per) % len(cores) + per]))
+            for i in range(jobs)]
+
+
+def _prepare_data(points: Sequence[Point]) -> None:
+    """Prepares each distinct dataset (and its eval sets) once, here, so concurrent points only
+    read them: two processes preparing one TFDS dataset would race."""
+    from repr_jax.train.build import load_dataset, load_eval_sets
+    seen = set()
+    for p in points:
+        d = p.config.data
+        key = (d.name, d.data_dir, d.num_examples, d.num_classes, d.max_len, d.tokenizer, d.pairs,
+               d.train_examples, p.config.eval.sets)
+        if key not in seen:
+            seen.add(key)
+            try:
+                load_eval_sets(p.config, load_dataset(p.config))
+            except (ConfigError, ValueError, FileNotFoundError) as e:
+                raise ConfigError(f"sweep point {p.name}: {e}") from None
+
+
+def _last_step(run_dir: Path) -> int:
+    """The last logged step of a point's metrics.jsonl (0 when none)."""
+    path = run_dir / "metrics.jsonl"
+    try:
+        with path.open("rb") as f:
+            f.seek(max(0, path.stat().st_size - 4096))
+            lines = f.read().decode(errors="ignore").strip().splitlines()
+        return int(json.loads(lines[-1])["step"]) if lines else 0
+    except (OSError, ValueError, KeyError, IndexError):
+        return 0
+
+
+def _log_tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").strip().splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def run_sweep(sweep: Sweep, workdir: str | Path, *, jobs: int | None = None,
+              overrides: Sequence[str] = (), retry_failed: bool = False, progress: bool = True
+              ) -> list[dict[str, Any]]:
+    """Trains every point not finished yet (``jobs`` at a time), then writes and returns the
+    results table (:func:`collect`). Ctrl-C stops the running points (each resumes next time from
+    its latest checkpoint) and still writes the table of what finished."""
+    from tqdm.auto import tqdm
+
+    from repr_jax.train.loop import check_resumable
+    workdir = Path(workdir)
+    points = sweep.points(overrides)
+    for p in points:  # a changed base or grid must not silently mix two studies in one table
+        check_resumable(p.config, workdir / "runs" / p.name)
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / "runs").mkdir(exist_ok=True)
+    _write_json(workdir / "sweep.json", {"points": [dict(name=p.name, values=p.values)
+                                                    for p in points]})
+    todo = []
+    for p in points:
+        run_dir = workdir / "runs" / p.name
+        status = point_status(run_dir)["status"]
+        if status == FINISHED or (status == FAILED and not retry_failed):
+            continue
+        run_dir.mkdir(exist_ok=True)
+        config_lib.save_json(p.config, run_dir / "config.json")
+        todo.append(p)
+    jobs = max(1, min(jobs or default_jobs(), len(todo) or 1))
+    before = [point_status(workdir / "runs" / p.name)["status"] for p in points if p not in todo]
+    n_finished, n_failed = before.count(FINISHED), before.count(FAILED)
+    print(f"sweep: {len(points)} points, {len(points) - len(todo)} done or failed before, "
+          f"{len(todo)} to run, {jobs} at a time -> {workdir}", flush=True)
+    if todo:
+        _prepare_data(todo)
+
+    total = sum(p.config.train.steps for p in points)
+    done_steps = {p.name: (p.config.train.steps if p not in todo else
+                           _last_step(workdir / "runs" / p.name)) for p in points}
+    bar = tqdm(total=total, initial=sum(done_steps.values()), unit="step", desc="sweep",
+               disable=not progress, dynamic_ncols=True,
+               mininterval=0.5 if sys.stderr.isatty() else 30)
+    slots = _core_slots(jobs)
+    free = list(range(jobs))
+    running: dict[str, tuple[subprocess.Popen, int, Point]] = {}
+    queue = list(todo)
+    try:
+        while queue or running:
+            while queue and free:
+                p = queue.pop(0)
+                slot = free.pop(0)
+                running[p.name] = (_launch(workdir / "runs" / p.name, slots[slot]), slot, p)
+            time.sleep(0.5)
+            for name, (proc, slot, p) in list(running.items()):
+                run_dir = workdir / "runs" / name
+                if proc.poll() is None:
+                    done_steps[name] = _last_step(run_dir)
+                    continue
+                del running[name]
+                free.append(slot)
+                status = point_status(run_dir)
+                if proc.returncode == 0 and status["status"] == FINISHED:
+                    n_finished += 1
+                    done_steps[name] = p.config.train.steps
+                else:
+                    if status["status"] != FAILED:  # died without saying why (killed, OOM)
+                        status = dict(status=FAILED, returncode=proc.returncode,
+                                      error=f"the process exited with code {proc.returncode}: "
+                                            + _log_tail(run_dir / "log.txt", 3))
+                        _write_json(run_dir / "status.json", status)
+                    n_failed += 1
+                    bar.write(f"sweep: point {name} failed: {status['error'].splitlines()[0]} "
+                              f"(log: {run_dir / 'log.txt'})")
+            bar.set_postfix_str(f"{n_finished}/{len(points)} done, {n_failed} failed, running: "
+                                f"{', '.join(running) or '-'}"[:200], refresh=False)
+            bar.update(sum(done_steps.values()) - bar.n)
+    except KeyboardInterrupt:
+        bar.write("sweep: interrupted; stopping the running points (rerun to resume them)")
+        for proc, _, _ in running.values():
+            try:  # a terminal's Ctrl-C reached them too; a lone SIGINT to the sweep did not
+                proc.wait(timeout=2)
+            except subprocess.TimeoutExpired:
+                proc.send_signal(signal.SIGINT)
+                try:
+                    proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+        raise
+    finally:
+        bar.close()
+        rows = collect(workdir)
+    print(f"sweep: {n_finished} finished, {n_failed} failed; table: {workdir / 'results.csv'}")
+    return rows
+
+
+# A point's process starts here, before anything imports JAX: it dies with the sweep (even when the
+# sweep is SIGKILLed: PR_SET_PDEATHSIG), and is pinned to its cores before XLA sizes its threads.
+_PRELUDE = """
+import os, signal, sys
+if sys.platform.startswith("linux"):
+    import ctypes
+    ctypes.CDLL(None).prctl(1, signal.SIGKILL)
+    if os.getppid() != {ppid}:
+        sys.exit(1)
+cores = {cores!r}
+if cores:
+    os.sched_setaffinity(0, cores)
+import runpy
+runpy.run_module("repr_jax.scaling.sweep", run_name="__main__", alter_sys=True)
+"""
+
+
+def _launch(run_dir: Path, cores: str | None) -> subprocess.Popen:
+    env = dict(os.environ)
+    env.setdefault("OPENBLAS_NUM_THREADS", "1")
+    prelude = _PRELUDE.format(ppid=os.getpid(),
+                              cores={int(c) for c in cores.split(",")} if cores else None)
+    log = (run_dir / "log.txt").open("ab")
+    try:
+        return subprocess.Popen([sys.executable, "-c", prelude, str(run_dir)], stdout=log,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
+    finally:
+        log.close()
+
+
+def _run_point(run_dir: Path) -> int:
+    """A point's process: trains ``run_dir/config.json`` in ``run_dir`` and records the outcome."""
+    import traceback
+    _write_json(run_dir / "status.json", {"status": RUNNING, "pid": os.getpid()})
+    started = time.time()
+    try:
+        from repr_jax.train import train_and_evaluate
+        cfg = config_lib.load_json(run_dir / "config.json")
+        train_and_evaluate(cfg, run_dir, progress=False, verbose=False)
+    except Exception as e:  # noqa: BLE001 - recorded for the table; the sweep goes on
+        traceback.print_exc()
+        _write_json(run_dir / "status.json", dict(status=FAILED, error=f"{type(e).__name__}: {e}",
+                                                  seconds=time.time() - started))
+        return 1
+    _write_json(run_dir / "status.json", dict(status=FINISHED, seconds=time.time() - started))
+    return 0
+
+
+# --------------------------------------------------------------------------------------------------
+# The table
+# --------------------------------------------------------------------------------------------------
+
+def _cell(value: Any) -> Any:
+    return list(value) if isinstance(value, tuple) else value
+
+
+def _point_rows(run_dir: Path, name: str, values: Mapping[str, Any]) -> list[dict[str, Any]]:
+    status = point_status(run_dir)
+    cfg_path = run_dir / "config.json"
+    flat = config_lib.flatten(config_lib.load_json(cfg_path)) if cfg_path.exists() else {}
+    info = _read_json(run_dir / "run.json", {})
+    train_loss = {r["step"]: r.get("loss") for r in
+                  map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())
+                  } if (run_dir / "metrics.jsonl").exists() else {}
+    steps = sorted(int(p.stem.split("_")[1]) for p in (run_dir / "eval").glob("step_*.json"))
+    steps = steps or [None]
+    if status["status"] != FINISHED:
+        steps = [s for s in steps if s is not None and s < flat.get("train.steps", 0)]
+        steps.append(None)  # a row that says why the point has no final step
+    rows = []
+    for step in steps:
+        row: dict[str, Any] = dict(point=name, status=status["status"], step=step,
+                                   final=step is not None and step == flat.get("train.steps"),
+                                   error=status.get("error", ""))
+        if step is not None:
+            n = info.get("train_examples")
+            seen = step * flat["train.batch_size"]
+            row.update(examples_seen=seen, epochs=seen / n if n else None, train_examples=n,
+                       params=info.get("params"),
+                       non_embedding_params=info.get("non_embedding_params"),
+                       flops_per_step=info.get("flops_per_step"),
+                       flops=info.get("flops_per_step", math.nan) * step,
+                       **{"train/loss": train_loss.get(step)})
+            for r in _read_json(run_dir / "eval" / f"step_{step}.json", []):
+                if r["step"] != step:  # reference rows (raw inputs, random init) live at step 0
+                    continue
+                key = f"{r['evaluator']}/{r['metric']}"
+                row[key] = r["value"]
+                if "ci_low" in r:
+                    row[f"{key}.ci_low"], row[f"{key}.ci_high"] = r["ci_low"], r["ci_high"]
+        row.update({k: _cell(v) for k, v in values.items()})
+        row.update({k: _cell(v) for k, v in flat.items() if k not in row})
+        rows.append(row)
+    return rows
+
+
+def collect(workdir: str | Path) -> list[dict[str, Any]]:
+    """Reads every point of ``workdir/sweep.json`` into rows (one per point × evaluation step,
+    plus one saying why for a point that failed or has not finished) and writes
+    ``results.csv``, ``results.json`` and ``plots/loss_vs_flops.png``."""
+    workdir = Path(workdir)
+    sweep = _read_json(workdir / "sweep.json")
+    if sweep is None:
+        raise FileNotFoundError(f"{workdir} has no sweep.json: not a sweep directory")
+    rows = []
+    for p in sweep["points"]:
+        rows.extend(_point_rows(workdir / "runs" / p["name"], p["name"], p["values"]))
+    grid_keys = list(dict.fromkeys(k for p in sweep["points"] for k in p["values"]))
+    metric_keys = sorted({k for r in rows for k in r if "/" in k and k not in RUN_COLUMNS
+                          and "." not in k.split("/")[0]},
+                         key=lambda k: (k != "upstream/loss", k))
+    rest = list(dict.fromkeys(k for r in rows for k in r))
+    columns = list(RUN_COLUMNS) + metric_keys + [k for k in grid_keys if k not in metric_keys]
+    columns += [k for k in rest if k not in columns]
+    _write_json(workdir / "results.json", [{c: r.get(c) for c in columns} for r in rows])
+    with (workdir / "results.csv").open("w", newline="") as f:
+        w = csv.DictWriter(f, columns)
+        w.writeheader()
+        for r in rows:
+            w.writerow({c: _csv_value(r.get(c)) for c in columns})
+    _plot_loss_vs_flops(rows, workdir / "plots" / "loss_vs_flops.png")
+    return rows
+
+
+def _csv_value(v: Any) -> Any:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return ""
+    if isinstance(v, list):
+        return "(" + ", ".join(map(str, v)) + ("," if len(v) == 1 else "") + ")"
+    return v
+
+
+def _plot_loss_vs_flops(rows: Iterable[dict[str, Any]], path: Path) -> None:
+    """The held-out loss of every point against training FLOPs, one line per point (coloured by
+    parameter count): the picture a compute-scaling study starts from."""
+    series: dict[str, list[tuple[float, float, float]]] = {}
+    for r in rows:
+        loss, flops = r.get("upstream/loss"), r.get("flops")
+        if loss is not None and flops and math.isfinite(loss) and flops > 0:
+            series.setdefault(r["point"], []).append((flops, loss, r.get("params") or 0))
+    if not series:
+        return
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    sizes = sorted({s[0][2] for s in series.values()})
+    cmap = plt.get_cmap("viridis")
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for name, pts in series.items():
+        pts.sort()
+        color = cmap(sizes.index(pts[0][2]) / max(len(sizes) - 1, 1))
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", ms=3, color=color, lw=1,
+                label=name if len(series) <= 12 else None)
+    ax.set(xscale="log", yscale="log", xlabel="training FLOPs (XLA cost analysis)",
+           ylabel="upstream loss (test split)",
+           title="held-out loss vs compute (colour: parameter count)")
+    if len(series) <= 12:
+        ax.legend(fontsize=6)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    sys.exit(_run_point(Path(sys.argv[1])))

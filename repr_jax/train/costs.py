@@ -1,0 +1,32 @@
+"""What a run costs, for scaling tables: parameter counts and the FLOPs of one compiled train step."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+
+# Lookup tables, not matrix multiplies: nn.Embed's table and learned position embeddings. Kaplan et
+# al. (2020) count N without them; patch embeddings (a convolution) stay in.
+EMBEDDING_LEAVES = ("embedding", "position_embeddings", "pos_embedding")
+
+
+def param_counts(params: Any) -> dict[str, int]:
+    """``{"params": total, "non_embedding_params": total minus embedding tables}`` of a param tree
+    (every trained parameter: encoder and heads)."""
+    total = embedding = 0
+    for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]:
+        total += leaf.size
+        if getattr(path[-1], "key", None) in EMBEDDING_LEAVES:
+            embedding += leaf.size
+    return {"params": int(total), "non_embedding_params": int(total - embedding)}
+
+
+def compiled_flops(compiled: Any, num_devices: int) -> float:
+    """FLOPs of one call of a compiled, SPMD-partitioned program summed over its devices (XLA's cost
+    analysis counts one device's program); NaN when the backend reports none."""
+    analysis = compiled.cost_analysis()
+    if isinstance(analysis, (list, tuple)):  # older JAX: one dict per program
+        analysis = analysis[0] if analysis else {}
+    flops = (analysis or {}).get("flops", float("nan"))
+    return float(flops) * num_devices

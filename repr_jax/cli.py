@@ -72,7 +72,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="power | chinchilla | saturation | bnsl | log_linear")
     f.add_argument("--x", required=True, metavar="COLS",
                    help="input column(s), comma-separated in the law's order (chinchilla: N,D)")
-    f.add_argument("--y", required=True, metavar="COL", help="the observed column")
+    f.add_argument("--y", required=True, metavar="COL",
+                   help="the observed column (1-COL: one minus it, e.g. an error from an "
+                        "accuracy)")
     f.add_argument("--where", action="append", default=[], metavar="COL=VALUE",
                    help="keep rows with COL == VALUE (repeatable)")
     f.add_argument("--holdout-above", type=float, default=None, metavar="X",

@@ -219,6 +219,8 @@ class EncoderConfig:
     embed_dim: int = static(0, ">=0", "final linear embedding width (0 = none: pooled features)")
     kernel_size: int = static(5, ">0", "cnn")
     norm: str = static("batch", ("batch", "layer", "none"), "mlp, cnn")
+    conv: str = static("auto", ("auto", "xla", "im2col"), "cnn convolutions: XLA's, or patch "
+                       "matmuls (im2col: fast when vmapped); auto = im2col in populations")
     width: int = static(0, ">=0", "vit/mixer/text_transformer width, lstm hidden (0 = variant's)")
     depth: int = static(0, ">=0", "blocks or layers (0 = the variant's)")
     num_heads: int = static(0, ">=0", "attention heads (0 = the variant's)")

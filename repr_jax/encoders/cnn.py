@@ -11,7 +11,7 @@ from typing import Sequence
 import flax.linen as nn
 import jax
 
-from repr_jax.encoders.layers import norm_layer
+from repr_jax.encoders.layers import PatchConv, norm_layer
 
 VARIANTS = {
     "tiny": dict(widths=(8, 16)),
@@ -31,6 +31,8 @@ class CNN(nn.Module):
     kernel_size: int = 5
     embed_dim: int = 0
     norm: str = "batch"
+    im2col: bool = False  # convolutions as patch matmuls (layers.PatchConv): fast when vmapped
+
 
     @nn.compact
     def __call__(self, x: jax.Array, *, train: bool = False):
@@ -40,8 +42,9 @@ class CNN(nn.Module):
         h, layers = x, []
         for i, width in enumerate(self.widths):
             # No bias before BatchNorm: it would be cancelled, and Adam would amplify its noise gradient.
-            h = nn.Conv(width, (self.kernel_size,) * spatial, padding="SAME",
-                        use_bias=self.norm != "batch", name=f"conv{i}")(h)
+            window, bias = (self.kernel_size,) * spatial, self.norm != "batch"
+            h = (PatchConv(width, window, use_bias=bias, name=f"conv{i}") if self.im2col else
+                 nn.Conv(width, window, padding="SAME", use_bias=bias, name=f"conv{i}"))(h)
             h = norm_layer(self.norm, train=train, name=f"norm{i}")(h)
             h = nn.relu(h)
             layers.append(h)

@@ -58,10 +58,17 @@ class Sweep:
     ``grid`` maps a config key (``"encoder.widths"``) to the values it takes, or a tuple of keys to
     tuples of values that change together; the points are the product over its entries, in order.
     ``overrides`` (``"key=value"`` strings) apply to every point first.
+
+    ``population`` names grid keys (``seed`` or numeric hyperparameters such as ``optim.lr``) whose
+    points train together as one vmapped population (:mod:`repr_jax.train.population`), one
+    population per combination of the other keys; ``shared_batches=False`` draws each member's
+    batches from its own seed. Every member is still a point of the table.
     """
     base: Config | str
     grid: Mapping[str | tuple[str, ...], Sequence[Any]]
     overrides: Sequence[str] = ()
+    population: Sequence[str] = ()
+    shared_batches: bool = True
 
     def base_config(self) -> Config:
         base = config_lib.load(self.base) if isinstance(self.base, str) else self.base
@@ -94,6 +101,9 @@ class Sweep:
         keys = [k for ks, _ in axes for k in ks]
         if len(set(keys)) != len(keys):
             raise ConfigError(f"sweep grid names a key twice: {keys}")
+        unknown = [k for k in self.population if k not in keys]
+        if unknown:
+            raise ConfigError(f"sweep population keys {unknown} are not grid keys ({keys})")
         points, names = [], set()
         for combo in itertools.product(*(values for _, values in axes)):
             values = dict(zip(keys, itertools.chain.from_iterable(combo)))
@@ -103,15 +113,41 @@ class Sweep:
                 raise ConfigError(f"two sweep points are both named {name!r}: the grid repeats "
                                   f"a value")
             names.add(name)
-            points.append(Point(name, values, cfg))
+            run = name
+            if self.population:
+                group = point_name({k: v for k, v in values.items()
+                                    if k not in self.population}) if len(keys) > len(
+                    self.population) else "population"
+                run = f"{group}/members/{point_name({k: values[k] for k in self.population})}"
+            points.append(Point(name, values, cfg, run))
+        if self.population:
+            from repr_jax.train.population import member_differences
+            for members in _groups(points).values():
+                member_differences([p.config for p in members])  # only seeds and hyper leaves
         return points
 
 
 @dataclasses.dataclass(frozen=True)
 class Point:
+    """One run of the sweep: its name, grid values, config and run directory under ``runs/``
+    (``<population>/members/<member>`` for a population member)."""
     name: str
     values: dict[str, Any]
     config: Config
+    run: str
+
+    @property
+    def job(self) -> str:
+        """The directory of the process that trains it: its own, or its population's."""
+        return self.run.split("/members/")[0]
+
+
+def _groups(points: Sequence[Point]) -> dict[str, list[Point]]:
+    """Points by the job (process) that trains them, in sweep order."""
+    out: dict[str, list[Point]] = {}
+    for p in points:
+        out.setdefault(p.job, []).append(p)
+    return out
 
 
 def _short(value: Any) -> str:
@@ -241,80 +277,87 @@ def _log_tail(path: Path, lines: int = 15) -> str:
 def run_sweep(sweep: Sweep, workdir: str | Path, *, jobs: int | None = None,
               overrides: Sequence[str] = (), retry_failed: bool = False, progress: bool = True
               ) -> list[dict[str, Any]]:
-    """Trains every point not finished yet (``jobs`` at a time), then writes and returns the
-    results table (:func:`collect`). Ctrl-C stops the running points (each resumes next time from
-    its latest checkpoint) and still writes the table of what finished."""
+    """Trains every point not finished yet (``jobs`` processes at a time: a point, or a population
+    of points), then writes and returns the results table (:func:`collect`). Ctrl-C stops the
+    running processes (each resumes next time from its latest checkpoint) and still writes the
+    table of what finished."""
     from tqdm.auto import tqdm
 
     from repr_jax.train.loop import check_resumable
     workdir = Path(workdir)
+    runs = workdir / "runs"
     points = sweep.points(overrides)
     for p in points:  # a changed base or grid must not silently mix two studies in one table
-        check_resumable(p.config, workdir / "runs" / p.name)
-    workdir.mkdir(parents=True, exist_ok=True)
-    (workdir / "runs").mkdir(exist_ok=True)
-    _write_json(workdir / "sweep.json", {"points": [dict(name=p.name, values=p.values)
+        check_resumable(p.config, runs / p.run)
+    runs.mkdir(parents=True, exist_ok=True)
+    _write_json(workdir / "sweep.json", {"points": [dict(name=p.name, values=p.values, run=p.run)
                                                     for p in points]})
-    todo = []
-    for p in points:
-        run_dir = workdir / "runs" / p.name
-        status = point_status(run_dir)["status"]
-        if status == FINISHED or (status == FAILED and not retry_failed):
-            continue
-        run_dir.mkdir(exist_ok=True)
-        config_lib.save_json(p.config, run_dir / "config.json")
-        todo.append(p)
+    groups = _groups(points)
+    statuses = {job: point_status(runs / job)["status"] for job in groups}
+    todo = [job for job, st in statuses.items()
+            if not (st == FINISHED or (st == FAILED and not retry_failed))]
+    for job in todo:
+        (runs / job).mkdir(parents=True, exist_ok=True)
+        members = groups[job]
+        if sweep.population:
+            _write_json(runs / job / "members.json", dict(
+                shared_batches=sweep.shared_batches,
+                members=[dict(name=p.run.split("/members/")[1],
+                              config=config_lib.to_dict(p.config)) for p in members]))
+        else:
+            config_lib.save_json(members[0].config, runs / job / "config.json")
     jobs = max(1, min(jobs or default_jobs(), len(todo) or 1))
-    before = [point_status(workdir / "runs" / p.name)["status"] for p in points if p not in todo]
+    before = [st for job, st in statuses.items() if job not in todo]
     n_finished, n_failed = before.count(FINISHED), before.count(FAILED)
-    print(f"sweep: {len(points)} points, {len(points) - len(todo)} done or failed before, "
-          f"{len(todo)} to run, {jobs} at a time -> {workdir}", flush=True)
+    what = "populations" if sweep.population else "points"
+    print(f"sweep: {len(points)} points in {len(groups)} {what}; {len(groups) - len(todo)} done "
+          f"or failed before, {len(todo)} to run, {jobs} at a time -> {workdir}", flush=True)
     if todo:
-        _prepare_data(todo)
+        _prepare_data([groups[job][0] for job in todo])
 
-    total = sum(p.config.train.steps for p in points)
-    done_steps = {p.name: (p.config.train.steps if p not in todo else
-                           _last_step(workdir / "runs" / p.name)) for p in points}
-    bar = tqdm(total=total, initial=sum(done_steps.values()), unit="step", desc="sweep",
-               disable=not progress, dynamic_ncols=True,
+    def steps_done(job: str) -> int:  # from the metrics its (first) run has logged
+        return _last_step(runs / groups[job][0].run)
+
+    steps = {job: groups[job][0].config.train.steps for job in groups}
+    done_steps = {job: steps[job] if job not in todo else steps_done(job) for job in groups}
+    bar = tqdm(total=sum(steps.values()), initial=sum(done_steps.values()), unit="step",
+               desc="sweep", disable=not progress, dynamic_ncols=True,
                mininterval=0.5 if sys.stderr.isatty() else 30)
     slots = _core_slots(jobs)
     free = list(range(jobs))
-    running: dict[str, tuple[subprocess.Popen, int, Point]] = {}
+    running: dict[str, tuple[subprocess.Popen, int]] = {}
     queue = list(todo)
     try:
         while queue or running:
             while queue and free:
-                p = queue.pop(0)
-                slot = free.pop(0)
-                running[p.name] = (_launch(workdir / "runs" / p.name, slots[slot]), slot, p)
+                job, slot = queue.pop(0), free.pop(0)
+                running[job] = (_launch(runs / job, slots[slot]), slot)
             time.sleep(0.5)
-            for name, (proc, slot, p) in list(running.items()):
-                run_dir = workdir / "runs" / name
+            for job, (proc, slot) in list(running.items()):
                 if proc.poll() is None:
-                    done_steps[name] = _last_step(run_dir)
+                    done_steps[job] = steps_done(job)
                     continue
-                del running[name]
+                del running[job]
                 free.append(slot)
-                status = point_status(run_dir)
+                status = point_status(runs / job)
                 if proc.returncode == 0 and status["status"] == FINISHED:
                     n_finished += 1
-                    done_steps[name] = p.config.train.steps
+                    done_steps[job] = steps[job]
                 else:
                     if status["status"] != FAILED:  # died without saying why (killed, OOM)
                         status = dict(status=FAILED, returncode=proc.returncode,
                                       error=f"the process exited with code {proc.returncode}: "
-                                            + _log_tail(run_dir / "log.txt", 3))
-                        _write_json(run_dir / "status.json", status)
+                                            + _log_tail(runs / job / "log.txt", 3))
+                        _write_json(runs / job / "status.json", status)
                     n_failed += 1
-                    bar.write(f"sweep: point {name} failed: {status['error'].splitlines()[0]} "
-                              f"(log: {run_dir / 'log.txt'})")
-            bar.set_postfix_str(f"{n_finished}/{len(points)} done, {n_failed} failed, running: "
+                    bar.write(f"sweep: {job} failed: {status['error'].splitlines()[0]} "
+                              f"(log: {runs / job / 'log.txt'})")
+            bar.set_postfix_str(f"{n_finished}/{len(groups)} done, {n_failed} failed, running: "
                                 f"{', '.join(running) or '-'}"[:200], refresh=False)
             bar.update(sum(done_steps.values()) - bar.n)
     except KeyboardInterrupt:
         bar.write("sweep: interrupted; stopping the running points (rerun to resume them)")
-        for proc, _, _ in running.values():
+        for proc, _ in running.values():
             try:  # a terminal's Ctrl-C reached them too; a lone SIGINT to the sweep did not
                 proc.wait(timeout=2)
             except subprocess.TimeoutExpired:
@@ -327,7 +370,8 @@ def run_sweep(sweep: Sweep, workdir: str | Path, *, jobs: int | None = None,
     finally:
         bar.close()
         rows = collect(workdir)
-    print(f"sweep: {n_finished} finished, {n_failed} failed; table: {workdir / 'results.csv'}")
+    print(f"sweep: {n_finished} {what} finished, {n_failed} failed; table: "
+          f"{workdir / 'results.csv'}")
     return rows
 
 
@@ -362,14 +406,30 @@ def _launch(run_dir: Path, cores: str | None) -> subprocess.Popen:
 
 
 def _run_point(run_dir: Path) -> int:
-    """A point's process: trains ``run_dir/config.json`` in ``run_dir`` and records the outcome."""
+    """A point's process: trains ``run_dir/config.json`` (or the population of
+    ``run_dir/members.json``) in ``run_dir`` and records the outcome in ``status.json`` (a
+    population's members each get theirs: finished, or failed where they diverged)."""
     import traceback
     _write_json(run_dir / "status.json", {"status": RUNNING, "pid": os.getpid()})
     started = time.time()
     try:
-        from repr_jax.train import train_and_evaluate
-        cfg = config_lib.load_json(run_dir / "config.json")
-        train_and_evaluate(cfg, run_dir, progress=False, verbose=False)
+        if (run_dir / "members.json").exists():
+            from repr_jax.train.population import train_population
+            spec = json.loads((run_dir / "members.json").read_text())
+            names = [m["name"] for m in spec["members"]]
+            result = train_population([config_lib.from_dict(m["config"]) for m in spec["members"]],
+                                      run_dir, shared_batches=spec["shared_batches"],
+                                      progress=False, names=names)
+            for name in names:
+                step = result["diverged"].get(name)
+                _write_json(run_dir / "members" / name / "status.json", dict(
+                    status=FINISHED) if step is None else dict(
+                    status=FAILED, error=f"TrainingDiverged: the loss became non-finite by step "
+                                         f"{step} (the population's other members went on)"))
+        else:
+            from repr_jax.train import train_and_evaluate
+            cfg = config_lib.load_json(run_dir / "config.json")
+            train_and_evaluate(cfg, run_dir, progress=False, verbose=False)
     except Exception as e:  # noqa: BLE001 - recorded for the table; the sweep goes on
         traceback.print_exc()
         _write_json(run_dir / "status.json", dict(status=FAILED, error=f"{type(e).__name__}: {e}",
@@ -387,8 +447,9 @@ def _cell(value: Any) -> Any:
     return list(value) if isinstance(value, tuple) else value
 
 
-def _point_rows(run_dir: Path, name: str, values: Mapping[str, Any]) -> list[dict[str, Any]]:
-    status = point_status(run_dir)
+def _point_rows(run_dir: Path, name: str, values: Mapping[str, Any], job_dir: Path
+                ) -> list[dict[str, Any]]:
+    status = point_status(run_dir if (run_dir / "status.json").exists() else job_dir)
     cfg_path = run_dir / "config.json"
     flat = config_lib.flatten(config_lib.load_json(cfg_path)) if cfg_path.exists() else {}
     info = _read_json(run_dir / "run.json", {})
@@ -437,7 +498,9 @@ def collect(workdir: str | Path) -> list[dict[str, Any]]:
         raise FileNotFoundError(f"{workdir} has no sweep.json: not a sweep directory")
     rows = []
     for p in sweep["points"]:
-        rows.extend(_point_rows(workdir / "runs" / p["name"], p["name"], p["values"]))
+        run = p.get("run", p["name"])
+        rows.extend(_point_rows(workdir / "runs" / run, p["name"], p["values"],
+                                workdir / "runs" / run.split("/members/")[0]))
     grid_keys = list(dict.fromkeys(k for p in sweep["points"] for k in p["values"]))
     metric_keys = sorted({k for r in rows for k in r if "/" in k and k not in RUN_COLUMNS
                           and "." not in k.split("/")[0]},

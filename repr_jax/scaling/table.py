@@ -46,6 +46,9 @@ def _equal(a: str, b: str) -> bool:
 
 
 def _column(rows, col) -> np.ndarray:
+    """A numeric column; ``1-COL`` is one minus ``COL`` (an error rate from an accuracy)."""
+    if col.startswith("1-") and not (rows and col in rows[0]):
+        return 1.0 - _column(rows, col[2:])
     if rows and col not in rows[0]:
         raise ValueError(f"no column {col!r} in the table; columns: {', '.join(rows[0])}")
     try:  # an empty cell (a failed run, a metric not measured) is missing: NaN, dropped below

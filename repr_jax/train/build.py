@@ -4,6 +4,7 @@ whole config sections and hands explicit arguments to the rooms below."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -69,8 +70,10 @@ _SIZE_FIELDS = {
 }
 
 
-def build_encoder(cfg: Config, dataset: data.Dataset):
-    """The configured encoder; token encoders take their vocabulary from the dataset."""
+def _build_encoder(cfg: Config, dataset: data.Dataset, *, population: bool = False):
+    """The configured encoder; token encoders take their vocabulary from the dataset.
+    ``population``: it will be vmapped over per-member weights (``encoder.conv=auto`` then
+    computes convolutions as patch matmuls)."""
     e = cfg.encoder
     is_text = e.name in encoders.TOKEN_FAMILIES
     if is_text != (dataset.vocab is not None):
@@ -99,13 +102,16 @@ def build_encoder(cfg: Config, dataset: data.Dataset):
             kwargs["widths"] = e.widths
         if e.name == "cnn":
             kwargs["kernel_size"] = e.kernel_size
+            kwargs["im2col"] = e.conv == "im2col" or (e.conv == "auto" and population)
     default_variant = None if e.name in ("mlp", "cnn") else "tiny"
     return encoders.build(e.name, e.variant or default_variant, **kwargs)
 
 
-def build_method(cfg: Config, dataset: data.Dataset) -> Method:
-    """The method ``cfg.method.name`` with its encoder(s), heads and views."""
+def build_method(cfg: Config, dataset: data.Dataset, *, population: bool = False) -> Method:
+    """The method ``cfg.method.name`` with its encoder(s), heads and views (``population``: see
+    :func:`_build_encoder`)."""
     m = cfg.method
+    build_encoder = functools.partial(_build_encoder, population=population)
     views_fn = data.make_views_fn(**dataclasses.asdict(cfg.data.views))
     heads = dict(proj_hidden=m.proj_hidden, proj_dim=m.proj_dim)
     nested = dict(matryoshka_dims=m.matryoshka_dims, matryoshka_layers=m.matryoshka_layers)

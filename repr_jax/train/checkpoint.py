@@ -21,7 +21,7 @@ class Checkpointer:
         return self._manager.latest_step()
 
     def save(self, state) -> None:
-        step = int(jax.device_get(state.step))
+        step = int(jax.device_get(state.step).flat[0])  # a population's steps are all equal
         if step not in self._manager.all_steps():
             self._manager.save(step, args=ocp.args.StandardSave(state))
 

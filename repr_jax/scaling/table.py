@@ -100,7 +100,13 @@ def fit_table(table: str | Path, *, law: str, x: Sequence[str], y: str, where: S
         result["holdout"] = {"above": holdout_above, "below": holdout_below,
                              "points": int((~train).sum()),
                              "mean_relative_error": float(rel.mean()),
-                             "max_relative_error": float(rel.max())}
+                             "max_relative_error": float(rel.max()),
+                             "rows": [dict({c: float(data[k][~train][i])
+                                            for c, k in zip(x, law_obj.inputs)},
+                                           observed=float(target[~train][i]),
+                                           predicted=float(pred[i]),
+                                           relative_error=float(rel[i]))
+                                      for i in range(int((~train).sum()))]}
     out = Path(out_dir) if out_dir else Path(table).parent
     out.mkdir(parents=True, exist_ok=True)
     stem = f"fit_{name or law_obj.name}"

@@ -255,7 +255,8 @@ def test_battery_through_training_and_repr_jax_eval(tmp_path, capsys):
                "--set", "eval.sets=('latent_retrieval',)", "--set", "eval.bootstrap=0"])
     assert rc == 0
     saved = json.loads((tmp_path / "run" / "eval" / "step_4.json").read_text())
-    assert {r["evaluator"] for r in saved} == {"layerwise", "matryoshka", "quantization"}
+    assert {r["evaluator"] for r in saved} == {"upstream", "layerwise", "matryoshka",
+                                               "quantization"}
     assert {"layerwise.png", "matryoshka.png", "quantization.png"} <= {
         p.name for p in (tmp_path / "run" / "plots").iterdir()}
     ref = json.loads((tmp_path / "run" / "eval" / "reference.json").read_text())
@@ -268,8 +269,8 @@ def test_battery_through_training_and_repr_jax_eval(tmp_path, capsys):
                  "--set", "eval.reference_rows=False"]) == 0
     assert "evaluator 'matryoshka' failed" in capsys.readouterr().err
     saved = json.loads((tmp_path / "run" / "eval" / "step_4.json").read_text())
-    assert [r["metric"] for r in saved] == ["error", "accuracy"]
-    assert "all outside the embedding width" in saved[0]["error"]
+    assert [r["metric"] for r in saved] == ["loss", "error", "accuracy"]  # upstream loss first
+    assert "all outside the embedding width" in saved[1]["error"]
 
 
 def test_minilm_reference_row_embeds_like_the_pretrained_encoder():

@@ -305,6 +305,8 @@ class TrainConfig:
     log_every: int = static(50, ">0", "write metrics.jsonl every N steps")
     num_devices: int = static(0, ">=0", "devices on the data axis (0 = all)")
     keep_checkpoints: int = static(2, ">0")
+    compute_dtype: str = static("float32", ("float32", "bfloat16"), "dtype of the forward and "
+                                "backward pass; parameters and optimizer state stay float32")
 
 
 @config

@@ -141,3 +141,28 @@ def test_supervised_method_trains_on_digits(tmp_path):
     out = train_and_evaluate(cfg, tmp_path / "run", progress=False, verbose=False)
     acc = {(r["representation"], r["evaluator"]): r["value"] for r in out["eval_rows"]}
     assert acc["supervised encoder", "linear_probe"] > 0.8
+
+
+def test_bfloat16_mixed_precision_keeps_float32_state(mnist1d_small):
+    """train.compute_dtype=bfloat16: the step's convolutions and matmuls run in bfloat16, while
+    parameters, optimizer state and batch statistics stay float32; its loss tracks float32's."""
+    from repr_jax.config import override
+    losses, texts = {}, {}
+    for dtype in ("float32", "bfloat16"):
+        cfg = override(tiny_config(), [f"train.compute_dtype={dtype}"])
+        method = build_method(cfg, mnist1d_small)
+        mesh = make_mesh(1)
+        state = init_state(cfg, method, sample_batch(mnist1d_small), mesh)
+        step = make_step_fn(cfg, method, mesh)
+        batch = global_batch({k: v[:32] for k, v in mnist1d_small.splits["train"].items()}, mesh)
+        texts[dtype] = step.lower(state, batch, hyperparams(cfg)).as_text()
+        out = []
+        for _ in range(3):
+            state, metrics = step(state, batch, hyperparams(cfg))
+            out.append(float(metrics["loss"]))
+        losses[dtype] = out
+        for tree in (state.params, state.opt_state, state.batch_stats):
+            assert {x.dtype for x in jax.tree.leaves(tree)
+                    if jnp.issubdtype(x.dtype, jnp.floating)} == {jnp.dtype("float32")}
+    assert "bf16" in texts["bfloat16"] and "bf16" not in texts["float32"]
+    np.testing.assert_allclose(losses["bfloat16"], losses["float32"], rtol=0.02)

@@ -109,7 +109,8 @@ def build_run(cfg: Config, dataset: Dataset | None = None):
 
 
 def make_step_fn(cfg: Config, method: Method, mesh):
-    step = functools.partial(train_step, method=method, total_steps=cfg.train.steps)
+    step = functools.partial(train_step, method=method, total_steps=cfg.train.steps,
+                             compute_dtype=cfg.train.compute_dtype)
     rep = sharding.replicated(mesh)
     return jax.jit(step, in_shardings=(rep, sharding.batch_sharding(mesh), rep),
                    out_shardings=(rep, rep), donate_argnums=0)

@@ -83,7 +83,8 @@ def make_population_step(cfg: Config, method, mesh, *, shared_batches: bool):
     """``step(stacked_state, batch, stacked_hp)``: train_step vmapped over members, jitted with the
     state replicated and the batch split along the data axis (per-member batches: ``[K, B, ...]``,
     split along B)."""
-    step = functools.partial(train_step, method=method, total_steps=cfg.train.steps)
+    step = functools.partial(train_step, method=method, total_steps=cfg.train.steps,
+                             compute_dtype=cfg.train.compute_dtype)
     vstep = jax.vmap(step, in_axes=(0, None if shared_batches else 0, 0))
     rep = sharding.replicated(mesh)
     batch_sharding = (sharding.batch_sharding(mesh) if shared_batches else

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import optax
 
 from repr_jax.methods import Method
@@ -12,18 +13,42 @@ from repr_jax.train.build import make_optimizer, warmup_cosine
 from repr_jax.train.state import TrainState
 
 
-def train_step(state: TrainState, batch: dict, hp: Any, *, method: Method, total_steps: int
-               ) -> tuple[TrainState, dict]:
+def _cast(tree: Any, dtype) -> Any:
+    """Floating leaves of ``tree`` as ``dtype`` (integer token ids and keys untouched)."""
+    return jax.tree.map(lambda x: x.astype(dtype) if jnp.issubdtype(x.dtype, jnp.floating) else x,
+                        tree)
+
+
+def _like(new: Any, old: Any) -> Any:
+    """``new`` with ``old``'s dtypes (state written in the compute dtype, kept in float32)."""
+    return jax.tree.map(lambda n, o: n.astype(o.dtype), new, old)
+
+
+def train_step(state: TrainState, batch: dict, hp: Any, *, method: Method, total_steps: int,
+               compute_dtype: str = "float32") -> tuple[TrainState, dict]:
     """One update. ``hp`` is ``{"optim": OptimConfig, "method": MethodConfig}`` (numeric leaves).
 
     All randomness is ``fold_in(state.rng, state.step)``, so the step is a pure function of
     (state, batch, hp): a resumed run replays the uninterrupted one exactly.
+
+    ``compute_dtype="bfloat16"``: mixed precision — the forward and backward pass run on bfloat16
+    copies of the parameters and inputs (the objectives compute their logits in float32), while
+    the gradients, parameters, optimizer state and batch statistics stay float32.
     """
     key = jax.random.fold_in(state.rng, state.step)
+    dtype = jnp.dtype(compute_dtype)
+    mixed = dtype != jnp.float32
+    model_state = {"batch_stats": state.batch_stats} if state.batch_stats else {}
 
     def loss_fn(params):
-        return method.loss(params, {"batch_stats": state.batch_stats} if state.batch_stats else {},
-                           state.extra, batch, key, hp["method"])
+        if not mixed:
+            return method.loss(params, model_state, state.extra, batch, key, hp["method"])
+        loss, (new_state, extra, metrics) = method.loss(
+            _cast(params, dtype), _cast(model_state, dtype), _cast(state.extra, dtype),
+            _cast(batch, dtype), key, hp["method"])
+        return loss.astype(jnp.float32), (_like(new_state, model_state),
+                                          _like(extra, state.extra),
+                                          _cast(metrics, jnp.float32))
 
     (loss, (model_state, extra, metrics)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
         state.params)

@@ -38,7 +38,7 @@ def step_time(cfg, *, members: int, steps: int) -> float:
     if members == 0:  # a single run
         method = build_method(cfg, dataset)
         state = init_state(cfg, method, sample_batch(dataset), mesh)
-        fn, hp = make_step_fn(cfg, method, mesh), hyperparams(cfg)
+        fn, hp = make_step_fn(cfg, method, mesh, state), hyperparams(cfg)
     else:
         method = build_method(cfg, dataset, population=True)
         keys = jax.numpy.stack([jax.random.PRNGKey(i) for i in range(members)])

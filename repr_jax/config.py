@@ -303,7 +303,9 @@ class TrainConfig:
     eval_every: int = static(0, ">=0", "evaluate every N steps (0 = only at the end)")
     ckpt_every: int = static(500, ">=0", "checkpoint every N steps (0 = only at the end)")
     log_every: int = static(50, ">0", "write metrics.jsonl every N steps")
-    num_devices: int = static(0, ">=0", "devices on the data axis (0 = all)")
+    num_devices: int = static(0, ">=0", "devices used (0 = all)")
+    fsdp: int = static(1, ">0", "devices along the fsdp axis: the state's large arrays are split "
+                                "over them and gathered per layer (1 = pure data parallel)")
     keep_checkpoints: int = static(2, ">0")
     compute_dtype: str = static("float32", ("float32", "bfloat16"), "dtype of the forward and "
                                 "backward pass; parameters and optimizer state stay float32")

@@ -85,7 +85,7 @@ def test_ema_teacher_and_queue(tmp_path):
                               state.params)
     assert all(jax.tree.leaves(chex_equal))  # the teacher starts as a copy
     from repr_jax.train import global_batch, hyperparams, make_step_fn
-    step_fn = make_step_fn(cfg, method, mesh)
+    step_fn = make_step_fn(cfg, method, mesh, state)
     stream = data.BatchStream(dataset.splits["train"], batch_size=64, seed=0)
     before = jax.device_get(state)
     state, _ = step_fn(state, global_batch(stream.batch(0), mesh), hyperparams(cfg))

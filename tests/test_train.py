@@ -25,11 +25,11 @@ def test_schedule_equals_optax():
     np.testing.assert_allclose(ours, jax.vmap(ref)(steps), rtol=1e-5, atol=1e-9)
 
 
-def _setup(cfg, num_devices, dataset):
-    mesh = make_mesh(num_devices)
+def _setup(cfg, num_devices, dataset, fsdp=1):
+    mesh = make_mesh(num_devices, fsdp)
     method = build_method(cfg, dataset)
     state = init_state(cfg, method, sample_batch(dataset), mesh)
-    return mesh, state, make_step_fn(cfg, method, mesh)
+    return mesh, state, make_step_fn(cfg, method, mesh, state)
 
 
 def test_one_step_is_finite_and_lowers_loss_on_repeat(mnist1d_small):
@@ -153,7 +153,7 @@ def test_bfloat16_mixed_precision_keeps_float32_state(mnist1d_small):
         method = build_method(cfg, mnist1d_small)
         mesh = make_mesh(1)
         state = init_state(cfg, method, sample_batch(mnist1d_small), mesh)
-        step = make_step_fn(cfg, method, mesh)
+        step = make_step_fn(cfg, method, mesh, state)
         batch = global_batch({k: v[:32] for k, v in mnist1d_small.splits["train"].items()}, mesh)
         texts[dtype] = step.lower(state, batch, hyperparams(cfg)).as_text()
         out = []
@@ -166,3 +166,25 @@ def test_bfloat16_mixed_precision_keeps_float32_state(mnist1d_small):
                     if jnp.issubdtype(x.dtype, jnp.floating)} == {jnp.dtype("float32")}
     assert "bf16" in texts["bfloat16"] and "bf16" not in texts["float32"]
     np.testing.assert_allclose(losses["bfloat16"], losses["float32"], rtol=0.02)
+
+
+@pytest.mark.parametrize("fsdp", [8, 4])
+def test_fsdp_step_equals_one_device(mnist1d_small, fsdp):
+    """8 devices as data x fsdp (1 x 8, 2 x 4): the large arrays of the state are split over fsdp
+    (and stay split after the step), and three steps equal the single-device ones to 1e-5."""
+    from repr_jax.config import override
+    from repr_jax.train.sharding import FSDP
+    cfg = override(tiny_config(), ["encoder.widths=(32,64)", "method.proj_hidden=64",
+                                   f"train.fsdp={fsdp}", "train.num_devices=0"])
+    stream = data.BatchStream(mnist1d_small.splits["train"], batch_size=32, seed=0)
+    results = {}
+    for n, f in ((1, 1), (8, fsdp)):
+        mesh, state, step_fn = _setup(cfg, n, mnist1d_small, f)
+        for step in range(3):
+            state, metrics = step_fn(state, global_batch(stream.batch(step), mesh),
+                                     hyperparams(cfg))
+        split = [x for x in jax.tree.leaves((state.params, state.opt_state))
+                 if FSDP in jax.tree.leaves(tuple(x.sharding.spec))]
+        assert bool(split) == (f > 1)
+        results[n] = jax.device_get((state.params, state.batch_stats, metrics))
+    chex.assert_trees_all_close(results[1], results[8], atol=1e-5, rtol=1e-5)

@@ -89,15 +89,16 @@ def state_init_fn(cfg: Config, method: Method) -> Callable[[jax.Array, dict], Tr
 
 
 def init_state(cfg: Config, method: Method, sample: dict[str, np.ndarray], mesh) -> TrainState:
-    """The initial state, created directly with its (replicated) sharding."""
-    return jax.jit(state_init_fn(cfg, method), out_shardings=sharding.replicated(mesh))(
-        jax.random.PRNGKey(cfg.seed), sample)
+    """The initial state, created directly with its sharding (replicated, or split over fsdp)."""
+    init_fn, key = state_init_fn(cfg, method), jax.random.PRNGKey(cfg.seed)
+    shardings = sharding.state_sharding(jax.eval_shape(init_fn, key, sample), mesh)
+    return jax.jit(init_fn, out_shardings=shardings)(key, sample)
 
 
 def build_run(cfg: Config, dataset: Dataset | None = None):
     """Mesh, dataset, method and a fresh sharded state for ``cfg``: what training and re-evaluation
     both start from."""
-    mesh = sharding.make_mesh(cfg.train.num_devices)
+    mesh = sharding.make_mesh(cfg.train.num_devices, cfg.train.fsdp)
     if dataset is None and jax.process_count() > 1:
         # Process 0 prepares a generated dataset first: hosts sharing a file system would race.
         from jax.experimental import multihost_utils
@@ -108,12 +109,13 @@ def build_run(cfg: Config, dataset: Dataset | None = None):
     return mesh, dataset, method, init_state(cfg, method, sample_batch(dataset), mesh)
 
 
-def make_step_fn(cfg: Config, method: Method, mesh):
+def make_step_fn(cfg: Config, method: Method, mesh, state: TrainState):
+    """The jitted train step for states shaped (and sharded) like ``state``; the state is donated."""
     step = functools.partial(train_step, method=method, total_steps=cfg.train.steps,
                              compute_dtype=cfg.train.compute_dtype)
-    rep = sharding.replicated(mesh)
-    return jax.jit(step, in_shardings=(rep, sharding.batch_sharding(mesh), rep),
-                   out_shardings=(rep, rep), donate_argnums=0)
+    rep, state_sharding = sharding.replicated(mesh), sharding.state_sharding(state, mesh)
+    return jax.jit(step, in_shardings=(state_sharding, sharding.batch_sharding(mesh), rep),
+                   out_shardings=(state_sharding, rep), donate_argnums=0)
 
 
 def compile_step(cfg: Config, method: Method, mesh, state: TrainState, batch: Any):
@@ -121,7 +123,7 @@ def compile_step(cfg: Config, method: Method, mesh, state: TrainState, batch: An
     non_embedding_params, flops_per_step, device_flops_per_step}``: XLA's FLOPs of one step on the
     global batch (independent of the device count: a scaling table's compute) and of one device's
     compiled share (what it executes, replicated work included)."""
-    lowered = make_step_fn(cfg, method, mesh).lower(state, batch, hyperparams(cfg))
+    lowered = make_step_fn(cfg, method, mesh, state).lower(state, batch, hyperparams(cfg))
     compiled = lowered.compile()
     return compiled, dict(costs.param_counts(state.params), flops_per_step=costs.flops(lowered),
                           device_flops_per_step=costs.flops(compiled))
@@ -339,7 +341,7 @@ def train_and_evaluate(cfg: Config, workdir: str | Path, *, progress: bool = Tru
     workdir = Path(workdir)
     t = cfg.train
     # ---------------------------------------------------------------- setup: checks before compiling
-    cfg.check_devices(sharding.make_mesh(t.num_devices).size)
+    cfg.check_devices(sharding.make_mesh(t.num_devices, t.fsdp).size)
     if t.batch_size % jax.process_count():
         raise ConfigError(f"train.batch_size={t.batch_size} is not divisible by the "
                           f"{jax.process_count()} processes")

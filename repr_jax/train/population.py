@@ -89,7 +89,7 @@ def make_population_step(cfg: Config, method, mesh, *, shared_batches: bool):
     rep = sharding.replicated(mesh)
     batch_sharding = (sharding.batch_sharding(mesh) if shared_batches else
                       jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(
-                          None, sharding.DATA)))
+                          None, (sharding.DATA, sharding.FSDP))))
     return jax.jit(vstep, in_shardings=(rep, batch_sharding, rep), out_shardings=(rep, rep),
                    donate_argnums=0)
 
@@ -120,6 +120,9 @@ def train_population(configs: Sequence[Config], workdir: str | Path, *,
         raise ConfigError(f"population member names must be {len(configs)} distinct names")
     cfg, workdir = configs[0], Path(workdir)
     t = cfg.train
+    if t.fsdp != 1:
+        raise ConfigError("populations keep every member's state whole on each device: "
+                          "train.fsdp must be 1")
     mesh = sharding.make_mesh(t.num_devices)
     cfg.check_devices(mesh.size)
     saved = workdir / "population.json"
@@ -150,7 +153,8 @@ def train_population(configs: Sequence[Config], workdir: str | Path, *,
         if shared_batches:
             return sharding.global_batch(local[0], mesh)
         stacked = {k: np.stack([b[k] for b in local]) for k in local[0]}
-        spec = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(None, sharding.DATA))
+        spec = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(
+            None, (sharding.DATA, sharding.FSDP)))
         return {k: jax.make_array_from_process_local_data(spec, v) for k, v in stacked.items()}
 
     ckpt = Checkpointer(workdir / "checkpoints", keep=t.keep_checkpoints)

@@ -307,6 +307,8 @@ class TrainConfig:
     fsdp: int = static(1, ">0", "devices along the fsdp axis: the state's large arrays are split "
                                 "over them and gathered per layer (1 = pure data parallel)")
     keep_checkpoints: int = static(2, ">0")
+    grad_accum: int = static(1, ">0", "micro-batches per step, gradients averaged (in-batch "
+                                      "negatives then come from one micro-batch)")
     compute_dtype: str = static("float32", ("float32", "bfloat16"), "dtype of the forward and "
                                 "backward pass; parameters and optimizer state stay float32")
 
@@ -374,6 +376,11 @@ class Config:
             raise ConfigError(
                 f"train.batch_size={self.train.batch_size} is not divisible by the {num_devices} "
                 f"devices on the data axis; use a multiple of {num_devices}")
+        if self.train.batch_size % (self.train.grad_accum * num_devices):
+            raise ConfigError(
+                f"train.batch_size={self.train.batch_size} does not split into "
+                f"train.grad_accum={self.train.grad_accum} micro-batches over {num_devices} "
+                f"devices; use a multiple of {self.train.grad_accum * num_devices}")
 
 
 # --------------------------------------------------------------------------------------------------

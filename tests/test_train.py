@@ -188,3 +188,24 @@ def test_fsdp_step_equals_one_device(mnist1d_small, fsdp):
         assert bool(split) == (f > 1)
         results[n] = jax.device_get((state.params, state.batch_stats, metrics))
     chex.assert_trees_all_close(results[1], results[8], atol=1e-5, rtol=1e-5)
+
+
+def test_gradient_accumulation_equals_the_full_batch(mnist1d_small):
+    """A per-example objective (supervised cross-entropy, LayerNorm, no augmentation): 4
+    micro-batches per step give the full-batch update; a batch that does not split is refused."""
+    from repr_jax.config import override
+    cfg = override(tiny_config(), ["method.name=supervised", "encoder.norm=layer",
+                                   "data.views.shift=0", "data.views.scale=0.0",
+                                   "data.views.noise=0.0", "data.views.mask=0.0"])
+    stream = data.BatchStream(mnist1d_small.splits["train"], batch_size=32, seed=0)
+    results = {}
+    for accum in (1, 4):
+        c = override(cfg, [f"train.grad_accum={accum}"])
+        mesh, state, step_fn = _setup(c, 1, mnist1d_small)
+        for step in range(3):
+            state, metrics = step_fn(state, global_batch(stream.batch(step), mesh),
+                                     hyperparams(c))
+        results[accum] = jax.device_get((state.params, metrics["loss"]))
+    chex.assert_trees_all_close(results[1], results[4], atol=1e-5, rtol=1e-5)
+    with pytest.raises(ConfigError, match="does not split into train.grad_accum=3"):
+        override(cfg, ["train.grad_accum=3"]).check_devices(1)

@@ -112,7 +112,8 @@ def build_run(cfg: Config, dataset: Dataset | None = None):
 def make_step_fn(cfg: Config, method: Method, mesh, state: TrainState):
     """The jitted train step for states shaped (and sharded) like ``state``; the state is donated."""
     step = functools.partial(train_step, method=method, total_steps=cfg.train.steps,
-                             compute_dtype=cfg.train.compute_dtype)
+                             compute_dtype=cfg.train.compute_dtype,
+                             grad_accum=cfg.train.grad_accum)
     rep, state_sharding = sharding.replicated(mesh), sharding.state_sharding(state, mesh)
     return jax.jit(step, in_shardings=(state_sharding, sharding.batch_sharding(mesh), rep),
                    out_shardings=(state_sharding, rep), donate_argnums=0)

@@ -84,7 +84,8 @@ def make_population_step(cfg: Config, method, mesh, *, shared_batches: bool):
     state replicated and the batch split along the data axis (per-member batches: ``[K, B, ...]``,
     split along B)."""
     step = functools.partial(train_step, method=method, total_steps=cfg.train.steps,
-                             compute_dtype=cfg.train.compute_dtype)
+                             compute_dtype=cfg.train.compute_dtype,
+                             grad_accum=cfg.train.grad_accum)
     vstep = jax.vmap(step, in_axes=(0, None if shared_batches else 0, 0))
     rep = sharding.replicated(mesh)
     batch_sharding = (sharding.batch_sharding(mesh) if shared_batches else

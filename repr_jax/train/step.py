@@ -25,7 +25,8 @@ def _like(new: Any, old: Any) -> Any:
 
 
 def train_step(state: TrainState, batch: dict, hp: Any, *, method: Method, total_steps: int,
-               compute_dtype: str = "float32") -> tuple[TrainState, dict]:
+               compute_dtype: str = "float32", grad_accum: int = 1
+               ) -> tuple[TrainState, dict]:
     """One update. ``hp`` is ``{"optim": OptimConfig, "method": MethodConfig}`` (numeric leaves).
 
     All randomness is ``fold_in(state.rng, state.step)``, so the step is a pure function of
@@ -34,24 +35,47 @@ def train_step(state: TrainState, batch: dict, hp: Any, *, method: Method, total
     ``compute_dtype="bfloat16"``: mixed precision — the forward and backward pass run on bfloat16
     copies of the parameters and inputs (the objectives compute their logits in float32), while
     the gradients, parameters, optimizer state and batch statistics stay float32.
+
+    ``grad_accum=A``: the batch is split into A interleaved micro-batches (row ``j`` goes to
+    micro-batch ``j % A``, so each draws evenly from every device's rows) whose gradients are
+    averaged (a ``lax.scan``: activation memory of one micro-batch). For objectives that are a mean
+    over examples this is the full-batch gradient; in-batch-negative objectives see only their
+    micro-batch's negatives.
     """
     key = jax.random.fold_in(state.rng, state.step)
     dtype = jnp.dtype(compute_dtype)
     mixed = dtype != jnp.float32
     model_state = {"batch_stats": state.batch_stats} if state.batch_stats else {}
 
-    def loss_fn(params):
+    def loss_fn(params, model_state, extra, batch, key):
         if not mixed:
-            return method.loss(params, model_state, state.extra, batch, key, hp["method"])
-        loss, (new_state, extra, metrics) = method.loss(
-            _cast(params, dtype), _cast(model_state, dtype), _cast(state.extra, dtype),
+            return method.loss(params, model_state, extra, batch, key, hp["method"])
+        loss, (new_state, new_extra, metrics) = method.loss(
+            _cast(params, dtype), _cast(model_state, dtype), _cast(extra, dtype),
             _cast(batch, dtype), key, hp["method"])
-        return loss.astype(jnp.float32), (_like(new_state, model_state),
-                                          _like(extra, state.extra),
+        return loss.astype(jnp.float32), (_like(new_state, model_state), _like(new_extra, extra),
                                           _cast(metrics, jnp.float32))
 
-    (loss, (model_state, extra, metrics)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
-        state.params)
+    grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+    if grad_accum == 1:
+        (loss, (model_state, extra, metrics)), grads = grad_fn(
+            state.params, model_state, state.extra, batch, key)
+    else:
+        micro = jax.tree.map(lambda x: x.reshape(x.shape[0] // grad_accum, grad_accum,
+                                                 *x.shape[1:]).swapaxes(0, 1), batch)
+
+        def accumulate(carry, inputs):
+            model_state, extra, total = carry
+            mb, i = inputs
+            (loss, (model_state, extra, metrics)), grads = grad_fn(
+                state.params, model_state, extra, mb, jax.random.fold_in(key, i))
+            return (model_state, extra, jax.tree.map(jnp.add, total, grads)), (loss, metrics)
+
+        zeros = jax.tree.map(jnp.zeros_like, state.params)
+        (model_state, extra, grads), (losses, metrics) = jax.lax.scan(
+            accumulate, (model_state, state.extra, zeros), (micro, jnp.arange(grad_accum)))
+        grads = jax.tree.map(lambda g: g / grad_accum, grads)
+        loss, metrics = losses.mean(), jax.tree.map(lambda m: m.mean(axis=0), metrics)
     tx = make_optimizer(hp["optim"], total_steps=total_steps)
     updates, opt_state = tx.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)

@@ -67,8 +67,7 @@ def main(argv=None) -> None:
 
     import jax
 
-    from repr_jax.config import override
-    from repr_jax.config import load
+    from repr_jax.config import load, override
     k = args.members
     cnn = override(load("simclr_mnist1d"), ["train.num_devices=1"])
     mlp = override(cnn, ["encoder.name=mlp", "encoder.widths=(32,32)", "encoder.norm=layer",

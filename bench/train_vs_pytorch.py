@@ -109,7 +109,6 @@ def pytorch(steps: int) -> float:
 
 def matmul_peak() -> float:
     import jax
-    import jax.numpy as jnp
     a = jax.random.normal(jax.random.PRNGKey(0), (2048, 2048))
     f = jax.jit(lambda a: a @ a)
     jax.block_until_ready(f(a))

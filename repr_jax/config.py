@@ -25,8 +25,10 @@ import ast
 import dataclasses
 import difflib
 import functools
+import hashlib
 import importlib.util
 import json
+import re
 import sys
 import types
 import typing
@@ -39,7 +41,7 @@ __all__ = [
     "ConfigError", "hyper", "static", "Config", "DataConfig", "ViewsConfig", "EncoderConfig",
     "MethodConfig", "OptimConfig", "TrainConfig", "EvalConfig", "load", "override", "to_dict",
     "from_dict", "save_json", "load_json", "flatten", "diff", "experiments_dir", "list_experiments",
-    "load_module",
+    "load_from", "point_name",
 ]
 
 
@@ -518,9 +520,12 @@ def list_experiments() -> list[str]:
     return sorted(p.stem for p in d.glob("*.py") if not p.name.startswith("_")) if d.is_dir() else []
 
 
-def load_module(name_or_path: str) -> tuple[types.ModuleType, str | None]:
-    """Imports an experiment file: a path to a ``.py`` file or the name of a file in
-    ``experiments/``, optionally followed by ``:arg``; returns the module and ``arg`` (or None)."""
+def load_from(name_or_path: str, function: str, returns: type) -> Any:
+    """Calls ``function(arg)`` of an experiment file and checks it returns a ``returns``.
+
+    ``name_or_path`` is a path to a ``.py`` file or the name of a file in ``experiments/``, optionally
+    followed by ``:arg`` which is passed on (``simclr_mnist1d:quick``).
+    """
     name, _, arg = name_or_path.partition(":")
     path = Path(name)
     if not (path.suffix == ".py" and path.is_file()):
@@ -535,22 +540,35 @@ def load_module(name_or_path: str) -> tuple[types.ModuleType, str | None]:
         spec.loader.exec_module(module)
     finally:
         sys.path.remove(str(path.parent))
-    return module, arg or None
+    if not hasattr(module, function):
+        raise ConfigError(f"{path} defines no {function}()")
+    value = getattr(module, function)(arg or None)
+    if not isinstance(value, returns):
+        raise ConfigError(f"{path}: {function}() must return {returns.__module__}."
+                          f"{returns.__name__}, got {type(value).__name__}")
+    return value
 
 
 def load(name_or_path: str) -> Config:
-    """Reads ``get_config(arg)`` from an experiment file.
+    """Reads ``get_config(arg)`` from an experiment file (``name[:arg]`` or a path)."""
+    return load_from(name_or_path, "get_config", Config)
 
-    ``name_or_path`` is a path to a ``.py`` file or the name of a file in ``experiments/``, optionally
-    followed by ``:arg`` which is passed to ``get_config(arg=None)`` (``simclr_mnist1d:quick``).
-    """
-    module, arg = load_module(name_or_path)
-    path = Path(module.__file__)
-    if not hasattr(module, "get_config"):
-        raise ConfigError(f"{path} defines no get_config()")
-    cfg = module.get_config(arg)
-    if not isinstance(cfg, Config):
-        raise ConfigError(f"{path}: get_config() must return repr_jax.config.Config, "
-                          f"got {type(cfg).__name__}")
-    return cfg
 
+def _short(value: Any) -> str:
+    if isinstance(value, (tuple, list)):
+        return "x".join(_short(v) for v in value) or "none"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+def point_name(values: dict[str, Any]) -> str:
+    """A readable, stable directory name from config values (``widths=8x16,lr=0.001``): the same
+    values always give the same name (sweep points, population members)."""
+    leaves = [k.rsplit(".", 1)[-1] for k in values]
+    parts = [f"{leaf if leaves.count(leaf) == 1 else key}={_short(v)}"
+             for leaf, (key, v) in zip(leaves, values.items())]
+    name = re.sub(r"[^A-Za-z0-9._=,+-]", "_", ",".join(parts)) or "base"
+    if len(name) > 100:
+        name = name[:88] + "-" + hashlib.sha1(name.encode()).hexdigest()[:11]
+    return name

@@ -29,12 +29,10 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-import hashlib
 import itertools
 import json
 import math
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -43,7 +41,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from repr_jax import config as config_lib
-from repr_jax.config import Config, ConfigError
+from repr_jax.config import Config, ConfigError, point_name
 
 FINISHED, FAILED, RUNNING, PENDING = "finished", "failed", "running", "pending"
 # Leading columns of results.csv; then the metrics, then the grid's keys, then every config key.
@@ -150,36 +148,9 @@ def _groups(points: Sequence[Point]) -> dict[str, list[Point]]:
     return out
 
 
-def _short(value: Any) -> str:
-    if isinstance(value, (tuple, list)):
-        return "x".join(_short(v) for v in value) or "none"
-    if isinstance(value, float):
-        return f"{value:g}"
-    return str(value)
-
-
-def point_name(values: Mapping[str, Any]) -> str:
-    """A readable, stable directory name from a point's grid values (``widths=8x16,lr=0.001``):
-    the same values always name the same directory, so a grown grid keeps its finished points."""
-    leaves = [k.rsplit(".", 1)[-1] for k in values]
-    parts = [f"{leaf if leaves.count(leaf) == 1 else key}={_short(v)}"
-             for leaf, (key, v) in zip(leaves, values.items())]
-    name = re.sub(r"[^A-Za-z0-9._=,+-]", "_", ",".join(parts)) or "base"
-    if len(name) > 100:
-        name = name[:88] + "-" + hashlib.sha1(name.encode()).hexdigest()[:11]
-    return name
-
-
 def load_sweep(name_or_path: str) -> Sweep:
     """``get_sweep(arg)`` of a sweep file (``name[:arg]``, as for experiments)."""
-    module, arg = config_lib.load_module(name_or_path)
-    if not hasattr(module, "get_sweep"):
-        raise ConfigError(f"{module.__file__} defines no get_sweep(): not a sweep file")
-    sweep = module.get_sweep(arg)
-    if not isinstance(sweep, Sweep):
-        raise ConfigError(f"{module.__file__}: get_sweep() must return repr_jax.scaling.Sweep, "
-                          f"got {type(sweep).__name__}")
-    return sweep
+    return config_lib.load_from(name_or_path, "get_sweep", Sweep)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -451,12 +422,12 @@ def _cell(value: Any) -> Any:
 
 def _point_rows(run_dir: Path, name: str, values: Mapping[str, Any], job_dir: Path
                 ) -> list[dict[str, Any]]:
+    from repr_jax.train.log import read_jsonl
     status = point_status(run_dir if (run_dir / "status.json").exists() else job_dir)
     cfg_path = run_dir / "config.json"
     flat = config_lib.flatten(config_lib.load_json(cfg_path)) if cfg_path.exists() else {}
     info = _read_json(run_dir / "run.json", {})
-    train_loss = {r["step"]: r.get("loss") for r in
-                  map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())
+    train_loss = {r["step"]: r.get("loss") for r in read_jsonl(run_dir / "metrics.jsonl")
                   } if (run_dir / "metrics.jsonl").exists() else {}
     steps = sorted(int(p.stem.split("_")[1]) for p in (run_dir / "eval").glob("step_*.json"))
     steps = steps or [None]

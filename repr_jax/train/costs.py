@@ -27,7 +27,4 @@ def flops(stage: Any) -> float:
     across devices: the same number on one device or many) or of its ``.compile()`` (one device's
     share, after optimisation, including work every device repeats); NaN when the backend reports
     none."""
-    analysis = stage.cost_analysis()
-    if isinstance(analysis, (list, tuple)):  # older JAX: one dict per program
-        analysis = analysis[0] if analysis else {}
-    return float((analysis or {}).get("flops", float("nan")))
+    return float((stage.cost_analysis() or {}).get("flops", float("nan")))

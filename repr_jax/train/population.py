@@ -96,8 +96,7 @@ def make_population_step(cfg: Config, method, mesh, *, shared_batches: bool):
 
 
 def member_names(configs: Sequence[Config], varying: Sequence[str]) -> list[str]:
-    from repr_jax.scaling.sweep import point_name
-    names = [point_name({k: config_lib.flatten(c)[k] for k in varying if not k.startswith("eval.")})
+    names = [config_lib.point_name({k: config_lib.flatten(c)[k] for k in varying if not k.startswith("eval.")})
              for c in configs]
     if len(set(names)) != len(names):
         raise ConfigError(f"population members must differ; got {len(names) - len(set(names))} "
@@ -129,12 +128,13 @@ def train_population(configs: Sequence[Config], workdir: str | Path, *,
     saved = workdir / "population.json"
     record = {"members": [dict(name=n, config=config_lib.to_dict(c))
                           for n, c in zip(names, configs)], "shared_batches": shared_batches}
-    if saved.exists() and json.loads(saved.read_text()) != record:
+    if saved.exists():
+        before = json.loads(saved.read_text())
+        if (before["shared_batches"] != shared_batches
+                or [m["name"] for m in before["members"]] != names):
+            raise ConfigError(f"{workdir} holds a different population; use a new workdir")
         for n, c in zip(names, configs):
             check_resumable(c, workdir / "members" / n)
-        if json.loads(saved.read_text()).get("shared_batches") != shared_batches or [
-                m["name"] for m in json.loads(saved.read_text())["members"]] != names:
-            raise ConfigError(f"{workdir} holds a different population; use a new workdir")
     workdir.mkdir(parents=True, exist_ok=True)
     saved.write_text(json.dumps(record, indent=1))
 

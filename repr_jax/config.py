@@ -231,9 +231,15 @@ class EncoderConfig:
     pooling: str = static("mean", ("mean", "max", "cls", "last_token", "attention", "multi_layer",
                                    "landmark"), "token pooling (text encoders)")
     landmark_chunk: int = static(16, ">0", "landmark pooling: tokens per chunk")
+    remat: bool = static(False, doc="rematerialise each block (its activations are recomputed in "
+                                    "the backward pass: memory for ~1/3 more compute); "
+                                    "vit, text_transformer, resnet, mixer")
 
     def _validate(self):
-        from repr_jax.encoders import FAMILIES  # the size tables live with the encoders
+        from repr_jax.encoders import FAMILIES, REMAT_FAMILIES  # these tables live with encoders
+        if self.remat and self.name not in REMAT_FAMILIES:
+            raise ConfigError(f"encoder.remat=True: encoder {self.name!r} has no blocks to "
+                              f"rematerialise; use it with {', '.join(REMAT_FAMILIES)}")
         if not self.widths or any(w <= 0 for w in self.widths):
             raise ConfigError(f"encoder.widths must be a non-empty tuple of positive ints, "
                               f"got {self.widths!r}")
@@ -313,6 +319,17 @@ class TrainConfig:
                                       "negatives then come from one micro-batch)")
     compute_dtype: str = static("float32", ("float32", "bfloat16"), "dtype of the forward and "
                                 "backward pass; parameters and optimizer state stay float32")
+    grad_cache_chunk: int = static(0, ">=0", "gradient cache for in-batch-negative methods "
+                                   "(simclr, supcon, clip, siglip, biencoder; no BatchNorm): embed "
+                                   "this many examples at a time, backpropagate chunk by chunk — "
+                                   "the full batch's negatives and gradients in one chunk's "
+                                   "activation memory (0 = off)")
+
+    def _validate(self):
+        micro = self.batch_size // self.grad_accum
+        if self.grad_cache_chunk and micro % self.grad_cache_chunk:
+            raise ConfigError(f"train.grad_cache_chunk={self.grad_cache_chunk} does not divide "
+                              f"the {micro} examples of each (micro-)batch")
 
 
 @config

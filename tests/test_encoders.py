@@ -215,3 +215,33 @@ def test_config_names_every_family():
     import dataclasses
     field = {f.name: f for f in dataclasses.fields(C.EncoderConfig)}["name"]
     assert set(field.metadata["check"]) == set(encoders.FAMILIES)
+
+
+@pytest.mark.parametrize("family", encoders.REMAT_FAMILIES)
+def test_remat_recomputes_blocks_with_the_same_parameters_and_gradients(family):
+    """remat=True changes memory, not maths: same variable tree, same loss and gradients, and the
+    differentiated program holds one rematerialised region per block."""
+    x = (jax.random.randint(jax.random.PRNGKey(0), (2, 12), 1, 50) if family == "text_transformer"
+         else jax.random.normal(jax.random.PRNGKey(0), (2, 8, 8, 1)))
+    extra = {"vocab_size": 50, "max_len": 16} if family == "text_transformer" else {}
+    if family in ("vit", "mixer"):
+        extra["patch_size"] = 4
+    if family == "resnet":
+        extra.update(stage_sizes=(1, 1), num_filters=4, small_images=True)
+    plain = encoders.build(family, None if family == "resnet" else "tiny", **extra)
+    remat = plain.clone(remat=True)
+    variables = plain.init(jax.random.PRNGKey(1), x)
+    chex.assert_trees_all_equal_shapes(variables, remat.init(jax.random.PRNGKey(1), x))
+
+    def loss(model):
+        def f(params):
+            (emb, _), _ = model.apply({**variables, "params": params}, x, train=True,
+                                      mutable=["batch_stats"])
+            return jnp.sum(emb ** 2)
+        return f
+
+    expected = jax.value_and_grad(loss(plain))(variables["params"])
+    chex.assert_trees_all_close(jax.value_and_grad(loss(remat))(variables["params"]), expected,
+                                rtol=1e-5, atol=1e-6)
+    jaxpr = str(jax.make_jaxpr(jax.grad(loss(remat)))(variables["params"]))
+    assert jaxpr.count("remat") + jaxpr.count("checkpoint") >= 2

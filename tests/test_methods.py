@@ -3,6 +3,7 @@ far above chance; method state (EMA teacher, queue) behaves; Matryoshka wrappers
 
 import json
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -142,3 +143,39 @@ def test_runtime_errors_are_clear(tmp_path):
                                                    "method.matryoshka_dims=(8, 16)",
                                                    "method.matryoshka_layers=True"])
         train_and_evaluate(cfg, tmp_path / "c", progress=False, verbose=False)
+
+
+@pytest.mark.parametrize("name", ["simclr", "supcon", "clip", "siglip", "biencoder"])
+def test_grad_cache_equals_the_full_batch_loss_and_gradients(name):
+    """train.grad_cache_chunk=8 (4 chunks of a batch of 32) gives the loss and gradients of the
+    full batch (its in-batch negatives included) to 1e-5, learned temperatures included."""
+    cfg = C.override(method_config(name), ["train.batch_size=32"])
+    dataset = data.load(cfg.data.name, num_examples=2000)
+    batch = jax.tree.map(jnp.asarray, data.BatchStream(dataset.splits["train"], batch_size=32,
+                                                       seed=0).batch(0))
+    hp = cfg.method
+    results = []
+    for chunk in (0, 8):
+        method = build_method(C.override(cfg, [f"train.grad_cache_chunk={chunk}"]), dataset)
+        params = method.init(jax.random.PRNGKey(0), batch)["params"]
+        results.append(jax.jit(jax.value_and_grad(
+            lambda p, method=method: method.loss(p, {}, {}, batch, jax.random.PRNGKey(1), hp)[0]
+        ))(params))
+    np.testing.assert_allclose(results[1][0], results[0][0], rtol=1e-5)
+    chex.assert_trees_all_close(results[1][1], results[0][1], atol=1e-5, rtol=1e-5)
+
+
+def test_grad_cache_refuses_what_it_cannot_cache(mnist1d_small):
+    with pytest.raises(ValueError, match="no in-batch-negative objective"):
+        build_method(C.override(method_config("vicreg"), ["train.grad_cache_chunk=8"]),
+                     data.load("latent_classes", num_examples=2000))
+    with pytest.raises(ConfigError, match="does not divide"):
+        C.override(method_config("simclr"), ["train.grad_cache_chunk=24"])
+    cfg = C.override(method_config("simclr"), ["train.grad_cache_chunk=8", "data.name=mnist1d",
+                                               "encoder.name=cnn", "encoder.norm=batch"])
+    method = build_method(cfg, mnist1d_small)
+    batch = sample_batch(mnist1d_small)
+    variables = method.init(jax.random.PRNGKey(0), batch)
+    with pytest.raises(ValueError, match="without batch statistics"):
+        method.loss(variables["params"], {"batch_stats": variables["batch_stats"]}, {}, batch,
+                    jax.random.PRNGKey(1), cfg.method)

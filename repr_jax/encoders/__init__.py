@@ -24,6 +24,7 @@ FAMILIES = {"mlp": (mlp.MLP, mlp.VARIANTS), "cnn": (cnn.CNN, cnn.VARIANTS),
             "lstm": (lstm.LSTMEncoder, lstm.VARIANTS)}
 TOKEN_FAMILIES = ("text_transformer", "lstm")  # read integer token ids
 IMAGE_FAMILIES = ("resnet", "vit", "mixer")  # read images [B, H, W, C]
+REMAT_FAMILIES = ("vit", "text_transformer", "resnet", "mixer")  # take remat=True (per block)
 
 
 def _choose(kind: str, name: str, valid) -> None:
@@ -45,4 +46,4 @@ def build(name: str, variant: str | None = None, **overrides) -> nn.Module:
     return cls(**kwargs)
 
 
-__all__ = ["FAMILIES", "IMAGE_FAMILIES", "MLPHead", "TOKEN_FAMILIES", "build"]
+__all__ = ["FAMILIES", "IMAGE_FAMILIES", "MLPHead", "REMAT_FAMILIES", "TOKEN_FAMILIES", "build"]

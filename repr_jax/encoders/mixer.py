@@ -30,6 +30,7 @@ class Mixer(nn.Module):
     channels_mlp_dim: int = 3072
     patch_size: int = 16
     embed_dim: int = 0
+    remat: bool = False  # recompute each MLP's activations in the backward pass
 
     @nn.compact
     def __call__(self, x: jax.Array, *, train: bool = False):
@@ -43,11 +44,12 @@ class Mixer(nn.Module):
         x = nn.Conv(self.width, (p, p), (p, p), padding="VALID", name="stem")(x)
         x = x.reshape(x.shape[0], -1, self.width)
         layers = []
+        mlp = nn.remat(_Mlp) if self.remat else _Mlp
         for i in range(self.depth):
             y = nn.LayerNorm(name=f"block{i}_ln1")(x).swapaxes(1, 2)
-            x = x + _Mlp(self.tokens_mlp_dim, name=f"block{i}_token_mixing")(y).swapaxes(1, 2)
+            x = x + mlp(self.tokens_mlp_dim, name=f"block{i}_token_mixing")(y).swapaxes(1, 2)
             y = nn.LayerNorm(name=f"block{i}_ln2")(x)
-            x = x + _Mlp(self.channels_mlp_dim, name=f"block{i}_channel_mixing")(y)
+            x = x + mlp(self.channels_mlp_dim, name=f"block{i}_channel_mixing")(y)
             layers.append(x)
         tokens = nn.LayerNorm(name="pre_head_ln")(x)
         pooled = tokens.mean(axis=1)

@@ -24,7 +24,7 @@ class _Block(nn.Module):
     bottleneck: bool
 
     @nn.compact
-    def __call__(self, x, *, train: bool):
+    def __call__(self, x, train: bool):  # train positional: static under nn.remat
         def bn(name, zero=False):
             return nn.BatchNorm(use_running_average=not train, momentum=0.9, epsilon=1e-5,
                                 scale_init=nn.initializers.zeros if zero else
@@ -59,6 +59,7 @@ class ResNet(nn.Module):
     bottleneck: bool = False
     small_images: bool = False
     embed_dim: int = 0
+    remat: bool = False  # recompute each block's activations in the backward pass
 
     @nn.compact
     def __call__(self, x: jax.Array, *, train: bool = False):
@@ -74,10 +75,11 @@ class ResNet(nn.Module):
         if not self.small_images:
             x = nn.max_pool(x, (3, 3), (2, 2), padding=((1, 1), (1, 1)))
         layers = []
+        block = nn.remat(_Block, static_argnums=(2,)) if self.remat else _Block
         for i, n_blocks in enumerate(self.stage_sizes):
             for j in range(n_blocks):
-                x = _Block(self.num_filters * 2 ** i, 2 if (i > 0 and j == 0) else 1,
-                           self.bottleneck, name=f"stage{i}_block{j}")(x, train=train)
+                x = block(self.num_filters * 2 ** i, 2 if (i > 0 and j == 0) else 1,
+                          self.bottleneck, name=f"stage{i}_block{j}")(x, train)
             layers.append(x)
         tokens = x.reshape(x.shape[0], -1, x.shape[-1])
         pooled = tokens.mean(axis=1)

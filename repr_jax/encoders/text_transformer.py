@@ -65,6 +65,7 @@ class TextTransformer(nn.Module):
     eps: float = 1e-12
     landmark_chunk: int = 16
     landmark_id: int = 102  # BERT's [SEP]
+    remat: bool = False  # recompute each layer's activations in the backward pass
 
     def setup(self):
         if self.width % self.num_heads:
@@ -94,8 +95,9 @@ class TextTransformer(nn.Module):
         x = nn.LayerNorm(self.eps, name="embeddings_ln")(x)
         bias = jnp.where(mask, 0.0, jnp.finfo(x.dtype).min)[:, None, None, :]
         layers = []
+        layer = nn.remat(BertLayer) if self.remat else BertLayer
         for i in range(self.depth):
-            x = BertLayer(self.width, self.num_heads, self.mlp_dim, self.eps, name=f"layer_{i}")(
+            x = layer(self.width, self.num_heads, self.mlp_dim, self.eps, name=f"layer_{i}")(
                 x, bias)
             layers.append(x)
         if self.pooling == "landmark":

@@ -54,6 +54,7 @@ class ViT(nn.Module):
     posemb: str = "learn"  # or "sincos2d"
     pool_type: str = "cls"  # or "gap" (mean of patch tokens)
     embed_dim: int = 0
+    remat: bool = False  # recompute each block's activations in the backward pass
 
     @nn.compact
     def __call__(self, x: jax.Array, *, train: bool = False):
@@ -80,8 +81,9 @@ class ViT(nn.Module):
             cls = self.param("cls", nn.initializers.zeros, (1, 1, self.width))
             x = jnp.concatenate([jnp.tile(cls, (b, 1, 1)), x], axis=1)
         layers = []
+        block = nn.remat(EncoderBlock) if self.remat else EncoderBlock
         for i in range(self.depth):
-            x = EncoderBlock(self.num_heads, self.mlp_dim, name=f"block{i}")(x)
+            x = block(self.num_heads, self.mlp_dim, name=f"block{i}")(x)
             layers.append(x)
         x = nn.LayerNorm(1e-6, name="encoder_norm")(x)
         if self.pool_type == "cls":

@@ -24,5 +24,6 @@ METHODS = {"simclr": simclr, "supcon": supcon, "vicreg": vicreg, "barlow_twins":
            "biencoder": biencoder, "mae": mae, "mlm": mlm, "supervised": supervised}
 MATRYOSHKA_METHODS = ("simclr", "supcon", "vicreg", "barlow_twins", "clip", "siglip", "biencoder")
 DUAL_ENCODER_METHODS = ("clip", "siglip", "biencoder")
+GRAD_CACHE_METHODS = ("simclr", "supcon", "clip", "siglip", "biencoder")  # train.grad_cache_chunk
 
-__all__ = ["DUAL_ENCODER_METHODS", "MATRYOSHKA_METHODS", "METHODS", "Method", *METHODS]
+__all__ = ["DUAL_ENCODER_METHODS", "GRAD_CACHE_METHODS", "MATRYOSHKA_METHODS", "METHODS", "Method", *METHODS]

@@ -140,3 +140,25 @@ def head(out_dim: int, hidden: int, norm: str) -> MLPHead:
 def normalized_std(emb: jax.Array) -> jax.Array:
     """Mean over dimensions of the std of L2-normalised embeddings (1/sqrt(D) healthy, 0 collapsed)."""
     return jnp.std(l2_normalize(emb), axis=0).mean()
+
+
+def grad_cache_loss(name: str, embed_fns, loss_fn, chunk_size: int, unsupported: bool):
+    """``f(params, model_state, inputs, aux)``: ``loss_fn`` over the embeddings of ``inputs``,
+    differentiated with a gradient cache of ``chunk_size`` examples (see :func:`grad_cached`);
+    refuses models with batch statistics (a chunk's statistics differ from the batch's)."""
+    if unsupported:
+        raise ValueError(f"train.grad_cache_chunk: method {name!r} with these options has no "
+                         f"single in-batch objective over embeddings to cache (Matryoshka and "
+                         f"predictor losses are not supported)")
+    from repr_jax.train.grad_cache import grad_cached  # train imports methods: import late
+    cached = grad_cached(embed_fns, loss_fn, chunk_size=chunk_size)
+
+    def f(params, model_state, inputs, aux):
+        if model_state:
+            raise ValueError(f"train.grad_cache_chunk needs a model without batch statistics "
+                             f"(chunks would normalise differently from the batch), but "
+                             f"{name!r} has {sorted(model_state)}: use encoder.norm=layer or "
+                             f"a family without BatchNorm")
+        return cached(params, inputs, aux)
+
+    return f

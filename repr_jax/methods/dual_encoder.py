@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 
 from repr_jax import objectives as O
-from repr_jax.methods.base import Method, Tower, apply_train, head, normalized_std
+from repr_jax.methods.base import Method, Tower, apply_train, grad_cache_loss, head, normalized_std
 from repr_jax.methods.siamese import matryoshka_objective
 
 BIENCODER_OBJECTIVES = ("info_nce", "graded_bce", "kl_distill")
@@ -57,17 +57,35 @@ class TwoTowers(nn.Module):
 
 def dual_encoder(name: str, encoder_a, encoder_b, views_fn: Callable, objective, *, proj_dim: int,
                  init_logit_scale: float = 0.0, init_logit_bias: float | None = None,
-                 matryoshka_dims: Sequence[int] = (), matryoshka_layers: bool = False) -> Method:
+                 matryoshka_dims: Sequence[int] = (), matryoshka_layers: bool = False,
+                 grad_cache_chunk: int = 0) -> Method:
     """``objective(a, b, log_scale, bias, batch, hp)`` on the two towers' projections (or, with
-    ``matryoshka_dims``, on nested prefixes of their embeddings)."""
+    ``matryoshka_dims``, on nested prefixes of their embeddings). ``grad_cache_chunk``: its
+    gradient by a gradient cache over chunks of that many pairs."""
     model = TwoTowers(Tower(encoder_a, head(proj_dim, 0, "none")),
                       Tower(encoder_b, head(proj_dim, 0, "none")),
                       init_logit_scale, init_logit_bias,
                       aligned="embedding" if matryoshka_dims else "projection")
+    cached = None
+    if grad_cache_chunk:
+        def tower(which):
+            return lambda params, x: model.apply(
+                {"params": params}, x, method=lambda m, x: getattr(m, which)(x, train=True)[2])
+
+        def cached_objective(params, aux, za, zb):
+            return jnp.mean(objective(za, zb, params["logit_scale"], params.get("logit_bias"),
+                                      *aux))
+
+        cached = grad_cache_loss(name, (tower("tower_a"), tower("tower_b")), cached_objective,
+                                 grad_cache_chunk, bool(matryoshka_dims))
 
     def loss(params, model_state, extra, batch, key, hp):
         ka, kb = jax.random.split(key)
         views = dict(batch, x=views_fn(ka, batch["x"]), x_pos=views_fn(kb, batch["x_pos"]))
+        if cached is not None:
+            value = cached(params, model_state, (views["x"], views["x_pos"]), (batch, hp))
+            return hp.loss_weight * value, (model_state, extra,
+                                            {"logit_scale": jnp.exp(params["logit_scale"])})
         ((emb_a, fa, za, _), (emb_b, fb, zb, _), log_scale, bias), model_state = apply_train(
             model, params, model_state, views)
         if matryoshka_dims:
@@ -83,7 +101,7 @@ def dual_encoder(name: str, encoder_a, encoder_b, views_fn: Callable, objective,
     return Method(name, model, loss)
 
 
-def clip(encoder_a, encoder_b, views_fn, *, proj_dim: int, **matryoshka) -> Method:
+def clip(encoder_a, encoder_b, views_fn, *, proj_dim: int, **options) -> Method:
     """CLIP (Radford et al. 2021): symmetric InfoNCE with a learned temperature (init 1/0.07,
     multiplier capped at 100 as in open_clip)."""
     def objective(a, b, log_scale, bias, batch, hp):
@@ -92,17 +110,17 @@ def clip(encoder_a, encoder_b, views_fn, *, proj_dim: int, **matryoshka) -> Meth
         return O.clip_loss(O.l2_normalize(a), O.l2_normalize(b), scale)
 
     return dual_encoder("clip", encoder_a, encoder_b, views_fn, objective, proj_dim=proj_dim,
-                        init_logit_scale=math.log(1 / 0.07), **matryoshka)
+                        init_logit_scale=math.log(1 / 0.07), **options)
 
 
-def siglip(encoder_a, encoder_b, views_fn, *, proj_dim: int, **matryoshka) -> Method:
+def siglip(encoder_a, encoder_b, views_fn, *, proj_dim: int, **options) -> Method:
     """SigLIP (Zhai et al. 2023): pairwise sigmoid loss, learned scale (init 10) and bias (init -10)."""
     def objective(a, b, log_scale, bias, batch, hp):
         del batch, hp
         return O.siglip_loss(O.l2_normalize(a), O.l2_normalize(b), jnp.exp(log_scale), bias)
 
     return dual_encoder("siglip", encoder_a, encoder_b, views_fn, objective, proj_dim=proj_dim,
-                        init_logit_scale=math.log(10.0), init_logit_bias=-10.0, **matryoshka)
+                        init_logit_scale=math.log(10.0), init_logit_bias=-10.0, **options)
 
 
 def graded_relevance(labels: jax.Array) -> jax.Array:
@@ -114,7 +132,7 @@ def graded_relevance(labels: jax.Array) -> jax.Array:
 
 
 def biencoder(encoder_a, encoder_b, views_fn, *, proj_dim: int, objective: str,
-              **matryoshka) -> Method:
+              **options) -> Method:
     """A query/document bi-encoder trained with ``info_nce`` (in-batch negatives), ``graded_bce``
     (graded in-batch relevance, BiXSE) or ``kl_distill`` (match a teacher's in-batch score
     distribution; the teacher's embeddings come with the data as ``teacher`` / ``teacher_pos``)."""
@@ -137,4 +155,4 @@ def biencoder(encoder_a, encoder_b, views_fn, *, proj_dim: int, objective: str,
         return O.kl_distill(student, teacher)
 
     return dual_encoder("biencoder", encoder_a, encoder_b, views_fn, fn, proj_dim=proj_dim,
-                        **matryoshka)
+                        **options)

@@ -14,8 +14,8 @@ import jax
 import jax.numpy as jnp
 
 from repr_jax import objectives as O
-from repr_jax.methods.base import (Method, SingleInput, Tower, apply_train, head, normalized_std,
-                                   pooled, two_views)
+from repr_jax.methods.base import (Method, SingleInput, Tower, apply_train, grad_cache_loss, head,
+                                   normalized_std, pooled, two_views)
 
 PairObjective = Callable[[jax.Array, jax.Array, dict, object], jax.Array]  # (a, b, batch, hp)
 
@@ -48,20 +48,32 @@ def matryoshka_objective(objective: PairObjective, dims: Sequence[int], layers: 
 
 def siamese(name: str, encoder, views_fn: Callable, objective: PairObjective | None, *,
             projector=None, predictor=None, matryoshka_dims: Sequence[int] = (),
-            matryoshka_layers: bool = False,
-            predictor_loss: Callable | None = None) -> Method:
+            matryoshka_layers: bool = False, predictor_loss: Callable | None = None,
+            grad_cache_chunk: int = 0) -> Method:
     """Two augmented views → one tower → ``objective(z1, z2, batch, hp)`` on the projections.
 
     ``predictor_loss(z1, z2, p1, p2, hp)`` replaces the objective for predictor methods (SimSiam).
+    ``grad_cache_chunk``: compute the objective's gradient with a gradient cache, embedding that
+    many examples at a time (:func:`repr_jax.train.grad_cache.grad_cached`).
     """
     model = SingleInput(Tower(encoder, projector, predictor))
     if matryoshka_dims and objective is None:
         raise ValueError(f"method {name!r} has no pair objective to wrap in Matryoshka")
     nested = matryoshka_objective(objective, tuple(matryoshka_dims), matryoshka_layers) \
         if matryoshka_dims else None
+    cached = None
+    if grad_cache_chunk:
+        def embed(params, x):
+            return model.apply({"params": params}, x, train=True)[2]
+
+        cached = grad_cache_loss(name, (embed, embed), lambda params, aux, z1, z2: _mean(
+            objective(z1, z2, *aux)), grad_cache_chunk, objective is None or bool(matryoshka_dims))
 
     def loss(params, model_state, extra, batch, key, hp):
         v1, v2 = two_views(views_fn, key, batch)
+        if cached is not None:
+            return hp.loss_weight * cached(params, model_state, (v1, v2), (batch, hp)), (
+                model_state, extra, {})
         b = v1.shape[0]
         (emb, feats, z, p), model_state = apply_train(model, params, model_state,
                                                       jnp.concatenate([v1, v2], axis=0))
@@ -78,19 +90,19 @@ def siamese(name: str, encoder, views_fn: Callable, objective: PairObjective | N
     return Method(name, model, loss)
 
 
-def simclr(encoder, views_fn, *, proj_hidden: int, proj_dim: int, **matryoshka) -> Method:
+def simclr(encoder, views_fn, *, proj_hidden: int, proj_dim: int, **options) -> Method:
     """SimCLR (Chen et al. 2020): NT-Xent between the projections of two views."""
     return siamese("simclr", encoder, views_fn,
                    lambda a, b, batch, hp: O.nt_xent(a, b, hp.temperature),
-                   projector=head(proj_dim, proj_hidden, "none"), **matryoshka)
+                   projector=head(proj_dim, proj_hidden, "none"), **options)
 
 
-def supcon(encoder, views_fn, *, proj_hidden: int, proj_dim: int, **matryoshka) -> Method:
+def supcon(encoder, views_fn, *, proj_hidden: int, proj_dim: int, **options) -> Method:
     """Supervised contrastive learning (Khosla et al. 2020): positives are all same-label views."""
     return siamese("supcon", encoder, views_fn,
                    lambda a, b, batch, hp: O.supcon(jnp.stack([a, b], axis=1), batch["label"],
                                                     hp.temperature),
-                   projector=head(proj_dim, proj_hidden, "none"), **matryoshka)
+                   projector=head(proj_dim, proj_hidden, "none"), **options)
 
 
 def vicreg(encoder, views_fn, *, proj_hidden: int, proj_dim: int, **matryoshka) -> Method:

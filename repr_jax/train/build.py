@@ -13,7 +13,7 @@ import optax
 
 from repr_jax import data, encoders
 from repr_jax.config import Config, ConfigError, OptimConfig
-from repr_jax.methods import DUAL_ENCODER_METHODS, METHODS, Method
+from repr_jax.methods import DUAL_ENCODER_METHODS, GRAD_CACHE_METHODS, METHODS, Method
 
 
 def load_dataset(cfg: Config) -> data.Dataset:
@@ -86,6 +86,8 @@ def _build_encoder(cfg: Config, dataset: data.Dataset, *, population: bool = Fal
         raise ValueError(f"encoder {e.name!r} reads images [H, W, C], but {dataset.name!r} has "
                          f"inputs of shape {dataset.input_shape} (try data.name=digits)")
     kwargs = {"embed_dim": e.embed_dim}
+    if e.remat:
+        kwargs["remat"] = True
     kwargs.update({module_field: getattr(e, field)
                    for field, module_field in _SIZE_FIELDS.get(e.name, {}).items()
                    if getattr(e, field)})
@@ -114,10 +116,15 @@ def build_method(cfg: Config, dataset: data.Dataset, *, population: bool = False
     build_encoder = functools.partial(_build_encoder, population=population)
     views_fn = data.make_views_fn(**dataclasses.asdict(cfg.data.views))
     heads = dict(proj_hidden=m.proj_hidden, proj_dim=m.proj_dim)
-    nested = dict(matryoshka_dims=m.matryoshka_dims, matryoshka_layers=m.matryoshka_layers)
+    options = dict(matryoshka_dims=m.matryoshka_dims, matryoshka_layers=m.matryoshka_layers)
+    if cfg.train.grad_cache_chunk:
+        if m.name not in GRAD_CACHE_METHODS:
+            raise ValueError(f"train.grad_cache_chunk: method {m.name!r} has no in-batch-negative "
+                             f"objective to cache; use one of {', '.join(GRAD_CACHE_METHODS)}")
+        options["grad_cache_chunk"] = cfg.train.grad_cache_chunk
     build = METHODS[m.name]
     if m.name in ("simclr", "supcon", "vicreg", "barlow_twins"):
-        return build(build_encoder(cfg, dataset), views_fn, **heads, **nested)
+        return build(build_encoder(cfg, dataset), views_fn, **heads, **options)
     if m.name in ("simsiam", "byol"):
         return build(build_encoder(cfg, dataset), views_fn, **heads, pred_hidden=m.pred_hidden)
     if m.name == "moco":
@@ -129,7 +136,7 @@ def build_method(cfg: Config, dataset: data.Dataset, *, population: bool = False
                              f"has {sorted(dataset.splits['train'])}")
         extra = {"objective": m.objective} if m.name == "biencoder" else {}
         return build(build_encoder(cfg, dataset), build_encoder(cfg, dataset), views_fn,
-                     proj_dim=m.proj_dim, **extra, **nested)
+                     proj_dim=m.proj_dim, **extra, **options)
     if m.name == "mae":
         return build(build_encoder(cfg, dataset), views_fn, input_shape=dataset.input_shape,
                      patch_size=m.patch_size, mask_ratio=m.mask_ratio)

@@ -1,13 +1,20 @@
 """Training throughput: repr_jax's SimCLR step vs. the same step in PyTorch (CPU, eager).
 
-    python bench/train_vs_pytorch.py                 # the default experiment's step, batch 256
-    python bench/train_vs_pytorch.py --steps 50
+    python bench/train_vs_pytorch.py                 # both models
+    python bench/train_vs_pytorch.py --model cnn --steps 50
 
-Both sides train the default experiment's model on MNIST-1D: two augmented views per signal (shift
+``cnn``: both sides train the default experiment's model on MNIST-1D: two augmented views per signal (shift
 up to 6 with zero fill, amplitude x U(0.7, 1.3), Gaussian noise 0.1, one zeroed 20% segment), the 1-D
 CNN 32-64-128 (kernel 5, BatchNorm without conv bias, ReLU, 2x max pool between blocks, mean pool),
 the projector 128 -> 256 -> ReLU -> 64, NT-Xent at temperature 0.2 over the 512 views, AdamW (lr 2e-3,
-weight decay 1e-4), batch 256. Each side is timed over ``--steps`` steps after a warm-up (ours after
+weight decay 1e-4), batch 256.
+
+``vit``: ViT-Ti (width 192, 12 pre-LN blocks, 3 heads, MLP 768, tanh GELU, learned positions, CLS
+token, final LayerNorm) with patch size 2 on scikit-learn's 8x8 digits (16 patches + CLS), the
+projector 192 -> 256 -> ReLU -> 64, views = Gaussian noise 0.05, NT-Xent at temperature 0.2 over
+256 views, AdamW; batch 128. PyTorch's attention is ``nn.MultiheadAttention`` (its fused path).
+
+Each side is timed over ``--steps`` steps after a warm-up (ours after
 compilation), in one process, one after the other. Also prints the achieved FLOP/s of our step
 (XLA's FLOP count of the step / its time) against this machine's float32 matmul peak, measured here
 with a 2048 x 2048 matmul.
@@ -22,21 +29,32 @@ import time
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 
-def ours(steps: int) -> tuple[float, float]:
-    """(seconds per step, FLOPs per step) of repr_jax's compiled step."""
+CNN_BATCH, VIT_BATCH = 256, 128
+
+
+def vit_config():
+    from repr_jax.config import load, override
+    return override(load("simclr_digits"), [
+        "encoder.name=vit", "encoder.variant=Ti", "encoder.patch_size=2", "method.proj_hidden=256",
+        "method.proj_dim=64", "data.views.crop_pad=0", "data.views.scale=0.0",
+        "data.views.noise=0.05", f"train.batch_size={VIT_BATCH}"])
+
+
+def ours(cfg, steps: int, batch_size: int) -> tuple[float, float]:
+    """(seconds per step, FLOPs per step) of repr_jax's compiled step for ``cfg``."""
     import jax
 
-    from repr_jax.config import load, override
+    from repr_jax.config import override
     from repr_jax.data import BatchStream
     from repr_jax.train import build_method, load_dataset, sharding
     from repr_jax.train.loop import compile_step, init_state, sample_batch
     from repr_jax.train.step import hyperparams
-    cfg = override(load("simclr_mnist1d"), ["train.num_devices=1"])
+    cfg = override(cfg, ["train.num_devices=1"])
     dataset = load_dataset(cfg)
     mesh = sharding.make_mesh(1)
     method = build_method(cfg, dataset)
     state = init_state(cfg, method, sample_batch(dataset), mesh)
-    stream = BatchStream(dataset.splits["train"], batch_size=256, seed=0)
+    stream = BatchStream(dataset.splits["train"], batch_size=batch_size, seed=0)
     batches = [sharding.global_batch(stream.batch(i), mesh) for i in range(steps + 3)]
     step, costs = compile_step(cfg, method, mesh, state, batches[0])
     hp = hyperparams(cfg)
@@ -50,11 +68,85 @@ def ours(steps: int) -> tuple[float, float]:
     return (time.perf_counter() - t) / steps, costs["flops_per_step"]
 
 
-def pytorch(steps: int) -> float:
-    """Seconds per step of the same SimCLR step in eager PyTorch."""
+def _nt_xent(z, temperature=0.2):
+    import torch
+    import torch.nn.functional as F
+    z = F.normalize(z, dim=1)
+    n = z.shape[0] // 2
+    logits = (z @ z.T / temperature).masked_fill(torch.eye(2 * n, dtype=torch.bool),
+                                                 float("-inf"))
+    return F.cross_entropy(logits, torch.cat([torch.arange(n, 2 * n), torch.arange(0, n)]))
+
+
+def _time_torch(step, xs) -> float:
+    for x in xs[:3]:
+        step(x)
+    t = time.perf_counter()
+    for x in xs[3:]:
+        loss = step(x)
+    float(loss.detach())
+    return (time.perf_counter() - t) / (len(xs) - 3)
+
+
+def pytorch_vit(steps: int) -> float:
+    """Seconds per step of the ViT-Ti SimCLR step in eager PyTorch."""
     import numpy as np
     import torch
     import torch.nn.functional as F
+    from torch import nn
+
+    from repr_jax.data import BatchStream
+    from repr_jax.train import load_dataset
+    torch.manual_seed(0)
+    stream = BatchStream(load_dataset(vit_config()).splits["train"], batch_size=VIT_BATCH, seed=0)
+    d, heads, mlp, depth = 192, 3, 768, 12
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln1, self.ln2 = nn.LayerNorm(d, eps=1e-6), nn.LayerNorm(d, eps=1e-6)
+            self.attn = nn.MultiheadAttention(d, heads, batch_first=True)
+            self.fc1, self.fc2 = nn.Linear(d, mlp), nn.Linear(mlp, d)
+
+        def forward(self, x):
+            y = self.ln1(x)
+            x = x + self.attn(y, y, y, need_weights=False)[0]
+            return x + self.fc2(F.gelu(self.fc1(self.ln2(x)), approximate="tanh"))
+
+    class ViT(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = nn.Conv2d(1, d, 2, stride=2)
+            self.pos = nn.Parameter(0.02 * torch.randn(1, 16, d))
+            self.cls = nn.Parameter(torch.zeros(1, 1, d))
+            self.blocks = nn.Sequential(*[Block() for _ in range(depth)])
+            self.norm = nn.LayerNorm(d, eps=1e-6)
+
+        def forward(self, x):  # [B, 1, 8, 8]
+            x = self.embed(x).flatten(2).transpose(1, 2) + self.pos
+            x = torch.cat([self.cls.expand(x.shape[0], -1, -1), x], dim=1)
+            return self.norm(self.blocks(x))[:, 0]
+
+    model = nn.Sequential(ViT(), nn.Linear(d, 256), nn.ReLU(), nn.Linear(256, 64))
+    opt = torch.optim.AdamW(model.parameters(), lr=2e-3, weight_decay=1e-4)
+
+    def step(x):
+        views = torch.cat([x + 0.05 * torch.randn_like(x), x + 0.05 * torch.randn_like(x)])
+        loss = _nt_xent(model(views))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        return loss
+
+    xs = [torch.from_numpy(np.asarray(stream.batch(i)["x"])).permute(0, 3, 1, 2).contiguous()
+          for i in range(steps + 3)]
+    return _time_torch(step, xs)
+
+
+def pytorch_cnn(steps: int) -> float:
+    """Seconds per step of the default experiment's SimCLR step in eager PyTorch."""
+    import numpy as np
+    import torch
     from torch import nn
 
     from repr_jax.config import load
@@ -62,7 +154,7 @@ def pytorch(steps: int) -> float:
     from repr_jax.train import load_dataset
     torch.manual_seed(0)
     dataset = load_dataset(load("simclr_mnist1d"))
-    stream = BatchStream(dataset.splits["train"], batch_size=256, seed=0)
+    stream = BatchStream(dataset.splits["train"], batch_size=CNN_BATCH, seed=0)
 
     def block(c_in, c_out):
         return [nn.Conv1d(c_in, c_out, 5, padding=2, bias=False), nn.BatchNorm1d(c_out), nn.ReLU()]
@@ -86,25 +178,14 @@ def pytorch(steps: int) -> float:
 
     def step(x):
         h = encoder(torch.cat([view(x), view(x)])[:, None, :]).mean(-1)  # [2B, 128]
-        z = F.normalize(projector(h), dim=1)
-        logits = z @ z.T / 0.2
-        n = x.shape[0]
-        logits = logits.masked_fill(torch.eye(2 * n, dtype=torch.bool), float("-inf"))
-        target = torch.cat([torch.arange(n, 2 * n), torch.arange(0, n)])
-        loss = F.cross_entropy(logits, target)
+        loss = _nt_xent(projector(h))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
         return loss
 
     xs = [torch.from_numpy(np.asarray(stream.batch(i)["x"])) for i in range(steps + 3)]
-    for x in xs[:3]:
-        step(x)
-    t = time.perf_counter()
-    for x in xs[3:]:
-        loss = step(x)
-    float(loss.detach())
-    return (time.perf_counter() - t) / steps
+    return _time_torch(step, xs)
 
 
 def matmul_peak() -> float:
@@ -121,22 +202,31 @@ def matmul_peak() -> float:
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--model", choices=("cnn", "vit", "both"), default="both")
+    p.add_argument("--steps", type=int, default=0, help="timed steps (default 30 cnn, 8 vit)")
     args = p.parse_args(argv)
     import jax
     import torch
+
+    from repr_jax.config import load
     torch.set_num_threads(os.cpu_count())
-    ours_s, flops = ours(args.steps)
-    torch_s = pytorch(args.steps)
     peak = matmul_peak()
-    print(f"jax {jax.__version__} / torch {torch.__version__}, {os.cpu_count()} CPU cores, "
-          f"SimCLR step (default experiment, batch 256), mean of {args.steps} steps")
-    print(f"  repr_jax: {ours_s * 1e3:.1f} ms/step ({256 / ours_s:,.0f} examples/s)")
-    print(f"  PyTorch eager: {torch_s * 1e3:.1f} ms/step ({256 / torch_s:,.0f} examples/s)")
-    print(f"  repr_jax / PyTorch throughput: {torch_s / ours_s:.2f}x")
-    print(f"  repr_jax achieved {flops / ours_s / 1e9:.1f} GFLOP/s of a measured float32 matmul "
-          f"peak {peak / 1e9:.1f} GFLOP/s ({flops / ours_s / peak:.1%}); XLA counts "
-          f"{flops / 1e9:.2f} GFLOP per step")
+    print(f"jax {jax.__version__} / torch {torch.__version__}, {os.cpu_count()} CPU cores; "
+          f"measured float32 matmul peak (2048^2) {peak / 1e9:.1f} GFLOP/s")
+    runs = {"cnn": ("default experiment's CNN on MNIST-1D", CNN_BATCH, 30,
+                    lambda: load("simclr_mnist1d"), pytorch_cnn),
+            "vit": ("ViT-Ti (patch 2) on 8x8 digits", VIT_BATCH, 8, vit_config, pytorch_vit)}
+    for name in ("cnn", "vit") if args.model == "both" else (args.model,):
+        what, batch, default_steps, cfg_fn, torch_fn = runs[name]
+        steps = args.steps or default_steps
+        ours_s, flops = ours(cfg_fn(), steps, batch)
+        torch_s = torch_fn(steps)
+        print(f"SimCLR step, {what}, batch {batch}, mean of {steps} steps")
+        print(f"  repr_jax: {ours_s * 1e3:.1f} ms/step ({batch / ours_s:,.0f} examples/s)")
+        print(f"  PyTorch eager: {torch_s * 1e3:.1f} ms/step ({batch / torch_s:,.0f} examples/s)")
+        print(f"  repr_jax / PyTorch throughput: {torch_s / ours_s:.2f}x")
+        print(f"  repr_jax achieved {flops / ours_s / 1e9:.1f} GFLOP/s = {flops / ours_s / peak:.1%}"
+              f" of the matmul peak; XLA counts {flops / 1e9:.2f} GFLOP per step")
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from repr_jax.objectives import clip_loss, l2_normalize
-from repr_jax.train.grad_cache import grad_cache_value_and_grad
+from repr_jax.methods.grad_cache import grad_cache_value_and_grad
 
 
 class Towers(nn.Module):

@@ -22,6 +22,7 @@ import jax.numpy as jnp
 
 from repr_jax.encoders import MLPHead
 from repr_jax.encoders.pooling import layer_summaries
+from repr_jax.methods.grad_cache import grad_cached
 from repr_jax.objectives import l2_normalize
 
 Batch = dict[str, jax.Array]
@@ -150,7 +151,6 @@ def grad_cache_loss(name: str, embed_fns, loss_fn, chunk_size: int, unsupported:
         raise ValueError(f"train.grad_cache_chunk: method {name!r} with these options has no "
                          f"single in-batch objective over embeddings to cache (Matryoshka and "
                          f"predictor losses are not supported)")
-    from repr_jax.train.grad_cache import grad_cached  # train imports methods: import late
     cached = grad_cached(embed_fns, loss_fn, chunk_size=chunk_size)
 
     def f(params, model_state, inputs, aux):

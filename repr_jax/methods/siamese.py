@@ -54,7 +54,7 @@ def siamese(name: str, encoder, views_fn: Callable, objective: PairObjective | N
 
     ``predictor_loss(z1, z2, p1, p2, hp)`` replaces the objective for predictor methods (SimSiam).
     ``grad_cache_chunk``: compute the objective's gradient with a gradient cache, embedding that
-    many examples at a time (:func:`repr_jax.train.grad_cache.grad_cached`).
+    many examples at a time (:func:`repr_jax.methods.grad_cache.grad_cached`).
     """
     model = SingleInput(Tower(encoder, projector, predictor))
     if matryoshka_dims and objective is None:

@@ -64,6 +64,19 @@ def _parser() -> argparse.ArgumentParser:
                    help="only rewrite results.csv/.json from what the runs have written so far")
     s.add_argument("--no-progress", action="store_true", help="no progress bar")
 
+    st = sub.add_parser("study", help="run an experiment's study: its runs, then its analysis",
+                        description="Train a study's runs (as `repr-jax sweep` does: several at "
+                        "once, failures isolated, resumable) into --workdir, then run its "
+                        "analysis: writes study.csv/.json, claim.txt and plots/*.png.")
+    st.add_argument("study", metavar="STUDY", help="an experiment file in experiments/ (or a "
+                    "path) defining get_study(); append :quick for a smoke-test length")
+    st.add_argument("--workdir", required=True, help="the study directory")
+    st.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                    help="override a config value of every run (repeatable)")
+    st.add_argument("--jobs", type=int, default=None, help="runs trained at once")
+    st.add_argument("--retry-failed", action="store_true", help="rerun runs that failed before")
+    st.add_argument("--no-progress", action="store_true", help="no progress bar")
+
     f = sub.add_parser("fit", help="fit a scaling law to a results table",
                        description="Fit a scaling law (with bootstrap intervals) to columns of a "
                        "results CSV; writes fit_<law>.json and fit_<law>.png next to the table.")
@@ -114,6 +127,17 @@ def _sweep(args) -> int:
     return 0 if all(r["status"] == sweep_lib.FINISHED for r in rows) else 1
 
 
+def _study(args) -> int:
+    from repr_jax.scaling.study import load_study, run_study
+    from repr_jax.train.log import format_rows
+    rows = run_study(load_study(args.study), args.workdir, jobs=args.jobs,
+                     overrides=args.overrides, retry_failed=args.retry_failed,
+                     progress=not args.no_progress)
+    print(format_rows(rows))
+    print(f"-> {Path(args.workdir) / 'study.csv'}")
+    return 0
+
+
 def _train(args) -> int:
     import json
 
@@ -142,7 +166,8 @@ def main(argv: list[str] | None = None) -> int:
     from repr_jax.config import ConfigError
     from repr_jax.train import TrainingDiverged
     try:
-        return {"train": _train, "eval": _eval, "sweep": _sweep, "fit": _fit}[args.command](args)
+        return {"train": _train, "eval": _eval, "sweep": _sweep, "study": _study,
+                "fit": _fit}[args.command](args)
     except (ConfigError, TrainingDiverged, FileNotFoundError) as e:
         print(f"repr-jax: error: {e}", file=sys.stderr)
         return 2

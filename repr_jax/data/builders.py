@@ -119,6 +119,34 @@ class Mnist1d(_ArraysBuilder):
                 "test": {"x": d["x_test"].astype(np.float32), "label": d["y_test"].astype(np.int64)}}
 
 
+MNIST1D_SHIFT = dict(corr_noise_scale=0.4, iid_noise_scale=0.06, shear_scale=1.0)
+
+
+def mnist1d_shifted(num_examples: int = 2000, *, seed: int = 1, **generator_args
+                    ) -> dict[str, np.ndarray]:
+    """A distribution-shifted MNIST-1D set ``{"x" [N, 40], "label" [N]}``: the same ten digit
+    templates drawn through the generator with different arguments (default
+    :data:`MNIST1D_SHIFT`: 1.6x the correlated noise, 3x the i.i.d. noise, 1.33x the shear); ``seed`` differs from the training data's. The global RNGs are left as they were."""
+    import random
+
+    from mnist1d.data import get_dataset_args, make_dataset
+    args = get_dataset_args()
+    for k, v in (generator_args or MNIST1D_SHIFT).items():
+        if not hasattr(args, k):
+            raise ValueError(f"mnist1d has no generator argument {k!r}; choose from "
+                             f"{', '.join(sorted(vars(args)))}")
+        setattr(args, k, v)
+    args.num_samples, args.seed = num_examples, seed
+    np_state, py_state = np.random.get_state(), random.getstate()
+    try:
+        d = make_dataset(args)
+    finally:
+        np.random.set_state(np_state)
+        random.setstate(py_state)
+    return {"x": np.concatenate([d["x"], d["x_test"]]).astype(np.float32),
+            "label": np.concatenate([d["y"], d["y_test"]]).astype(np.int64)}
+
+
 class LatentClassesConfig(tfds.core.BuilderConfig):
     def __init__(self, *, num_examples: int = 6000, num_classes: int = 10, dim: int = 32,
                  latent_dim: int = 8, noise: float = 1.0, seed: int = 0, **kwargs):

@@ -27,7 +27,6 @@ pure function of (config, step), so the resumed table equals an uninterrupted on
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import itertools
 import json
@@ -42,6 +41,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from repr_jax import config as config_lib
 from repr_jax.config import Config, ConfigError, point_name
+from repr_jax.scaling.table import write_table
 
 FINISHED, FAILED, RUNNING, PENDING = "finished", "failed", "running", "pending"
 # Leading columns of results.csv; then the metrics, then the grid's keys, then every config key.
@@ -481,22 +481,9 @@ def collect(workdir: str | Path) -> list[dict[str, Any]]:
     rest = list(dict.fromkeys(k for r in rows for k in r))
     columns = list(RUN_COLUMNS) + metric_keys + [k for k in grid_keys if k not in metric_keys]
     columns += [k for k in rest if k not in columns]
-    _write_json(workdir / "results.json", [{c: r.get(c) for c in columns} for r in rows])
-    with (workdir / "results.csv").open("w", newline="") as f:
-        w = csv.DictWriter(f, columns)
-        w.writeheader()
-        for r in rows:
-            w.writerow({c: _csv_value(r.get(c)) for c in columns})
+    write_table(rows, workdir / "results", columns)
     _plot_loss_vs_flops(rows, workdir / "plots" / "loss_vs_flops.png")
     return rows
-
-
-def _csv_value(v: Any) -> Any:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return ""
-    if isinstance(v, list):
-        return "(" + ", ".join(map(str, v)) + ("," if len(v) == 1 else "") + ")"
-    return v
 
 
 def _plot_loss_vs_flops(rows: Iterable[dict[str, Any]], path: Path) -> None:

@@ -20,6 +20,34 @@ from repr_jax.scaling.fit import bootstrap, fit_law
 from repr_jax.scaling.laws import get_law
 
 
+def _csv_value(v: Any) -> Any:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return ""
+    if isinstance(v, (list, tuple)):
+        return "(" + ", ".join(map(str, v)) + ("," if len(v) == 1 else "") + ")"
+    return v
+
+
+def _json_value(v: Any) -> Any:
+    return v.item() if isinstance(v, (np.generic, np.ndarray)) and np.ndim(v) == 0 else str(v)
+
+
+def write_table(rows: Sequence[dict[str, Any]], stem: str | Path,
+                columns: Sequence[str] | None = None) -> None:
+    """``stem.csv`` (empty cell = missing) and ``stem.json`` of ``rows``; ``columns`` default to
+    every key in first-seen order."""
+    stem = Path(stem)
+    columns = list(columns or dict.fromkeys(k for r in rows for k in r))
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    stem.with_suffix(".json").write_text(json.dumps([{c: r.get(c) for c in columns} for r in rows],
+                                                    indent=1, default=_json_value) + "\n")
+    with stem.with_suffix(".csv").open("w", newline="") as f:
+        w = csv.DictWriter(f, columns)
+        w.writeheader()
+        for r in rows:
+            w.writerow({c: _csv_value(r.get(c)) for c in columns})
+
+
 def read_table(path: str | Path, where: Sequence[str] = ()) -> list[dict[str, str]]:
     """The CSV's rows (as strings) that match every ``COL=VALUE`` filter (numeric columns compare
     as numbers)."""

@@ -52,6 +52,22 @@ def format_table(rows: Iterable[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def format_rows(rows: Iterable[dict[str, Any]]) -> str:
+    """Any list of flat dicts as an aligned text table (floats to 4 significant digits)."""
+    rows = list(rows)
+    if not rows:
+        return "(no rows)"
+    columns = list(dict.fromkeys(k for r in rows for k in r))
+
+    def text(v):
+        return "" if v is None else f"{v:.4g}" if isinstance(v, float) else str(v)
+
+    cells = [[text(r.get(c)) for c in columns] for r in rows]
+    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
+    return "\n".join("  ".join(v.rjust(w) for v, w in zip(line, widths))
+                     for line in [columns] + cells)
+
+
 def _series(rows, evaluator: str):
     """``{(representation, metric_suffix): [(position, row), ...]}`` for ``layer_i/...``,
     ``dim_d/...`` and ``{precision}/...`` style metric names."""

@@ -440,20 +440,15 @@ def train_and_evaluate(cfg: Config, workdir: str | Path, *, progress: bool = Tru
     return {"state": state, "eval_rows": eval_rows, "workdir": workdir}
 
 
-def evaluate_workdir(workdir: str | Path, *, overrides: Sequence[str] = (),
-                     progress: bool = True) -> list[dict[str, Any]]:
-    """Re-evaluates the latest checkpoint of a finished or interrupted run (``repr-jax eval``);
-    ``overrides`` (``eval.*`` keys only) change what is evaluated, never the trained model."""
+def load_trained(workdir: str | Path, *, overrides: Sequence[str] = (),
+                 dataset: Dataset | None = None) -> tuple[Config, Dataset, Method, TrainState]:
+    """``(config, dataset, method, state)`` of a run directory, the state restored from its latest
+    checkpoint: what re-evaluation and studies that compare trained models start from."""
     workdir = Path(workdir)
     if not (workdir / "config.json").exists():
         raise ConfigError(f"{workdir} has no config.json: not a repr-jax run directory")
-    cfg = config_lib.load_json(workdir / "config.json")
-    bad = [o for o in overrides if not o.strip().startswith("eval.")]
-    if bad:
-        raise ConfigError(f"repr-jax eval changes only eval.* keys (the model is the checkpoint's); "
-                          f"got {bad}")
-    cfg = config_lib.override(cfg, list(overrides))
-    _, dataset, method, state = build_run(cfg)
+    cfg = config_lib.override(config_lib.load_json(workdir / "config.json"), list(overrides))
+    _, dataset, method, state = build_run(cfg, dataset)
     ckpt = Checkpointer(workdir / "checkpoints", keep=cfg.train.keep_checkpoints)
     try:
         if ckpt.latest_step() is None:
@@ -461,7 +456,19 @@ def evaluate_workdir(workdir: str | Path, *, overrides: Sequence[str] = (),
         state = ckpt.restore(state)
     finally:
         ckpt.close()
-    rows = run_evaluation(cfg, method, dataset, state, workdir, reference=cfg.eval.reference_rows,
+    return cfg, dataset, method, state
+
+
+def evaluate_workdir(workdir: str | Path, *, overrides: Sequence[str] = (),
+                     progress: bool = True) -> list[dict[str, Any]]:
+    """Re-evaluates the latest checkpoint of a finished or interrupted run (``repr-jax eval``);
+    ``overrides`` (``eval.*`` keys only) change what is evaluated, never the trained model."""
+    bad = [o for o in overrides if not o.strip().startswith("eval.")]
+    if bad:
+        raise ConfigError(f"repr-jax eval changes only eval.* keys (the model is the checkpoint's); "
+                          f"got {bad}")
+    cfg, dataset, method, state = load_trained(workdir, overrides=overrides)
+    rows = run_evaluation(cfg, method, dataset, state, Path(workdir), reference=cfg.eval.reference_rows,
                           eval_sets=load_eval_sets(cfg, dataset), progress=progress)
     if progress:
         print(format_table(rows))

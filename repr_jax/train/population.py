@@ -104,6 +104,38 @@ def member_names(configs: Sequence[Config], varying: Sequence[str]) -> list[str]
     return names
 
 
+def _init_population(configs: Sequence[Config], dataset, mesh):
+    """The population's method and its fresh stacked state (member ``i`` from ``configs[i].seed``)."""
+    method = build_method(configs[0], dataset, population=True)
+    keys = jnp.stack([jax.random.PRNGKey(c.seed) for c in configs])
+    init = jax.vmap(state_init_fn(configs[0], method), in_axes=(0, None))
+    return method, jax.jit(init, out_shardings=sharding.replicated(mesh))(
+        keys, sample_batch(dataset))
+
+
+def load_population(workdir: str | Path) -> dict[str, Any]:
+    """A trained population's ``{"names", "configs", "dataset", "method", "state"}`` (stacked,
+    restored from the latest checkpoint; :func:`member` takes one member's state out)."""
+    workdir = Path(workdir)
+    saved = workdir / "population.json"
+    if not saved.exists():
+        raise ConfigError(f"{workdir} has no population.json: not a population directory")
+    record = json.loads(saved.read_text())
+    configs = [config_lib.from_dict(m["config"]) for m in record["members"]]
+    dataset = load_dataset(configs[0])
+    method, state = _init_population(configs, dataset,
+                                     sharding.make_mesh(configs[0].train.num_devices))
+    ckpt = Checkpointer(workdir / "checkpoints", keep=configs[0].train.keep_checkpoints)
+    try:
+        if ckpt.latest_step() is None:
+            raise ConfigError(f"{workdir} has no checkpoint yet")
+        state = ckpt.restore(state)
+    finally:
+        ckpt.close()
+    return {"names": [m["name"] for m in record["members"]], "configs": configs,
+            "dataset": dataset, "method": method, "state": state}
+
+
 def train_population(configs: Sequence[Config], workdir: str | Path, *,
                      shared_batches: bool = True, progress: bool = True,
                      names: Sequence[str] | None = None) -> dict[str, Any]:
@@ -140,10 +172,7 @@ def train_population(configs: Sequence[Config], workdir: str | Path, *,
 
     dataset = load_dataset(cfg)
     eval_sets = load_eval_sets(cfg, dataset)
-    method = build_method(cfg, dataset, population=True)
-    keys = jnp.stack([jax.random.PRNGKey(c.seed) for c in configs])
-    init = jax.vmap(state_init_fn(cfg, method), in_axes=(0, None))
-    state = jax.jit(init, out_shardings=sharding.replicated(mesh))(keys, sample_batch(dataset))
+    method, state = _init_population(configs, dataset, mesh)
     hp = stack([hyperparams(c) for c in configs])
     streams = [BatchStream(dataset.splits["train"], batch_size=t.batch_size, seed=c.seed)
                for c in (configs[:1] if shared_batches else configs)]

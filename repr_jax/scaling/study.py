@@ -1,0 +1,71 @@
+"""Studies: a claim, the runs that test it, and the analysis that turns them into a table and plots.
+
+An experiment file that defines ``get_study(arg) -> Study`` runs with
+
+    repr-jax study NAME[:quick] --workdir DIR [--jobs N] [--set KEY=VALUE]
+
+which trains the study's sweep (if it has one) under ``DIR/`` exactly as ``repr-jax sweep`` does —
+several points at once, failures isolated, resumable — then calls ``analyze(DIR, table)`` with the
+sweep's rows and writes what it returns to ``DIR/study.csv`` and ``DIR/study.json``; the analysis
+writes its plots under ``DIR/plots/``. Rerunning skips the finished runs and redoes the analysis.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from repr_jax import config as config_lib
+from repr_jax.scaling.sweep import FINISHED, Sweep, run_sweep
+from repr_jax.scaling.table import write_table
+
+Rows = list[dict[str, Any]]
+
+
+@dataclasses.dataclass(frozen=True)
+class Study:
+    """``claim``: what the paper says (one line, written with the results). ``sweep``: the training
+    runs, if any. ``analyze(workdir, table) -> rows``: reads the runs (``table`` is the sweep's
+    results; :func:`runs_by_point` finds each point's directory) and returns the result rows."""
+    claim: str
+    analyze: Callable[[Path, Rows], Rows]
+    sweep: Sweep | None = None
+
+
+def load_study(name_or_path: str) -> Study:
+    """``get_study(arg)`` of an experiment file (``name[:arg]``, as for experiments)."""
+    return config_lib.load_from(name_or_path, "get_study", Study)
+
+
+def runs_by_point(workdir: str | Path) -> dict[str, Path]:
+    """Each sweep point's run directory (a population member's is its population's job
+    directory, which holds the checkpoint), by point name."""
+    workdir = Path(workdir)
+    points = json.loads((workdir / "sweep.json").read_text())["points"]
+    return {p["name"]: workdir / "runs" / p.get("run", p["name"]).split("/members/")[0]
+            for p in points}
+
+
+def run_study(study: Study, workdir: str | Path, *, jobs: int | None = None,
+              overrides: Sequence[str] = (), retry_failed: bool = False,
+              progress: bool = True) -> Rows:
+    """Trains the study's sweep (resuming), analyses it, writes ``study.csv``/``.json``."""
+    workdir = Path(workdir)
+    table: Rows = []
+    if study.sweep is not None:
+        table = run_sweep(study.sweep, workdir, jobs=jobs, overrides=overrides,
+                          retry_failed=retry_failed, progress=progress)
+        failed = sorted({r["point"] for r in table if r["status"] != FINISHED})
+        if failed:
+            raise RuntimeError(f"study: {len(failed)} run(s) did not finish ({', '.join(failed)}); "
+                               f"see {workdir}/runs/*/status.json, then rerun (--retry-failed "
+                               f"for failed ones)")
+    elif overrides:
+        raise config_lib.ConfigError("this study trains nothing: --set has nothing to override")
+    workdir.mkdir(parents=True, exist_ok=True)
+    rows = study.analyze(workdir, table)
+    write_table(rows, workdir / "study")
+    (workdir / "claim.txt").write_text(study.claim.strip() + "\n")
+    return rows

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+import jax.numpy as jnp
+
 from repr_jax.eval.base import Embedder, Evaluator
 from repr_jax.eval.layerwise import protocol_evaluator
+from repr_jax.eval.retrieval import retrieve
 
 
 def prefix_dims(dim: int, smallest: int = 8) -> tuple[int, ...]:
@@ -41,3 +44,39 @@ class Matryoshka(Evaluator):
             view = self.embedder.view(lambda f, d=d: f[:, :d])
             for metric, value in self.protocol(view, **self.options).run(variables):
                 yield f"dim_{d}/{metric}", value
+
+
+def adaptive_retrieve(queries, corpus, *, shortlist_dim: int, shortlist_k: int, k: int = 10,
+                      similarity: str = "cosine") -> tuple[Any, dict[str, float]]:
+    """Adaptive retrieval with a Matryoshka embedding (Kusupati et al. 2022, Sec. 4.3): a shortlist
+    of ``shortlist_k`` candidates by the first ``shortlist_dim`` dimensions, reranked by the full
+    embedding. Returns ``(indices [Q, k], work)`` where ``work`` counts the multiply-adds per query
+    of the two stages and of exact full-width search (``{"shortlist", "rerank", "adaptive",
+    "full"}``).
+
+    >>> import numpy as np
+    >>> c = np.eye(4, 8) + 0.1; q = c[[2, 0]]
+    >>> idx, work = adaptive_retrieve(q, c, shortlist_dim=4, shortlist_k=2, k=1)
+    >>> idx.tolist(), work["adaptive"], work["full"]
+    ([[2], [0]], 32, 32)
+    """
+    queries, corpus = jnp.asarray(queries), jnp.asarray(corpus)
+    n, dim = corpus.shape
+    if not 0 < shortlist_dim <= dim or not k <= shortlist_k <= n:
+        raise ValueError(f"adaptive retrieval needs 0 < shortlist_dim <= {dim} and "
+                         f"k={k} <= shortlist_k <= {n}; got {shortlist_dim}, {shortlist_k}")
+    _, short = retrieve(queries[:, :shortlist_dim], corpus[:, :shortlist_dim], k=shortlist_k,
+                        similarity=similarity)
+    candidates = corpus[short]  # [Q, shortlist_k, D]
+    q, c = queries, candidates
+    if similarity == "cosine":
+        q = q / jnp.maximum(jnp.linalg.norm(q, axis=-1, keepdims=True), 1e-12)
+        c = c / jnp.maximum(jnp.linalg.norm(c, axis=-1, keepdims=True), 1e-12)
+    if similarity == "l2":
+        scores = -jnp.sum((c - q[:, None, :]) ** 2, -1)
+    else:
+        scores = jnp.einsum("qd,qkd->qk", q, c)
+    order = jnp.argsort(-scores, axis=1, stable=True)[:, :k]
+    work = {"shortlist": n * shortlist_dim, "rerank": shortlist_k * dim}
+    work.update(adaptive=work["shortlist"] + work["rerank"], full=n * dim)
+    return jnp.take_along_axis(short, order, axis=1), work

@@ -63,10 +63,12 @@ def _topk_chunked(q_QxD, c_NxD, *, k: int, similarity: str, corpus_chunk: int):
         ids_C = chunk_idx * corpus_chunk + jnp.arange(corpus_chunk, dtype=jnp.int32)
         s_QxC = jnp.where(ids_C[None, :] < n, s_QxC, -jnp.inf)
         # Previous winners come first, so top_k's lowest-position-first tie rule keeps corpus order.
-        s = jnp.concatenate([best_s, s_QxC], axis=1)
-        i = jnp.concatenate([best_i, jnp.broadcast_to(ids_C, s_QxC.shape)], axis=1)
-        top_s, pos = jax.lax.top_k(s, k)
-        return (top_s, jnp.take_along_axis(i, pos, axis=1)), None
+        # Positions map back to ids without materialising a [Q, k + C] id matrix (which XLA
+        # would constant-fold, slowly, when the corpus is one chunk).
+        top_s, pos = jax.lax.top_k(jnp.concatenate([best_s, s_QxC], axis=1), k)
+        prev = jnp.take_along_axis(best_i, jnp.minimum(pos, k - 1), axis=1)
+        ids = jnp.where(pos < k, prev, chunk_idx * corpus_chunk + pos - k).astype(jnp.int32)
+        return (top_s, ids), None
 
     (scores, ids), _ = jax.lax.scan(body, init, (jnp.arange(num_chunks), c_padded))
     return scores, ids
@@ -170,6 +172,20 @@ def _reduce(per_q: dict[str, jax.Array], judged: np.ndarray, per_query: bool):
         raise ValueError("no query has a relevant document (every qrels row is 0)")
     per_q = {k: v[judged] for k, v in per_q.items()}
     return per_q if per_query else {k: float(jnp.mean(v)) for k, v in per_q.items()}
+
+
+def class_qrels(query_labels, corpus_labels, *, pair_grade: int | None = None) -> np.ndarray:
+    """``[Q, N]`` int8 qrels from class labels: 1 where the classes match; with ``pair_grade``,
+    query ``i``'s own document ``i`` (paired test sets) gets that grade instead.
+
+    >>> class_qrels([0, 1], [0, 1], pair_grade=2).tolist()
+    [[2, 0], [0, 2]]
+    """
+    q, c = np.asarray(query_labels), np.asarray(corpus_labels)
+    qrels = (q[:, None] == c[None, :]).astype(np.int8)
+    if pair_grade is not None:
+        np.fill_diagonal(qrels, pair_grade)
+    return qrels
 
 
 def topk_metrics(indices_QxK, qrels_QxN, ks: Sequence[int] = (1, 5, 10), *,

@@ -48,6 +48,38 @@ def runs_by_point(workdir: str | Path) -> dict[str, Path]:
             for p in points}
 
 
+def embedded(run_dir: str | Path, *, which: str = "x", extra_splits: dict | None = None,
+             initial: bool = False) -> dict[str, tuple[Any, Any]]:
+    """``{split: (features, labels)}`` of a trained run (its latest checkpoint) on every split of
+    its dataset plus ``extra_splits`` (``{name: {"x", "label"}}``). ``which``: ``"x"`` (the
+    representation), ``"query"``/``"pos"`` (a pair's two sides: ``x`` and ``x_pos``) or
+    ``"layers"`` (a tuple of every layer's pooled features, then the representation).
+    ``initial=True``: the run's encoder at initialisation instead (its seed; the random-init
+    reference)."""
+    from repr_jax.eval import Embedder
+    from repr_jax.train import load_trained
+    from repr_jax.train.loop import build_run
+    if initial:
+        _, dataset, method, state = build_run(config_lib.load_json(Path(run_dir) / "config.json"))
+    else:
+        _, dataset, method, state = load_trained(run_dir)
+    splits = dict(dataset.splits, **(extra_splits or {}))
+    embedder = Embedder(method.embed, splits, query_fn=method.embed_query,
+                        pos_fn=method.embed_pos, layers_fn=method.embed_layers)
+    return {name: (embedder.embed(state.variables, s["x_pos" if which == "pos" else "x"], which),
+                   s["label"]) for name, s in splits.items()}
+
+
+def probe_accuracy(feats: dict[str, tuple[Any, Any]], transform: Callable = lambda f: f,
+                   test: str = "test") -> float:
+    """Linear-probe (ridge) accuracy on ``feats[test]``, fit on ``train`` with the penalty chosen
+    on ``validation``; ``transform`` maps each split's features first (a prefix, a layer)."""
+    from repr_jax.eval import linear_probe
+    (tr, ytr), (va, yva), (te, yte) = (feats["train"], feats["validation"], feats[test])
+    return linear_probe(transform(tr), ytr, transform(te), yte, val_x=transform(va),
+                        val_y=yva)["accuracy"]
+
+
 def run_study(study: Study, workdir: str | Path, *, jobs: int | None = None,
               overrides: Sequence[str] = (), retry_failed: bool = False,
               progress: bool = True) -> Rows:

@@ -7,10 +7,10 @@ changes along the depth with it.
 
 Setup: masked language modelling (`mlm_latent_topics`) with a deeper BERT-style encoder (4
 layers, width 64), 3,000 steps; every layer's mean-pooled token states (valid tokens only) from
-`method.embed_layers` (the last entry, the pooled output, equals layer 4 here); per layer: linear-probe accuracy for
-the sentence's topic (ridge, penalty chosen on validation), RankMe effective rank and anisotropy
-(mean cosine of different sentences) on the test split, also for the randomly initialised
-encoder.
+`method.embed_layers` (its last entry, the pooled output, equals layer 4 here); per layer:
+linear-probe accuracy for the sentence's topic (ridge, penalty chosen on validation), RankMe
+effective rank and anisotropy (mean cosine of different sentences) on the test split, also for
+the randomly initialised encoder.
 Command:   repr-jax study intermediate_layers_mlm --workdir runs/intermediate_layers
            (append :quick for a 100-step smoke test)
 Hardware:  2 CPU cores.

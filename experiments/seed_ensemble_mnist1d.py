@@ -17,8 +17,18 @@ noise, 1.33x the shear; a 2,000-step SimCLR probe drops from ~0.9 to ~0.6), 4,00
 Command:   repr-jax study seed_ensemble_mnist1d --workdir runs/seed_ensemble
            (append :quick for a 100-step smoke test)
 Hardware:  2 CPU cores.
-Runtime:   see experiments/README.md.
-Result:    see experiments/README.md (the measured table and the outcome).
+Runtime:   26 min for the whole command (two populations of 4, 2,000 steps, sharing the cores
+           with other jobs), measured 2026-12-02.
+Result (linear-probe accuracy; "mean of K seeds" rows: mean ± std over the 4 seeds):
+    representation                     width   clean test        shifted        drop
+    one narrow run (mean of K seeds)     128   0.8828 ±0.0061   0.5754 ±0.0126   0.307
+    concat of K=4 narrow runs            512   0.9510           0.6470           0.304
+    one wide run (mean of K seeds)       512   0.9393 ±0.0047   0.6448 ±0.0086   0.294
+    concat of K=4 wide runs             2048   0.9725           0.7055           0.267
+Outcome: partly reproduced. In distribution the 4-seed concatenation beats one run of the same
+width by 1.2 points (2.5 of the wide runs' seed stds); under the shift the two are level
+(0.647 vs 0.645 ± 0.009) and the concatenation's accuracy drop is not smaller (0.304 vs 0.294):
+here seed diversity buys clean accuracy, not robustness. Concatenating wide runs helps both.
 """
 
 from pathlib import Path

@@ -278,6 +278,10 @@ class MethodConfig:
     mask_ratio: float = static(0.75, "[0,1)", "mae: fraction of patches hidden; mlm: of tokens")
     matryoshka_dims: tuple[int, ...] = static((), doc="nested prefix widths (Matryoshka); () = off")
     matryoshka_layers: bool = static(False, doc="also every encoder layer (2D Matryoshka)")
+    compat_run: str = static("", doc="supervised: directory of an old supervised run whose frozen "
+                                     "classifier the new embeddings must stay compatible with "
+                                     "(BCT influence loss); '' = off")
+    compat_weight: float = hyper(1.0, ">=0", "weight of the BCT influence loss")
 
     def _validate(self):
         from repr_jax.methods import MATRYOSHKA_METHODS  # the list lives with the methods
@@ -290,6 +294,9 @@ class MethodConfig:
                               f"{', '.join(MATRYOSHKA_METHODS)}, not {self.name!r}")
         if self.matryoshka_layers and not dims:
             raise ConfigError("method.matryoshka_layers=True needs method.matryoshka_dims")
+        if self.compat_run and self.name != "supervised":
+            raise ConfigError(f"method.compat_run (BCT) trains against an old classifier: use it "
+                              f"with method.name=supervised, not {self.name!r}")
 
 
 @config

@@ -179,3 +179,29 @@ def test_grad_cache_refuses_what_it_cannot_cache(mnist1d_small):
     with pytest.raises(ValueError, match="without batch statistics"):
         method.loss(variables["params"], {"batch_stats": variables["batch_stats"]}, {}, batch,
                     jax.random.PRNGKey(1), cfg.method)
+
+
+def test_bct_adds_the_old_classifiers_influence_loss(mnist1d_small):
+    """method.compat_run: the loss gains compat_weight x the old, frozen classifier's cross-entropy
+    on the new embeddings (BCT), which no gradient reaches; only supervised runs may use it."""
+    from repr_jax import objectives as O
+    from repr_jax.methods import supervised
+    cfg = C.override(method_config("supervised"), ["data.name=mnist1d", "encoder.embed_dim=8",
+                                                   "method.compat_weight=0.5",
+                                                   "data.views.noise=0.0"])  # views = inputs
+    plain = build_method(cfg, mnist1d_small)
+    old = {"kernel": jax.random.normal(jax.random.PRNGKey(3), (8, 10)), "bias": jnp.zeros(10)}
+    bct = supervised(plain.model.tower.encoder, data.make_views_fn(), num_classes=10,
+                     old_classifier=old)
+    batch = jax.tree.map(jnp.asarray, data.BatchStream(mnist1d_small.splits["train"],
+                                                       batch_size=16, seed=0).batch(0))
+    params = plain.init(jax.random.PRNGKey(0), batch)["params"]
+    key = jax.random.PRNGKey(1)
+    base = plain.loss(params, {}, {}, batch, key, cfg.method)[0]
+    total, (_, _, metrics) = bct.loss(params, {}, {}, batch, key, cfg.method)
+    emb = plain.model.apply({"params": params}, batch["x"], train=True)[0]
+    np.testing.assert_allclose(metrics["bct_influence"],
+                               O.bct_influence(emb, old, batch["label"]).mean(), rtol=1e-5)
+    np.testing.assert_allclose(total, base + 0.5 * metrics["bct_influence"], rtol=1e-5)
+    with pytest.raises(ConfigError, match="method.name=supervised"):
+        C.override(method_config("simclr"), ["method.compat_run=/tmp/old"])

@@ -1,4 +1,6 @@
-"""Supervised baseline: cross-entropy of a linear classifier on the embedding of one view."""
+"""Supervised baseline: cross-entropy of a linear classifier on the embedding of one view; with an
+old model's classifier, plus the BCT influence loss (Shen et al. 2020) that keeps the new embedding
+compatible with the old one."""
 
 from __future__ import annotations
 
@@ -7,17 +9,32 @@ from typing import Callable
 import jax.numpy as jnp
 import optax
 
+from repr_jax import objectives as O
 from repr_jax.methods.base import Method, SingleInput, Tower, apply_train, head
 
 
-def supervised(encoder, views_fn: Callable, *, num_classes: int) -> Method:
+def classifier_params(params: dict) -> dict:
+    """The linear classifier ``{"kernel" [D, C], "bias" [C]}`` of a supervised model's params."""
+    return dict(params["tower"]["projector"]["out"])
+
+
+def supervised(encoder, views_fn: Callable, *, num_classes: int,
+               old_classifier: dict | None = None) -> Method:
+    """``old_classifier`` (an old supervised model's :func:`classifier_params`): add
+    ``compat_weight * bct_influence`` — the old, frozen classifier's cross-entropy on the new
+    embeddings — so that new embeddings can be compared with an old gallery."""
     model = SingleInput(Tower(encoder, head(num_classes, 0, "none")))  # a linear classifier
 
     def loss(params, model_state, extra, batch, key, hp):
         x = views_fn(key, batch["x"])
-        (_, _, logits, _), model_state = apply_train(model, params, model_state, x)
+        (emb, _, logits, _), model_state = apply_train(model, params, model_state, x)
         ce = optax.softmax_cross_entropy_with_integer_labels(logits, batch["label"]).mean()
         acc = jnp.mean(jnp.argmax(logits, -1) == batch["label"])
-        return hp.loss_weight * ce, (model_state, extra, {"train_accuracy": acc})
+        metrics = {"train_accuracy": acc}
+        if old_classifier is not None:
+            influence = O.bct_influence(emb, old_classifier, batch["label"]).mean()
+            ce = ce + hp.compat_weight * influence
+            metrics["bct_influence"] = influence
+        return hp.loss_weight * ce, (model_state, extra, metrics)
 
     return Method("supervised", model, loss)

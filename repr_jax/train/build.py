@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -146,7 +147,23 @@ def build_method(cfg: Config, dataset: data.Dataset, *, population: bool = False
                              f"{dataset.name!r} (try data.name=latent_topics)")
         return build(build_encoder(cfg, dataset), views_fn, vocab=dataset.vocab,
                      mask_ratio=m.mask_ratio)
-    return build(build_encoder(cfg, dataset), views_fn, num_classes=dataset.num_classes)  # supervised
+    old = _old_classifier(m.compat_run) if m.compat_run else None
+    return build(build_encoder(cfg, dataset), views_fn, num_classes=dataset.num_classes,
+                 old_classifier=old)  # supervised
+
+
+def _old_classifier(run_dir: str) -> dict:
+    """The classifier of the supervised run in ``run_dir`` (its latest checkpoint), for BCT."""
+    from repr_jax.config import load_json
+    from repr_jax.methods.supervised import classifier_params
+    from repr_jax.train.loop import load_trained  # loop imports this module
+    if not (Path(run_dir) / "config.json").exists():
+        raise ConfigError(f"method.compat_run={run_dir!r} is not a run directory (no config.json)")
+    if load_json(Path(run_dir) / "config.json").method.name != "supervised":
+        raise ConfigError(f"method.compat_run={run_dir!r} is not a supervised run: BCT needs the "
+                          f"old model's classifier")
+    _, _, _, state = load_trained(run_dir)
+    return jax.tree.map(np.asarray, classifier_params(jax.device_get(state.params)))
 
 
 def warmup_cosine(step, *, peak, warmup_steps, total_steps: int, min_lr_ratio=0.0):

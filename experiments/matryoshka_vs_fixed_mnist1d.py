@@ -15,7 +15,23 @@ precision@1 and @10; adaptive = shortlist of 200 by the first d dimensions, rera
 Command:   repr-jax study matryoshka_vs_fixed_mnist1d --workdir runs/matryoshka_vs_fixed
            (append :quick for a 100-step smoke test)
 Hardware:  2 CPU cores.
-Runtime and result: see experiments/README.md.
+Runtime:   8 min 15 s for the whole command (6 runs, 2 at a time), measured 2026-12-02.
+Result (test split):
+    size d                        8       16      32      64      128
+    Matryoshka prefix          0.5310  0.6880  0.7615  0.8180  0.8685
+    fixed-size FF-d            0.5080  0.6650  0.7985  0.8575  0.8910
+    FF-128 truncated to d      0.4050  0.6760  0.7685  0.8490  0.8910
+  retrieval precision@10 (test -> train), shortlist 200 by the first d dims, rerank at 128:
+    shortlist d (work vs full)  8 (0.09)  16 (0.15)  32 (0.28)  full (1.00)
+    Matryoshka                   0.6259    0.6273     0.6273     0.6273
+    FF-128                       0.6196    0.6416     0.6472     0.6475
+Outcome: partly reproduced. Small Matryoshka prefixes beat embeddings trained at that size
+(+2.3 points at 8 and 16) and far beat truncating a fixed model at 8 (+12.6), but from 32 up the
+fixed-size models are 2-4 points better, so no prefix comes within 1 point of FF-128 (0.891);
+Matryoshka's full embedding is 2.3 points below FF-128, as in `matryoshka_simclr_mnist1d`.
+Adaptive retrieval reproduces: with a 16-wide shortlist (15% of the work) the Matryoshka model's
+precision@10 equals its full-width search exactly, and an 8-wide one loses 0.0014, where the
+truncated fixed model loses 0.028.
 """
 
 from pathlib import Path

@@ -4,17 +4,28 @@ rescoring.
 Claim (as practised by embedding services and sentence-transformers' quantization guide): int8
 codes keep almost all of float32 retrieval quality at a quarter of the storage; binary codes (1 bit
 per dimension, 32x smaller) lose a visible part of it, and rescoring a shortlist of the binary
-search's candidates with the float query recovers most of that loss.
+search's candidates with float scores recovers most of that loss.
 
 Setup: the `clip_latent_modalities` experiment (two MLP towers, 1,500 steps, 64-wide projections);
 the 1,200 test queries `x` against the 1,200 test documents `x_pos`; graded qrels (2 = the
 paired document, 1 = same latent class). `repr_jax.eval.quantized_search`: int8 per-dimension
 min/max codes scored against the float query; binary sign bits scored by Hamming distance;
-rescoring = float scores over the top `m x 10` candidates.
+rescoring = float query-document scores over the top `m x 10` candidates.
 Command:   repr-jax study quantized_retrieval_latent --workdir runs/quantized_retrieval
            (append :quick for a 100-step smoke test)
 Hardware:  2 CPU cores.
-Runtime and result: see experiments/README.md.
+Runtime:   27 s for the whole command, measured 2026-12-02.
+Result (1,200 test queries; 64-dimensional projections):
+    codes                         bytes/vector   nDCG@10 (graded)   recall@1 (the pair)
+    float32                                256             0.6735                0.9917
+    int8                                    64             0.6735                0.9917
+    binary                                   8             0.6114                0.8483
+    binary + float rescoring x2              8             0.6642                0.9908
+    binary + float rescoring x4              8             0.6735                0.9917
+Outcome: reproduced. int8 codes lose nothing measurable at a quarter of the storage; binary codes
+(32x smaller) lose 0.06 nDCG@10 and 0.14 recall@1, and rescoring a 40-candidate shortlist with
+the float query recovers all of it (x2, 20 candidates, recovers 88%). Rescoring reads the float
+vectors of the shortlisted documents only (from slower storage), not of the whole corpus.
 """
 
 from pathlib import Path

@@ -130,9 +130,13 @@ def _sweep(args) -> int:
 def _study(args) -> int:
     from repr_jax.scaling.study import load_study, run_study
     from repr_jax.train.log import format_rows
-    rows = run_study(load_study(args.study), args.workdir, jobs=args.jobs,
-                     overrides=args.overrides, retry_failed=args.retry_failed,
-                     progress=not args.no_progress)
+    try:
+        rows = run_study(load_study(args.study), args.workdir, jobs=args.jobs,
+                         overrides=args.overrides, retry_failed=args.retry_failed,
+                         progress=not args.no_progress)
+    except RuntimeError as e:  # some runs failed: their status.json files say why
+        print(f"repr-jax: {e}", file=sys.stderr)
+        return 1
     print(format_rows(rows))
     print(f"-> {Path(args.workdir) / 'study.csv'}")
     return 0

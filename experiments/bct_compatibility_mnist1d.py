@@ -20,12 +20,12 @@ Runtime and result: see experiments/README.md.
 
 from pathlib import Path
 
-import numpy as np
 from supervised_mnist1d import get_config as base_config
 
 from repr_jax.config import override
 from repr_jax.eval import class_qrels, retrieve, topk_metrics
 from repr_jax.scaling import Study, Sweep, embedded, runs_by_point
+from repr_jax.scaling.plots import figure, save_figure
 from repr_jax.train import train_and_evaluate
 
 OLD, NEW = ((16, 32, 64), 2000), ((32, 64, 128), 0)
@@ -72,21 +72,15 @@ def analyze(workdir: Path, table: list[dict], *, arg=None) -> list[dict]:
 
 
 def _plot(rows, path: Path) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig, ax = figure(figsize=(7, 4))
     labels = [f"{r['query_model']} -> {r['gallery_model']}" for r in rows]
     ax.bar(labels, [r["precision@10"] for r in rows])
     ax.axhline(0.1, ls="--", c="gray", label="chance")
     ax.set(ylabel="precision@10 (test queries, train gallery)",
            title="backward compatibility (BCT)")
     ax.legend()
-    plt.setp(ax.get_xticklabels(), fontsize=8)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    ax.tick_params(axis="x", labelsize=8)
+    save_figure(fig, path)
 
 
 def get_study(arg=None):

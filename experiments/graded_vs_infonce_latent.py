@@ -35,6 +35,7 @@ from biencoder_latent_modalities import get_config as base_config
 from repr_jax.config import override
 from repr_jax.eval import Embedder, class_qrels, retrieve, topk_metrics
 from repr_jax.scaling import Study, Sweep, runs_by_point
+from repr_jax.scaling.plots import figure, save_figure
 from repr_jax.train.population import load_population, member
 
 OBJECTIVES = ("info_nce", "graded_bce")
@@ -86,11 +87,8 @@ def analyze(workdir: Path, table: list[dict]) -> list[dict]:
 
 
 def _plot(rows, path: Path) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     metrics = ["ndcg@10", "precision@10_class", "recall@1_pair"]
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig, ax = figure(figsize=(7, 4))
     x = np.arange(len(metrics))
     for j, r in enumerate(rows):
         ax.bar(x + (j - 0.5) * 0.4, [r[m] for m in metrics], 0.4,
@@ -98,10 +96,7 @@ def _plot(rows, path: Path) -> None:
     ax.set_xticks(x, metrics)
     ax.set(ylabel="test retrieval (mean of seeds)", title="graded BCE vs InfoNCE")
     ax.legend()
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def get_study(arg=None):

@@ -14,7 +14,18 @@ the randomly initialised encoder.
 Command:   repr-jax study intermediate_layers_mlm --workdir runs/intermediate_layers
            (append :quick for a 100-step smoke test)
 Hardware:  2 CPU cores.
-Runtime and result: see experiments/README.md.
+Runtime:   5 min 22 s for the whole command, measured 2026-12-02.
+Result (test split, 1,200 sentences; probe 95% half-width ~0.010):
+    layer        MLM: probe   eff. rank   anisotropy     random init: probe   eff. rank   anisotropy
+    1                0.9700       41.98       0.156                  0.7925       21.93        0.933
+    2                0.9642       40.22       0.177                  0.7233       19.33        0.936
+    3                0.9650       39.77       0.285                  0.6733       17.05        0.938
+    4 (output)       0.9658       33.29       0.559                  0.6458       14.49        0.940
+Outcome: the geometry reproduces — with depth the trained encoder's representations become
+sharply more anisotropic (0.16 -> 0.56) and lower-rank (42 -> 33), the last layer specialising
+in the token-prediction task. The accuracy claim only weakly: the first layer is best, but by 0.4
+points, inside the probe's interval (on this topic data a bag-of-words-like first layer is already
+at the ceiling, 0.973 for raw bag of words). At random initialisation depth only hurts.
 """
 
 from pathlib import Path
@@ -24,6 +35,7 @@ from mlm_latent_topics import get_config as base_config
 from repr_jax.config import override
 from repr_jax.eval import anisotropy, effective_rank
 from repr_jax.scaling import Study, Sweep, embedded, probe_accuracy, runs_by_point
+from repr_jax.scaling.plots import figure, save_figure
 
 
 def get_config(arg=None):
@@ -59,10 +71,7 @@ def analyze(workdir: Path, table: list[dict]) -> list[dict]:
 
 
 def _plot(rows, path: Path) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
+    fig, axes = figure(1, 3, figsize=(13, 3.8))
     for ax, key in zip(axes, ("probe_accuracy", "effective_rank", "anisotropy")):
         for model in ("mlm", "random init"):
             pts = [r for r in rows if r["model"] == model]
@@ -70,10 +79,7 @@ def _plot(rows, path: Path) -> None:
         ax.set(xlabel="layer (last = pooled output)", ylabel=key.replace("_", " "))
         ax.legend()
     fig.suptitle("layer-wise representation quality and geometry (MLM, latent_topics)")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def get_study(arg=None):

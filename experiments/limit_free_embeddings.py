@@ -12,7 +12,21 @@ bisection; a cubic least-squares fit of critical n against d.
 Command:   repr-jax study limit_free_embeddings --workdir runs/limit
            (append :quick for d = 2..4 only)
 Hardware:  2 CPU cores.
-Runtime and result: see experiments/README.md.
+Runtime:   6 min 33 s for the whole command, measured 2026-12-02.
+Result:
+    d            2     3     4     5     6     7     8
+    critical n   4     5    10    21    42    85   139     (queries at 8: 9,591 top-2 sets)
+    cubic fit    0.639 d^3 - 3.93 d^2 + 8.22 d - 1.64  (within 2.3 of every point)
+Outcome: the qualitative claim reproduces — a dimension bounds how many documents can have all
+their top-2 subsets retrieved, even with free embeddings optimised on the test set — but our
+critical n is several times the paper's at the same d (its cubic fit, as we read it,
+-10.53 + 4.03 d + 0.052 d^2 + 0.0037 d^3, gives ~27 at d = 8, here 139) and grows faster than
+its curve over this small range (doubling per dimension from 4 to 7). Note what the number
+measures: in exact arithmetic every d >= 4 admits any n (cyclic polytopes are 2-neighbourly:
+every pair of vertices is an edge, so some direction ranks it first), so the critical n is the
+point where the required margins become too small for gradient descent within its budget (here
+4,000 Adam steps, 2 restarts, a smooth margin loss; the paper used InfoNCE with early stopping)
+— an optimisation limit, and a budget-dependent one.
 """
 
 from pathlib import Path
@@ -21,6 +35,7 @@ import numpy as np
 
 from repr_jax.eval.limit import critical_n_curve
 from repr_jax.scaling import Study
+from repr_jax.scaling.plots import figure, save_figure
 
 
 def analyze(workdir: Path, table: list[dict], *, dims=tuple(range(2, 9))) -> list[dict]:
@@ -40,20 +55,14 @@ def analyze(workdir: Path, table: list[dict], *, dims=tuple(range(2, 9))) -> lis
 
 
 def _plot(d, n, coeffs, path: Path) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, ax = figure(figsize=(6, 4))
     grid = np.linspace(d.min(), d.max(), 100)
     ax.plot(d, n, "o", label="critical n (free embeddings)")
     ax.plot(grid, np.polyval(coeffs, grid), "-", label=f"degree-{len(coeffs) - 1} fit")
     ax.set(xlabel="embedding dimension d", ylabel="largest n with every top-2 set retrievable",
            title="LIMIT: critical n vs dimension")
     ax.legend()
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def get_study(arg=None):

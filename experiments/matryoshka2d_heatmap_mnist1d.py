@@ -22,6 +22,7 @@ from matryoshka2d_simclr_mnist1d import get_config as base_config
 
 from repr_jax.config import override
 from repr_jax.scaling import Study, Sweep, embedded, probe_accuracy, runs_by_point
+from repr_jax.scaling.plots import figure, save_figure
 
 DIMS = (8, 16, 32, 64)
 MODELS = {"2dmse": "matryoshka_dims=8x16x32x64,matryoshka_layers=True",
@@ -56,10 +57,7 @@ def analyze(workdir: Path, table: list[dict]) -> list[dict]:
 
 
 def _plot(rows, path: Path) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(1, len(MODELS), figsize=(10, 3.8))
+    fig, axes = figure(1, len(MODELS), figsize=(10, 3.8))
     layers = sorted({r["layer"] for r in rows})
     for ax, model in zip(axes, MODELS):
         grid = np.asarray([[next(r["accuracy"] for r in rows if r["model"] == model
@@ -74,9 +72,7 @@ def _plot(rows, path: Path) -> None:
         ax.set_yticks(range(len(layers)), [str(layer) for layer in layers])
         ax.set(xlabel="prefix size", ylabel="layer", title=f"{model}: linear-probe accuracy")
     fig.colorbar(im, ax=list(axes))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def get_study(arg=None):

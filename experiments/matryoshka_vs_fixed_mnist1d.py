@@ -42,6 +42,7 @@ from simclr_mnist1d import get_config as base_config
 from repr_jax.config import override
 from repr_jax.eval import adaptive_retrieve, class_qrels, retrieve, topk_metrics
 from repr_jax.scaling import Study, Sweep, embedded, probe_accuracy, runs_by_point
+from repr_jax.scaling.plots import figure, save_figure
 
 DIMS = (8, 16, 32, 64, 128)
 SHORTLIST = 200
@@ -106,11 +107,8 @@ def analyze(workdir: Path, table: list[dict]) -> list[dict]:
 
 
 def _plot(rows, path: Path) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     probe = [r for r in rows if r["kind"] == "probe"]
-    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
+    fig, (a, b) = figure(1, 2, figsize=(11, 4))
     for key, label in (("matryoshka", "Matryoshka prefix"), ("fixed", "fixed-size (FF-d)"),
                        ("fixed_128_truncated", "FF-128 truncated")):
         a.plot([r["dim"] for r in probe], [r[key] for r in probe], "o-", label=label)
@@ -129,10 +127,7 @@ def _plot(rows, path: Path) -> None:
           ylabel="precision@10 (test -> train, same class)",
           title=f"adaptive retrieval (shortlist {SHORTLIST})")
     b.legend()
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def get_study(arg=None):

@@ -26,6 +26,7 @@ import numpy as np
 from repr_jax.config import (Config, DataConfig, EncoderConfig, EvalConfig, MethodConfig,
                              OptimConfig, TrainConfig, ViewsConfig)
 from repr_jax.scaling import Study, Sweep
+from repr_jax.scaling.plots import figure, save_figure
 from repr_jax.scaling.table import fit_table, write_table
 
 BATCHES = (16, 64, 256)
@@ -79,10 +80,7 @@ def analyze(workdir: Path, table: list[dict], *, bootstrap: int = 2000) -> list[
 
 
 def _plot(grid, path: Path) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(5, 4))
+    fig, ax = figure(figsize=(5, 4))
     im = ax.imshow(grid, cmap="viridis_r", origin="lower")
     for i in range(grid.shape[0]):
         for j in range(grid.shape[1]):
@@ -92,10 +90,7 @@ def _plot(grid, path: Path) -> None:
     ax.set(xlabel="anchors n (training examples)", ylabel="batch (negatives m)",
            title="linear-probe error (mean of seeds)")
     fig.colorbar(im)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def get_study(arg=None):

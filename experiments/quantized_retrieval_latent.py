@@ -37,6 +37,7 @@ from repr_jax.config import override
 from repr_jax.eval import class_qrels, quantized_search, topk_metrics
 from repr_jax.eval.quantization import bytes_per_vector
 from repr_jax.scaling import Study, Sweep, embedded, runs_by_point
+from repr_jax.scaling.plots import figure, save_figure
 
 SETTINGS = [("float32", 0), ("int8", 0), ("int8", 4), ("binary", 0), ("binary", 2),
             ("binary", 4), ("binary", 10)]
@@ -70,10 +71,7 @@ def analyze(workdir: Path, table: list[dict]) -> list[dict]:
 
 
 def _plot(rows, path: Path) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, ax = figure(figsize=(6, 4))
     for r in rows:
         marker = "o" if not r["rescore_multiplier"] else "s"
         ax.scatter(r["bytes_per_vector"], r["ndcg_at_10"], marker=marker)
@@ -82,10 +80,7 @@ def _plot(rows, path: Path) -> None:
                     (r["bytes_per_vector"], r["ndcg_at_10"]), fontsize=7)
     ax.set(xscale="log", xlabel="bytes per vector", ylabel="nDCG@10 (graded, test pairs)",
            title="quantised embeddings: quality vs storage")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def get_study(arg=None):

@@ -40,6 +40,7 @@ from repr_jax.config import override
 from repr_jax.data.builders import mnist1d_shifted
 from repr_jax.eval import Embedder, linear_probe
 from repr_jax.scaling import Study, Sweep, runs_by_point
+from repr_jax.scaling.plots import figure, save_figure
 from repr_jax.train.loop import eval_splits
 from repr_jax.train.population import load_population, member
 
@@ -104,10 +105,7 @@ def analyze(workdir: Path, table: list[dict]) -> list[dict]:
 
 
 def _plot(rows, path: Path) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(8, 4))
+    fig, ax = figure(figsize=(8, 4))
     x = np.arange(len(rows))
     for offset, split in ((-0.2, "test"), (0.2, "shifted")):
         ax.bar(x + offset, [r[f"{split}_accuracy"] for r in rows], 0.4,
@@ -115,10 +113,7 @@ def _plot(rows, path: Path) -> None:
     ax.set_xticks(x, [f"{r['representation']}\n(width {r['width']})" for r in rows], fontsize=7)
     ax.set(ylabel="linear-probe accuracy", title="seed ensembles vs one wide run, MNIST-1D")
     ax.legend()
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def get_study(arg=None):

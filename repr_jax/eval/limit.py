@@ -115,10 +115,14 @@ def critical_n(dim: int, *, lower: int = 3, upper: int | None = None, **options)
     return lo
 
 
-def critical_n_curve(dims: Sequence[int], **options) -> dict[int, int]:
+def critical_n_curve(dims: Sequence[int], *, progress: bool = True, **options
+                     ) -> dict[int, int]:
     """``{d: critical n}``; each search starts from the previous dimension's answer."""
+    from tqdm.auto import tqdm
     out, lower = {}, 3
-    for d in sorted(dims):
+    bar = tqdm(sorted(dims), desc="critical n", unit="dim", disable=not progress)
+    for d in bar:
         out[d] = critical_n(d, lower=lower, **options)
         lower = out[d]
+        bar.set_postfix(d=d, critical_n=out[d])
     return out

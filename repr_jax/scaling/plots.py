@@ -8,6 +8,25 @@ import jax.numpy as jnp
 import numpy as np
 
 
+def figure(*args, **kwargs):
+    """``matplotlib.pyplot.subplots`` on the file-only Agg backend (no display needed)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt.subplots(*args, **kwargs)
+
+
+def save_figure(fig, path: str | Path) -> Path:
+    """Lays out, writes (creating the folder) and closes ``fig``."""
+    import matplotlib.pyplot as plt
+    path = Path(path)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
 def plot_fit(law, fit, boot, data: dict[str, np.ndarray], y: np.ndarray, train: np.ndarray,
              out: str | Path, *, x_label: str = "x", y_label: str = "y") -> Path:
     """One-input laws: y against x (log x) with the fit, its 95% bootstrap band and held-out points

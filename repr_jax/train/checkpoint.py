@@ -7,6 +7,8 @@ from pathlib import Path
 import jax
 import orbax.checkpoint as ocp
 
+from repr_jax.config import ConfigError
+
 
 class Checkpointer:
     """Saves every state it is given (asynchronously) and restores the latest one, sharded."""
@@ -38,3 +40,15 @@ class Checkpointer:
             self._manager.wait_until_finished()
             self._manager.close()
             self._closed = True
+
+
+def restore_latest(workdir: str | Path, like_state, *, keep: int = 2):
+    """The latest checkpoint of the run (or population) in ``workdir``, shaped like
+    ``like_state``; ConfigError when there is none yet."""
+    ckpt = Checkpointer(Path(workdir) / "checkpoints", keep=keep)
+    try:
+        if ckpt.latest_step() is None:
+            raise ConfigError(f"{workdir} has no checkpoint yet")
+        return ckpt.restore(like_state)
+    finally:
+        ckpt.close()

@@ -36,7 +36,7 @@ from repr_jax.eval import EVALUATORS, Embedder, Estimate
 from repr_jax.methods import Method
 from repr_jax.train import costs, sharding
 from repr_jax.train.build import build_method, load_dataset, load_eval_sets, make_optimizer
-from repr_jax.train.checkpoint import Checkpointer
+from repr_jax.train.checkpoint import Checkpointer, restore_latest
 from repr_jax.train.log import MetricsWriter, format_table, plot_eval, plot_metrics
 from repr_jax.train.state import TrainState, create_train_state
 from repr_jax.train.step import hyperparams, train_step
@@ -449,13 +449,7 @@ def load_trained(workdir: str | Path, *, overrides: Sequence[str] = (),
         raise ConfigError(f"{workdir} has no config.json: not a repr-jax run directory")
     cfg = config_lib.override(config_lib.load_json(workdir / "config.json"), list(overrides))
     _, dataset, method, state = build_run(cfg, dataset)
-    ckpt = Checkpointer(workdir / "checkpoints", keep=cfg.train.keep_checkpoints)
-    try:
-        if ckpt.latest_step() is None:
-            raise ConfigError(f"{workdir} has no checkpoint yet")
-        state = ckpt.restore(state)
-    finally:
-        ckpt.close()
+    state = restore_latest(workdir, state, keep=cfg.train.keep_checkpoints)
     return cfg, dataset, method, state
 
 

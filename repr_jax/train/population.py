@@ -39,7 +39,7 @@ from repr_jax.config import Config, ConfigError
 from repr_jax.data import BatchStream
 from repr_jax.train import costs, sharding
 from repr_jax.train.build import build_method, load_dataset, load_eval_sets
-from repr_jax.train.checkpoint import Checkpointer
+from repr_jax.train.checkpoint import Checkpointer, restore_latest
 from repr_jax.train.log import MetricsWriter
 from repr_jax.train.loop import (check_resumable, make_upstream_loss, run_evaluation, sample_batch,
                                  state_init_fn)
@@ -125,13 +125,7 @@ def load_population(workdir: str | Path) -> dict[str, Any]:
     dataset = load_dataset(configs[0])
     method, state = _init_population(configs, dataset,
                                      sharding.make_mesh(configs[0].train.num_devices))
-    ckpt = Checkpointer(workdir / "checkpoints", keep=configs[0].train.keep_checkpoints)
-    try:
-        if ckpt.latest_step() is None:
-            raise ConfigError(f"{workdir} has no checkpoint yet")
-        state = ckpt.restore(state)
-    finally:
-        ckpt.close()
+    state = restore_latest(workdir, state, keep=configs[0].train.keep_checkpoints)
     return {"names": [m["name"] for m in record["members"]], "configs": configs,
             "dataset": dataset, "method": method, "state": state}
 

@@ -10,7 +10,7 @@ e = E + A m^-a + B n^-b with a, b > 0.
 Setup: SimCLR on the latent-class synthetic data (10 classes, x = tanh(W z), class-conditional
 views: a positive is another draw of the same latent class), MLP 64-64 with LayerNorm, 1,500
 steps; batch size B in {16, 64, 256} (m = 2B - 2 negatives per anchor) x training subset
-n in {250, 1,000, 4,000}; 3 seeds per cell (one population). Downstream: linear-probe error on
+n in {300, 1,200, 4,000}; 3 seeds per cell (one population). Downstream: linear-probe error on
 the test split. The additive law is fit with `repr_jax.scaling.table.fit_table` (law
 `chinchilla`: E + A/N^alpha + B/D^beta with N = negatives, D = anchors) and bootstrap intervals.
 Command:   repr-jax study negatives_anchors_latent --workdir runs/negatives_anchors
@@ -30,7 +30,7 @@ from repr_jax.scaling.plots import figure, save_figure
 from repr_jax.scaling.table import fit_table, write_table
 
 BATCHES = (16, 64, 256)
-ANCHORS = (250, 1000, 4000)
+ANCHORS = (300, 1200, 4000)  # each at least the largest batch
 SEEDS = (0, 1, 2)
 
 

@@ -15,7 +15,18 @@ Command:   repr-jax study upstream_downstream_saturation --workdir runs/scaling
            (the same directory as `repr-jax sweep scaling_simclr_mnist1d` reuses its 30 runs;
            append :quick for a 4-run smoke test)
 Hardware:  2 CPU cores.
-Runtime and result: see experiments/README.md.
+Runtime:   2 min 31 s for the analysis over the 30 finished runs (the sweep itself: 41 min),
+           measured 2026-12-02.
+Result (30 runs; 95% bootstrap intervals, 2,000 resamples):
+    downstream error    e_IR               alpha                 lowest observed
+    linear probe        0  [0, 0]          7.99 [6.16, 10.67]    0.0625
+    5-shot              ~0 [0, 0]          2.99 [2.39, 3.60]     0.279
+    25-shot             ~0 [0, 0]          5.22 [3.66, 7.12]     0.131
+Outcome: not reproduced in this range. Every downstream error, few-shot included, still falls as
+a power of the upstream loss with no floor: the fitted irreducible error sits at its bound 0 in
+every resample. Few-shot errors are higher and fall more slowly (alpha 3.0 for 5-shot vs 8.0 for
+the full probe), the direction the paper reports, but the upstream range of 3.5k-370k-parameter
+CNNs (loss 3.4-4.7) does not reach where saturation shows.
 """
 
 from pathlib import Path

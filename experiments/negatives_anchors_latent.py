@@ -16,7 +16,20 @@ the test split. The additive law is fit with `repr_jax.scaling.table.fit_table` 
 Command:   repr-jax study negatives_anchors_latent --workdir runs/negatives_anchors
            (append :quick for a 100-step smoke test)
 Hardware:  2 CPU cores.
-Runtime and result: see experiments/README.md.
+Runtime:   2 min 2 s for the whole command (9 populations of 3 seeds), measured 2026-12-02.
+Result (linear-probe error, mean of 3 seeds; stds 0.002-0.012):
+    batch (negatives m)    n = 300    n = 1,200    n = 4,000
+    16  (30)                0.3375     0.2967       0.2769
+    64  (126)               0.3372     0.2925       0.2683
+    256 (510)               0.3328     0.3078       0.2822
+  additive fit: beta (anchors) 0.26 [0.08, 0.70]; the negatives term is not identified
+  (alpha -38 [-38, 3.3]).
+Outcome: half reproduced. The error falls with the number of anchors at every batch size
+(-0.05 to -0.07 from 300 to 4,000), but not monotonically with negatives: 16 -> 64 helps a little
+(-0.004 to -0.009 with 1,200+ anchors), 64 -> 256 hurts (+0.01 to +0.015). With 10 classes, a
+batch of 256 holds ~25 same-class "negatives" per anchor — the class-collision term of Arora et
+al.'s bound, which grows with m — and at a fixed step budget the larger batches also take more
+epochs over small n.
 """
 
 from pathlib import Path

@@ -53,16 +53,10 @@ def _parser() -> argparse.ArgumentParser:
                        "step) and plots/loss_vs_flops.png.")
     s.add_argument("sweep", metavar="SWEEP", help="a sweep file in experiments/ (or a path) "
                    "defining get_sweep(); append :ARG to pass ARG")
-    s.add_argument("--workdir", required=True, help="the sweep directory")
-    s.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a config value of every point (repeatable)")
-    s.add_argument("--jobs", type=int, default=None, help="points trained at once (default: one "
-                   "per CPU core on CPU, 1 on an accelerator)")
-    s.add_argument("--retry-failed", action="store_true", help="rerun points that failed before")
+    _grid_options(s, "sweep")
     s.add_argument("--dry-run", action="store_true", help="list the points and exit")
     s.add_argument("--collect", action="store_true",
                    help="only rewrite results.csv/.json from what the runs have written so far")
-    s.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     st = sub.add_parser("study", help="run an experiment's study: its runs, then its analysis",
                         description="Train a study's runs (as `repr-jax sweep` does: several at "
@@ -70,12 +64,7 @@ def _parser() -> argparse.ArgumentParser:
                         "analysis: writes study.csv/.json, claim.txt and plots/*.png.")
     st.add_argument("study", metavar="STUDY", help="an experiment file in experiments/ (or a "
                     "path) defining get_study(); append :quick for a smoke-test length")
-    st.add_argument("--workdir", required=True, help="the study directory")
-    st.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                    help="override a config value of every run (repeatable)")
-    st.add_argument("--jobs", type=int, default=None, help="runs trained at once")
-    st.add_argument("--retry-failed", action="store_true", help="rerun runs that failed before")
-    st.add_argument("--no-progress", action="store_true", help="no progress bar")
+    _grid_options(st, "study")
 
     f = sub.add_parser("fit", help="fit a scaling law to a results table",
                        description="Fit a scaling law (with bootstrap intervals) to columns of a "
@@ -99,6 +88,19 @@ def _parser() -> argparse.ArgumentParser:
     f.add_argument("--name", default=None,
                    help="output name: fit_<NAME>.json/.png (default: the law's name)")
     return p
+
+
+def _grid_options(parser, what: str) -> None:
+    """The options `repr-jax sweep` and `repr-jax study` share (both train a sweep's runs)."""
+    parser.add_argument("--workdir", required=True, help=f"the {what} directory")
+    parser.add_argument("--set", dest="overrides", action="append", default=[],
+                        metavar="KEY=VALUE", help="override a config value of every run "
+                        "(repeatable)")
+    parser.add_argument("--jobs", type=int, default=None, help="runs trained at once (default: "
+                        "one per CPU core on CPU, 1 on an accelerator)")
+    parser.add_argument("--retry-failed", action="store_true",
+                        help="rerun runs that failed before")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
 def _fit(args) -> int:

@@ -73,3 +73,16 @@ def test_every_study_file_loads():
         assert study.claim.strip() and callable(study.analyze)
         if study.sweep is not None:
             assert study.sweep.points()  # every point's config builds
+
+
+def test_repr_jax_study_runs_a_study_file_given_by_path(tmp_path, capsys):
+    from repr_jax.cli import main
+    path = tmp_path / "tiny_study.py"
+    path.write_text("from repr_jax.scaling import Study\n\n\n"
+                    "def get_study(arg=None):\n"
+                    "    return Study('claim ' + str(arg), lambda workdir, table: [{'x': 1.5}])\n")
+    assert main(["study", f"{path}:quick", "--workdir", str(tmp_path / "out")]) == 0
+    assert (tmp_path / "out" / "study.csv").read_text().splitlines() == ["x", "1.5"]
+    assert (tmp_path / "out" / "claim.txt").read_text() == "claim quick\n"
+    assert "study.csv" in capsys.readouterr().out
+    assert main(["study", "no_such_study", "--workdir", str(tmp_path / "x")]) == 2

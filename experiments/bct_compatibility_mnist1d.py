@@ -37,8 +37,8 @@ from supervised_mnist1d import get_config as base_config
 from repr_jax.config import override
 from repr_jax.eval import class_qrels, retrieve, topk_metrics
 from repr_jax.scaling import Study, Sweep, embedded, runs_by_point
-from repr_jax.scaling.plots import figure, save_figure
 from repr_jax.train import train_and_evaluate
+from repr_jax.train.log import figure, save_figure
 
 # (widths, training subset, seed). The new model's seed differs: with the same seed, the
 # same-shaped classifier heads start identical (flax derives each parameter's key from the seed

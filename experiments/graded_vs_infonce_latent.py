@@ -33,10 +33,9 @@ import numpy as np
 from biencoder_latent_modalities import get_config as base_config
 
 from repr_jax.config import override
-from repr_jax.eval import Embedder, class_qrels, retrieve, topk_metrics
-from repr_jax.scaling import Study, Sweep, runs_by_point
-from repr_jax.scaling.plots import figure, save_figure
-from repr_jax.train.population import load_population, member
+from repr_jax.eval import class_qrels, retrieve, topk_metrics
+from repr_jax.scaling import Study, Sweep, embedded_members, runs_by_point
+from repr_jax.train.log import figure, save_figure
 
 OBJECTIVES = ("info_nce", "graded_bce")
 SEEDS = (0, 1, 2)
@@ -66,17 +65,8 @@ def analyze(workdir: Path, table: list[dict]) -> list[dict]:
     runs = runs_by_point(workdir)
     rows = []
     for objective in OBJECTIVES:
-        pop = load_population(runs[f"objective={objective},seed=0"])
-        test = pop["dataset"].splits["test"]
-        method = pop["method"]
-        embedder = Embedder(method.embed, {"test": test}, query_fn=method.embed_query,
-                            pos_fn=method.embed_pos)
-        per_seed = []
-        for i in range(len(pop["names"])):
-            v = member(pop["state"], i).variables
-            per_seed.append(retrieval_scores(embedder.embed(v, test["x"], "query"),
-                                             embedder.embed(v, test["x_pos"], "pos"),
-                                             test["label"]))
+        members = embedded_members(runs[f"objective={objective},seed=0"], which="pair")
+        per_seed = [retrieval_scores(*m["test"][0], m["test"][1]) for m in members]
         row = {"objective": objective, "seeds": len(per_seed)}
         for k in per_seed[0]:
             values = [s[k] for s in per_seed]

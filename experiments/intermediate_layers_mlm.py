@@ -35,7 +35,7 @@ from mlm_latent_topics import get_config as base_config
 from repr_jax.config import override
 from repr_jax.eval import anisotropy, effective_rank
 from repr_jax.scaling import Study, Sweep, embedded, probe_accuracy, runs_by_point
-from repr_jax.scaling.plots import figure, save_figure
+from repr_jax.train.log import figure, save_figure
 
 
 def get_config(arg=None):

@@ -35,7 +35,7 @@ import numpy as np
 
 from repr_jax.eval.limit import critical_n_curve
 from repr_jax.scaling import Study
-from repr_jax.scaling.plots import figure, save_figure
+from repr_jax.train.log import figure, save_figure
 
 
 def analyze(workdir: Path, table: list[dict], *, dims=tuple(range(2, 9))) -> list[dict]:

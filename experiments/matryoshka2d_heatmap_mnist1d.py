@@ -31,7 +31,7 @@ from matryoshka2d_simclr_mnist1d import get_config as base_config
 
 from repr_jax.config import override
 from repr_jax.scaling import Study, Sweep, embedded, probe_accuracy, runs_by_point
-from repr_jax.scaling.plots import figure, save_figure
+from repr_jax.train.log import figure, save_figure
 
 DIMS = (8, 16, 32, 64)
 MODELS = {"2dmse": "matryoshka_dims=8x16x32x64,matryoshka_layers=True",

@@ -42,7 +42,7 @@ from simclr_mnist1d import get_config as base_config
 from repr_jax.config import override
 from repr_jax.eval import adaptive_retrieve, class_qrels, retrieve, topk_metrics
 from repr_jax.scaling import Study, Sweep, embedded, probe_accuracy, runs_by_point
-from repr_jax.scaling.plots import figure, save_figure
+from repr_jax.train.log import figure, save_figure
 
 DIMS = (8, 16, 32, 64, 128)
 SHORTLIST = 200

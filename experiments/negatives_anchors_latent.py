@@ -39,8 +39,8 @@ import numpy as np
 from repr_jax.config import (Config, DataConfig, EncoderConfig, EvalConfig, MethodConfig,
                              OptimConfig, TrainConfig, ViewsConfig)
 from repr_jax.scaling import Study, Sweep
-from repr_jax.scaling.plots import figure, save_figure
 from repr_jax.scaling.table import fit_table, write_table
+from repr_jax.train.log import figure, save_figure
 
 BATCHES = (16, 64, 256)
 ANCHORS = (300, 1200, 4000)  # each at least the largest batch

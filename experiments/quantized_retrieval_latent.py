@@ -37,7 +37,7 @@ from repr_jax.config import override
 from repr_jax.eval import class_qrels, quantized_search, topk_metrics
 from repr_jax.eval.quantization import bytes_per_vector
 from repr_jax.scaling import Study, Sweep, embedded, runs_by_point
-from repr_jax.scaling.plots import figure, save_figure
+from repr_jax.train.log import figure, save_figure
 
 SETTINGS = [("float32", 0), ("int8", 0), ("int8", 4), ("binary", 0), ("binary", 2),
             ("binary", 4), ("binary", 10)]
@@ -54,8 +54,7 @@ def get_sweep(arg=None):
 def analyze(workdir: Path, table: list[dict]) -> list[dict]:
     del table
     run = runs_by_point(workdir)["seed=0"]
-    q, labels = embedded(run, which="query")["test"]
-    docs, _ = embedded(run, which="pos")["test"]
+    (q, docs), labels = embedded(run, which="pair")["test"]
     qrels = class_qrels(labels, labels, pair_grade=2)
     rows = []
     for precision, m in SETTINGS:

@@ -38,11 +38,8 @@ from simclr_mnist1d import get_config as base_config
 
 from repr_jax.config import override
 from repr_jax.data.builders import mnist1d_shifted
-from repr_jax.eval import Embedder, linear_probe
-from repr_jax.scaling import Study, Sweep, runs_by_point
-from repr_jax.scaling.plots import figure, save_figure
-from repr_jax.train.loop import eval_splits
-from repr_jax.train.population import load_population, member
+from repr_jax.scaling import Study, Sweep, embedded_members, probe_accuracy, runs_by_point
+from repr_jax.train.log import figure, save_figure
 
 K = 4
 NARROW, WIDE = (32, 64, 128), (32, 64, 512)
@@ -59,31 +56,19 @@ def get_sweep(arg=None):
                  population=("seed",))
 
 
-def _features(workdir: Path, point: str, shifted: dict) -> list[dict]:
-    """Each member's features on train / validation / test / shifted (with labels)."""
-    pop = load_population(runs_by_point(workdir)[point])
-    splits = dict(eval_splits(pop["dataset"], 0), shifted=shifted)
-    out = []
-    for i in range(len(pop["names"])):
-        embedder = Embedder(pop["method"].embed, splits)
-        out.append(embedder(member(pop["state"], i).variables))
-    return out
-
-
 def _probe(feats: list[dict]) -> dict:
-    """Clean and shifted accuracy of one ridge probe on the concatenated features."""
+    """Clean and shifted accuracy of one ridge probe on the members' concatenated features."""
     cat = {s: (np.concatenate([f[s][0] for f in feats], axis=1), feats[0][s][1])
            for s in feats[0]}
-    kw = dict(val_x=cat["validation"][0], val_y=cat["validation"][1])
-    return {split: linear_probe(*cat["train"], *cat[split], **kw)["accuracy"]
-            for split in ("test", "shifted")}
+    return {split: probe_accuracy(cat, test=split) for split in ("test", "shifted")}
 
 
 def analyze(workdir: Path, table: list[dict]) -> list[dict]:
     del table
     shifted = mnist1d_shifted(4000, seed=1)
-    narrow = _features(workdir, f"widths={'x'.join(map(str, NARROW))},seed=0", shifted)
-    wide = _features(workdir, f"widths={'x'.join(map(str, WIDE))},seed=0", shifted)
+    runs = runs_by_point(workdir)
+    narrow, wide = (embedded_members(runs[f"widths={'x'.join(map(str, w))},seed=0"],
+                                     extra_splits={"shifted": shifted}) for w in (NARROW, WIDE))
     rows = []
 
     def add(name, width, results):

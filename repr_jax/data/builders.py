@@ -107,11 +107,8 @@ class Mnist1d(_ArraysBuilder):
     BUILDER_CONFIGS = [Mnist1dConfig()]
 
     def _make_arrays(self):
-        from mnist1d.data import get_dataset_args, make_dataset
-        args = get_dataset_args()
-        args.num_samples = self.builder_config.num_examples
-        args.seed = self.builder_config.seed
-        d = make_dataset(args)  # reseeds the global RNGs: the caller restores them
+        # reseeds the global RNGs: the caller restores them
+        d = _mnist1d(self.builder_config.num_examples, self.builder_config.seed)
         x, y = d["x"].astype(np.float32), d["y"].astype(np.int64)
         n_val = int(round(VAL_FRACTION * len(y)))
         return {"train": {"x": x[n_val:], "label": y[n_val:]},
@@ -122,24 +119,30 @@ class Mnist1d(_ArraysBuilder):
 MNIST1D_SHIFT = dict(corr_noise_scale=0.4, iid_noise_scale=0.06, shear_scale=1.0)
 
 
-def mnist1d_shifted(num_examples: int = 2000, *, seed: int = 1, **generator_args
-                    ) -> dict[str, np.ndarray]:
-    """A distribution-shifted MNIST-1D set ``{"x" [N, 40], "label" [N]}``: the same ten digit
-    templates drawn through the generator with different arguments (default
-    :data:`MNIST1D_SHIFT`: 1.6x the correlated noise, 3x the i.i.d. noise, 1.33x the shear); ``seed`` differs from the training data's. The global RNGs are left as they were."""
-    import random
-
+def _mnist1d(num_examples: int, seed: int, **generator_args) -> dict[str, np.ndarray]:
+    """``mnist1d.data.make_dataset`` with its default arguments, ``generator_args`` changed
+    (unknown names refused). It reseeds numpy's and Python's global RNGs."""
     from mnist1d.data import get_dataset_args, make_dataset
     args = get_dataset_args()
-    for k, v in (generator_args or MNIST1D_SHIFT).items():
+    for k, v in generator_args.items():
         if not hasattr(args, k):
             raise ValueError(f"mnist1d has no generator argument {k!r}; choose from "
                              f"{', '.join(sorted(vars(args)))}")
         setattr(args, k, v)
     args.num_samples, args.seed = num_examples, seed
+    return make_dataset(args)
+
+
+def mnist1d_shifted(num_examples: int = 2000, *, seed: int = 1, **generator_args
+                    ) -> dict[str, np.ndarray]:
+    """A distribution-shifted MNIST-1D set ``{"x" [N, 40], "label" [N]}``: the same ten digit
+    templates drawn through the generator with different arguments (default
+    :data:`MNIST1D_SHIFT`: 1.6x the correlated noise, 3x the i.i.d. noise, 1.33x the shear);
+    ``seed`` differs from the training data's. The global RNGs are left as they were."""
+    import random
     np_state, py_state = np.random.get_state(), random.getstate()
     try:
-        d = make_dataset(args)
+        d = _mnist1d(num_examples, seed, **(generator_args or MNIST1D_SHIFT))
     finally:
         np.random.set_state(np_state)
         random.setstate(py_state)

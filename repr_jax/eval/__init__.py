@@ -1,9 +1,10 @@
 """Downstream evaluation: plain functions on arrays, and evaluators with one interface.
 
 Functions (arrays in, numbers out): ``linear_probe``, ``knn_classifier``, ``fewshot``, ``retrieve``,
-``retrieval_metrics``, ``topk_metrics``, ``class_qrels``, ``adaptive_retrieve``, ``quantized_search``, ``sts_correlation``, ``kmeans``, ``nmi``, ``ami``,
-``v_measure``, ``alignment``, ``uniformity``, ``effective_rank``, ``anisotropy``, ``linear_cka``,
-``coding_rate``, ``feature_std``, ``bootstrap_ci``, ``paired_bootstrap``.
+``retrieval_metrics``, ``topk_metrics``, ``class_qrels``, ``adaptive_retrieve``, ``rerank``,
+``quantized_search``, ``sts_correlation``, ``kmeans``, ``nmi``, ``ami``, ``v_measure``,
+``alignment``, ``uniformity``, ``effective_rank``, ``anisotropy``, ``linear_cka``, ``coding_rate``,
+``feature_std``, ``bootstrap_ci``, ``paired_bootstrap``.
 
 Evaluators (``EVALUATORS[name](embedder, **options).run(variables)`` yields ``(metric, value)``):
 one per module, named like it.
@@ -19,8 +20,8 @@ from repr_jax.eval.layerwise import Layerwise
 from repr_jax.eval.linear_probe import LinearProbe, linear_probe
 from repr_jax.eval.matryoshka import Matryoshka, adaptive_retrieve
 from repr_jax.eval.quantization import Quantization, quantized_search
-from repr_jax.eval.retrieval import (Retrieval, class_qrels, retrieval_metrics, retrieve,
-                                     topk_metrics)
+from repr_jax.eval.retrieval import (Retrieval, class_qrels, rerank, retrieval_metrics,
+                                     retrieve, topk_metrics)
 from repr_jax.eval.stats import Estimate, bootstrap_ci, paired_bootstrap
 from repr_jax.eval.sts import STS, sts_correlation
 
@@ -30,7 +31,9 @@ EVALUATORS = {e.name: e for e in (LinearProbe, KNN, FewShot, Retrieval, Quantiza
 PROTOCOLS = tuple(name for name in EVALUATORS if name not in ("layerwise", "matryoshka"))
 
 __all__ = ["EVALUATORS", "PROTOCOLS", "Embedder", "EmbedderView", "Estimate", "Evaluator",
-           "adaptive_retrieve", "alignment", "ami", "anisotropy", "class_qrels", "bootstrap_ci", "coding_rate", "effective_rank", "feature_std", "fewshot",
+           "adaptive_retrieve", "alignment", "ami", "anisotropy", "bootstrap_ci", "class_qrels",
+           "coding_rate", "effective_rank", "feature_std", "fewshot",
            "kmeans", "knn_classifier", "linear_cka", "linear_probe", "nmi", "paired_bootstrap",
-           "quantized_search", "retrieval_metrics", "retrieve", "sts_correlation", "topk_metrics",
+           "quantized_search", "rerank", "retrieval_metrics", "retrieve", "sts_correlation",
+           "topk_metrics",
            "uniformity", "v_measure"] + [e.__name__ for e in EVALUATORS.values()]

@@ -29,12 +29,17 @@ def top2_pairs(n: int) -> np.ndarray:
     return np.asarray(list(itertools.combinations(range(n), 2)), np.int32).reshape(-1, 2)
 
 
+def _relevant(pairs_Mx2: jax.Array, n: int) -> jax.Array:
+    """``[M, N]`` True at each query's two documents."""
+    return jax.nn.one_hot(pairs_Mx2, n).sum(1) > 0
+
+
 def all_retrievable(q_MxD: jax.Array, d_NxD: jax.Array, pairs_Mx2: jax.Array) -> jax.Array:
     """Whether every query scores both of its documents above every other document (dot
     product, strict)."""
     s = q_MxD @ d_NxD.T
     pos = jnp.take_along_axis(s, pairs_Mx2, axis=1)
-    neg = jnp.where(jax.nn.one_hot(pairs_Mx2, s.shape[1]).sum(1) > 0, -jnp.inf, s)
+    neg = jnp.where(_relevant(pairs_Mx2, s.shape[1]), -jnp.inf, s)
     return jnp.all(pos.min(1) > neg.max(1))
 
 
@@ -42,7 +47,7 @@ def _loss(params, pairs_Mx2, temperature):
     """Per query: a soft maximum of the negatives' scores minus a soft minimum of the two
     positives' (a smooth margin violation), averaged; zero-margin violations drive it."""
     s = params["q"] @ params["d"].T / temperature
-    is_pos = jax.nn.one_hot(pairs_Mx2, s.shape[1]).sum(1) > 0
+    is_pos = _relevant(pairs_Mx2, s.shape[1])
     soft_max_neg = jax.nn.logsumexp(jnp.where(is_pos, -jnp.inf, s), axis=1)
     soft_min_pos = -jax.nn.logsumexp(jnp.where(is_pos, -s, -jnp.inf), axis=1)
     return jnp.mean(jax.nn.softplus(soft_max_neg - soft_min_pos + 1.0))
@@ -96,19 +101,15 @@ def solvable(n: int, dim: int, *, restarts: int = 2, max_steps: int = 4000,
     return bool(np.any(np.asarray(solved)))
 
 
-def critical_n(dim: int, *, lower: int = 3, upper: int | None = None, **options) -> int:
+def critical_n(dim: int, *, lower: int = 3, **options) -> int:
     """The largest ``n`` for which :func:`solvable` holds at ``dim``: doubling from ``lower``
     until a failure, then bisection (assumes solvability is monotone in ``n``)."""
     lo = max(lower, 3)
     if not solvable(lo, dim, **options):
         return lo - 1
     hi = lo * 2
-    while (upper is None or hi <= upper) and solvable(hi, dim, **options):
+    while solvable(hi, dim, **options):
         lo, hi = hi, hi * 2
-    if upper is not None and hi > upper:
-        hi = upper + 1
-        if solvable(upper, dim, **options):
-            return upper
     while hi - lo > 1:
         mid = (lo + hi) // 2
         lo, hi = (mid, hi) if solvable(mid, dim, **options) else (lo, mid)

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 
 from repr_jax.eval.base import Embedder, Evaluator
 from repr_jax.eval.layerwise import protocol_evaluator
-from repr_jax.eval.retrieval import retrieve
+from repr_jax.eval.retrieval import rerank, retrieve
 
 
 def prefix_dims(dim: int, smallest: int = 8) -> tuple[int, ...]:
@@ -67,16 +67,7 @@ def adaptive_retrieve(queries, corpus, *, shortlist_dim: int, shortlist_k: int, 
                          f"k={k} <= shortlist_k <= {n}; got {shortlist_dim}, {shortlist_k}")
     _, short = retrieve(queries[:, :shortlist_dim], corpus[:, :shortlist_dim], k=shortlist_k,
                         similarity=similarity)
-    candidates = corpus[short]  # [Q, shortlist_k, D]
-    q, c = queries, candidates
-    if similarity == "cosine":
-        q = q / jnp.maximum(jnp.linalg.norm(q, axis=-1, keepdims=True), 1e-12)
-        c = c / jnp.maximum(jnp.linalg.norm(c, axis=-1, keepdims=True), 1e-12)
-    if similarity == "l2":
-        scores = -jnp.sum((c - q[:, None, :]) ** 2, -1)
-    else:
-        scores = jnp.einsum("qd,qkd->qk", q, c)
-    order = jnp.argsort(-scores, axis=1, stable=True)[:, :k]
+    _, idx = rerank(queries, corpus, short, k=k, similarity=similarity)
     work = {"shortlist": n * shortlist_dim, "rerank": shortlist_k * dim}
     work.update(adaptive=work["shortlist"] + work["rerank"], full=n * dim)
-    return jnp.take_along_axis(short, order, axis=1), work
+    return idx, work

@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 
 from repr_jax.eval.base import Evaluator
-from repr_jax.eval.retrieval import (_normalize, retrieval_tasks, retrieve, similarity_matrix,
+from repr_jax.eval.retrieval import (_normalize, rerank, retrieval_tasks, retrieve,
                                      topk_metrics)
 from repr_jax.eval.stats import with_ci
 
@@ -89,12 +89,7 @@ def quantized_search(queries, corpus, *, precision: str = "int8", k: int = 10,
                            similarity="dot" if precision == "binary" else float_sim)
     if not rescore_multiplier:
         return scores[:, :k], idx[:, :k]
-    # Float rescoring of the shortlist, stable so ties keep the quantised order.
-    exact_QxS = jax.vmap(lambda q, ids: similarity_matrix(q[None], corpus[ids], float_sim)[0])(
-        queries, idx)
-    order = jnp.argsort(-exact_QxS, axis=1, stable=True)[:, :k]
-    return (jnp.take_along_axis(exact_QxS, order, axis=1),
-            jnp.take_along_axis(idx, order, axis=1))
+    return rerank(queries, corpus, idx, k=k, similarity=float_sim)  # float scores, shortlist
 
 
 class Quantization(Evaluator):

@@ -138,6 +138,24 @@ def _ranked_metrics(gains_QxK, qrels_QxN, ks: tuple[int, ...]):
     return out
 
 
+def rerank(queries_QxD, corpus_NxD, candidates_QxS, *, k: int, similarity: str = "cosine"
+           ) -> tuple[jax.Array, jax.Array]:
+    """``(scores [Q, k], indices [Q, k])``: each query's shortlisted corpus indices reordered by
+    exact ``similarity`` scores (stable: ties keep the shortlist's order).
+
+    >>> s, i = rerank(jnp.asarray([[1., 0.]]), jnp.asarray([[0., 1.], [1., 0.], [1., 1.]]),
+    ...               jnp.asarray([[0, 2, 1]]), k=2)
+    >>> i.tolist()
+    [[1, 2]]
+    """
+    candidates_QxS = jnp.asarray(candidates_QxS)
+    exact_QxS = jax.vmap(lambda q, ids: similarity_matrix(q[None], corpus_NxD[ids], similarity)[0])(
+        jnp.asarray(queries_QxD), candidates_QxS)
+    order = jnp.argsort(-exact_QxS, axis=1, stable=True)[:, :k]
+    return (jnp.take_along_axis(exact_QxS, order, axis=1),
+            jnp.take_along_axis(candidates_QxS, order, axis=1))
+
+
 def judged_queries(qrels_QxN) -> np.ndarray:
     """Boolean mask of the queries that have at least one relevant document."""
     return np.asarray(jnp.any(jnp.asarray(qrels_QxN) >= 1, axis=1))

@@ -7,35 +7,14 @@ from pathlib import Path
 import jax.numpy as jnp
 import numpy as np
 
-
-def figure(*args, **kwargs):
-    """``matplotlib.pyplot.subplots`` on the file-only Agg backend (no display needed)."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    return plt.subplots(*args, **kwargs)
-
-
-def save_figure(fig, path: str | Path) -> Path:
-    """Lays out, writes (creating the folder) and closes ``fig``."""
-    import matplotlib.pyplot as plt
-    path = Path(path)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+from repr_jax.train.log import figure, save_figure
 
 
 def plot_fit(law, fit, boot, data: dict[str, np.ndarray], y: np.ndarray, train: np.ndarray,
              out: str | Path, *, x_label: str = "x", y_label: str = "y") -> Path:
     """One-input laws: y against x (log x) with the fit, its 95% bootstrap band and held-out points
     in red. Several inputs: predicted against observed, with the identity line."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(5.2, 3.8))
+    fig, ax = figure(figsize=(5.2, 3.8))
     first = data[law.inputs[0]]
     if len(law.inputs) == 1:
         grid = np.geomspace(first.min(), first.max(), 200) if first.min() > 0 else np.linspace(
@@ -63,8 +42,4 @@ def plot_fit(law, fit, boot, data: dict[str, np.ndarray], y: np.ndarray, train: 
     params = ", ".join(f"{k}={v:.3g}" for k, v in fit.params.items())
     ax.set_title(f"{law.name}: {params}", fontsize=8)
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    out = Path(out)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    return save_figure(fig, out, dpi=110)

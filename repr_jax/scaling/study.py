@@ -48,26 +48,46 @@ def runs_by_point(workdir: str | Path) -> dict[str, Path]:
             for p in points}
 
 
+def _embed_splits(method, dataset, variables: Sequence[Any], which: str,
+                  extra_splits: dict | None) -> list[dict[str, tuple[Any, Any]]]:
+    """One Embedder (compiled once) over the dataset's splits for each variables in turn."""
+    from repr_jax.eval import Embedder
+    splits = dict(dataset.splits, **(extra_splits or {}))
+    embedder = Embedder(method.embed, splits, query_fn=method.embed_query,
+                        pos_fn=method.embed_pos, layers_fn=method.embed_layers)
+
+    def features(v, s):
+        if which == "pair":
+            return embedder.embed(v, s["x"], "query"), embedder.embed(v, s["x_pos"], "pos")
+        return embedder.embed(v, s["x"], which)
+
+    return [{name: (features(v, s), s["label"]) for name, s in splits.items()} for v in variables]
+
+
 def embedded(run_dir: str | Path, *, which: str = "x", extra_splits: dict | None = None,
              initial: bool = False) -> dict[str, tuple[Any, Any]]:
     """``{split: (features, labels)}`` of a trained run (its latest checkpoint) on every split of
     its dataset plus ``extra_splits`` (``{name: {"x", "label"}}``). ``which``: ``"x"`` (the
-    representation), ``"query"``/``"pos"`` (a pair's two sides: ``x`` and ``x_pos``) or
-    ``"layers"`` (a tuple of every layer's pooled features, then the representation).
-    ``initial=True``: the run's encoder at initialisation instead (its seed; the random-init
-    reference)."""
-    from repr_jax.eval import Embedder
+    representation), ``"pair"`` (a pair's two sides, ``x`` and ``x_pos``, in the space where pairs
+    are compared: a tuple) or ``"layers"`` (a tuple of every layer's pooled features, then the
+    representation). ``initial=True``: the run's encoder at initialisation instead (its seed;
+    the random-init reference)."""
     from repr_jax.train import load_trained
     from repr_jax.train.loop import build_run
     if initial:
         _, dataset, method, state = build_run(config_lib.load_json(Path(run_dir) / "config.json"))
     else:
         _, dataset, method, state = load_trained(run_dir)
-    splits = dict(dataset.splits, **(extra_splits or {}))
-    embedder = Embedder(method.embed, splits, query_fn=method.embed_query,
-                        pos_fn=method.embed_pos, layers_fn=method.embed_layers)
-    return {name: (embedder.embed(state.variables, s["x_pos" if which == "pos" else "x"], which),
-                   s["label"]) for name, s in splits.items()}
+    return _embed_splits(method, dataset, [state.variables], which, extra_splits)[0]
+
+
+def embedded_members(population_dir: str | Path, *, which: str = "x",
+                     extra_splits: dict | None = None) -> list[dict[str, tuple[Any, Any]]]:
+    """:func:`embedded` for every member of a trained population, in member order."""
+    from repr_jax.train.population import load_population, member
+    pop = load_population(population_dir)
+    variables = [member(pop["state"], i).variables for i in range(len(pop["names"]))]
+    return _embed_splits(pop["method"], pop["dataset"], variables, which, extra_splits)
 
 
 def probe_accuracy(feats: dict[str, tuple[Any, Any]], transform: Callable = lambda f: f,

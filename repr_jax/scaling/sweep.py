@@ -496,12 +496,12 @@ def _plot_loss_vs_flops(rows: Iterable[dict[str, Any]], path: Path) -> None:
             series.setdefault(r["point"], []).append((flops, loss, r.get("params") or 0))
     if not series:
         return
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib import colormaps
+
+    from repr_jax.train.log import figure, save_figure
     sizes = sorted({s[0][2] for s in series.values()})
-    cmap = plt.get_cmap("viridis")
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    cmap = colormaps["viridis"]
+    fig, ax = figure(figsize=(7, 4.5))
     for name, pts in series.items():
         pts.sort()
         color = cmap(sizes.index(pts[0][2]) / max(len(sizes) - 1, 1))
@@ -512,10 +512,7 @@ def _plot_loss_vs_flops(rows: Iterable[dict[str, Any]], path: Path) -> None:
            title="held-out loss vs compute (colour: parameter count)")
     if len(series) <= 12:
         ax.legend(fontsize=6)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -154,15 +153,12 @@ def build_method(cfg: Config, dataset: data.Dataset, *, population: bool = False
 
 def _old_classifier(run_dir: str) -> dict:
     """The classifier of the supervised run in ``run_dir`` (its latest checkpoint), for BCT."""
-    from repr_jax.config import load_json
     from repr_jax.methods.supervised import classifier_params
     from repr_jax.train.loop import load_trained  # loop imports this module
-    if not (Path(run_dir) / "config.json").exists():
-        raise ConfigError(f"method.compat_run={run_dir!r} is not a run directory (no config.json)")
-    if load_json(Path(run_dir) / "config.json").method.name != "supervised":
-        raise ConfigError(f"method.compat_run={run_dir!r} is not a supervised run: BCT needs the "
-                          f"old model's classifier")
-    _, _, _, state = load_trained(run_dir)
+    old_cfg, _, _, state = load_trained(run_dir)  # refuses a directory that holds no run
+    if old_cfg.method.name != "supervised":
+        raise ConfigError(f"method.compat_run={run_dir!r} is a {old_cfg.method.name} run: BCT needs "
+                          f"an old supervised model's classifier")
     return jax.tree.map(np.asarray, classifier_params(jax.device_get(state.params)))
 
 

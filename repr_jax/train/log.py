@@ -88,29 +88,40 @@ def _errorbar(ax, xs, rs, **kw):
         ax.plot(xs, ys, marker="o", **kw)
 
 
+def figure(*args, **kwargs):
+    """``matplotlib.pyplot.subplots`` on the file-only Agg backend (no display needed)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt.subplots(*args, **kwargs)
+
+
+def save_figure(fig, path: str | Path, *, dpi: int = 120) -> Path:
+    """Lays out, writes (creating the folder) and closes ``fig``."""
+    import matplotlib.pyplot as plt
+    path = Path(path)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)
+    return path
+
+
 def plot_eval(rows: Iterable[dict[str, Any]], out_dir: str | Path) -> list[Path]:
     """Plots the per-layer, per-prefix and per-precision evaluations among ``rows`` (with their
     intervals): ``layerwise.png`` (metric vs layer), ``matryoshka.png`` (metric vs embedding size),
     ``quantization.png`` (retrieval metric vs bytes per vector). Returns the files written."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     rows, out_dir, written = list(rows), Path(out_dir), []
 
     def save(fig, name):
-        out_dir.mkdir(parents=True, exist_ok=True)
-        fig.tight_layout()
-        fig.savefig(out_dir / name, dpi=110)
-        plt.close(fig)
-        written.append(out_dir / name)
+        written.append(save_figure(fig, out_dir / name, dpi=110))
 
     for evaluator, xlabel in (("layerwise", "layer"), ("matryoshka", "embedding size")):
         series = _series(rows, evaluator)
         if not series:
             continue
         metrics = sorted({m for _, m in series})
-        fig, axes = plt.subplots(1, len(metrics), figsize=(4.5 * len(metrics), 3.4), squeeze=False)
+        fig, axes = figure(1, len(metrics), figsize=(4.5 * len(metrics), 3.4), squeeze=False)
         for ax, metric in zip(axes[0], metrics):
             for (rep, m), points in series.items():
                 if m != metric:
@@ -130,7 +141,7 @@ def plot_eval(rows: Iterable[dict[str, Any]], out_dir: str | Path) -> list[Path]
     quant = [r for r in rows if r["evaluator"] == "quantization"]
     if quant:
         tasks = sorted({r["metric"].rpartition("/")[0].rpartition("/")[0] for r in quant})
-        fig, axes = plt.subplots(1, len(tasks), figsize=(4.8 * len(tasks), 3.6), squeeze=False)
+        fig, axes = figure(1, len(tasks), figsize=(4.8 * len(tasks), 3.6), squeeze=False)
         for ax, task in zip(axes[0], tasks):
             prefix = f"{task}/" if task else ""
             for rep in dict.fromkeys(r["representation"] for r in quant):
@@ -156,19 +167,12 @@ def plot_eval(rows: Iterable[dict[str, Any]], out_dir: str | Path) -> list[Path]
 
 def plot_metrics(metrics_path: str | Path, out_path: str | Path) -> None:
     """Loss (and learning rate) against step, as a PNG."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     rows = [r for r in read_jsonl(metrics_path) if "loss" in r and math.isfinite(r["loss"])]
     if not rows:
         return
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3.2))
+    fig, (ax1, ax2) = figure(1, 2, figsize=(9, 3.2))
     ax1.plot([r["step"] for r in rows], [r["loss"] for r in rows])
     ax1.set(xlabel="step", ylabel="train loss", title="loss")
     ax2.plot([r["step"] for r in rows], [r["lr"] for r in rows], color="tab:orange")
     ax2.set(xlabel="step", ylabel="learning rate", title="schedule")
-    fig.tight_layout()
-    Path(out_path).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out_path, dpi=100)
-    plt.close(fig)
+    save_figure(fig, out_path, dpi=100)

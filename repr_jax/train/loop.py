@@ -17,7 +17,6 @@ workdir/ after a run::
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import math
 import sys
@@ -39,7 +38,7 @@ from repr_jax.train.build import build_method, load_dataset, load_eval_sets, mak
 from repr_jax.train.checkpoint import Checkpointer, restore_latest
 from repr_jax.train.log import MetricsWriter, format_table, plot_eval, plot_metrics
 from repr_jax.train.state import TrainState, create_train_state
-from repr_jax.train.step import hyperparams, train_step
+from repr_jax.train.step import configured_step, hyperparams
 
 # Keys that change bookkeeping only, never the trained numbers: a resumed run may change them.
 RESUMABLE_CHANGES = ("eval.", "train.eval_every", "train.ckpt_every", "train.log_every",
@@ -111,9 +110,7 @@ def build_run(cfg: Config, dataset: Dataset | None = None):
 
 def make_step_fn(cfg: Config, method: Method, mesh, state: TrainState):
     """The jitted train step for states shaped (and sharded) like ``state``; the state is donated."""
-    step = functools.partial(train_step, method=method, total_steps=cfg.train.steps,
-                             compute_dtype=cfg.train.compute_dtype,
-                             grad_accum=cfg.train.grad_accum)
+    step = configured_step(cfg, method)
     rep, state_sharding = sharding.replicated(mesh), sharding.state_sharding(state, mesh)
     return jax.jit(step, in_shardings=(state_sharding, sharding.batch_sharding(mesh), rep),
                    out_shardings=(state_sharding, rep), donate_argnums=0)
@@ -462,7 +459,8 @@ def evaluate_workdir(workdir: str | Path, *, overrides: Sequence[str] = (),
         raise ConfigError(f"repr-jax eval changes only eval.* keys (the model is the checkpoint's); "
                           f"got {bad}")
     cfg, dataset, method, state = load_trained(workdir, overrides=overrides)
-    rows = run_evaluation(cfg, method, dataset, state, Path(workdir), reference=cfg.eval.reference_rows,
+    rows = run_evaluation(cfg, method, dataset, state, Path(workdir),
+                          reference=cfg.eval.reference_rows,
                           eval_sets=load_eval_sets(cfg, dataset), progress=progress)
     if progress:
         print(format_table(rows))

@@ -44,7 +44,7 @@ from repr_jax.train.log import MetricsWriter
 from repr_jax.train.loop import (check_resumable, make_upstream_loss, run_evaluation, sample_batch,
                                  state_init_fn)
 from repr_jax.train.state import TrainState
-from repr_jax.train.step import hyperparams, train_step
+from repr_jax.train.step import configured_step, hyperparams
 
 # What members may differ in: the seed, and the numeric leaves the step reads (hyperparams()).
 MEMBER_KEYS = ("seed",)
@@ -83,9 +83,7 @@ def make_population_step(cfg: Config, method, mesh, *, shared_batches: bool):
     """``step(stacked_state, batch, stacked_hp)``: train_step vmapped over members, jitted with the
     state replicated and the batch split along the data axis (per-member batches: ``[K, B, ...]``,
     split along B)."""
-    step = functools.partial(train_step, method=method, total_steps=cfg.train.steps,
-                             compute_dtype=cfg.train.compute_dtype,
-                             grad_accum=cfg.train.grad_accum)
+    step = configured_step(cfg, method)
     vstep = jax.vmap(step, in_axes=(0, None if shared_batches else 0, 0))
     rep = sharding.replicated(mesh)
     batch_sharding = (sharding.batch_sharding(mesh) if shared_batches else
@@ -96,8 +94,8 @@ def make_population_step(cfg: Config, method, mesh, *, shared_batches: bool):
 
 
 def member_names(configs: Sequence[Config], varying: Sequence[str]) -> list[str]:
-    names = [config_lib.point_name({k: config_lib.flatten(c)[k] for k in varying if not k.startswith("eval.")})
-             for c in configs]
+    names = [config_lib.point_name({k: config_lib.flatten(c)[k] for k in varying
+                                    if not k.startswith("eval.")}) for c in configs]
     if len(set(names)) != len(names):
         raise ConfigError(f"population members must differ; got {len(names) - len(set(names))} "
                           f"duplicates")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import jax
@@ -89,6 +90,14 @@ def train_step(state: TrainState, batch: dict, hp: Any, *, method: Method, total
                               batch_stats=model_state.get("batch_stats", state.batch_stats),
                               extra=jax.lax.stop_gradient(extra))
     return new_state, metrics
+
+
+def configured_step(cfg, method: Method):
+    """``step(state, batch, hp)``: :func:`train_step` with ``cfg``'s structural settings bound
+    (what the single-run and population steps jit)."""
+    return functools.partial(train_step, method=method, total_steps=cfg.train.steps,
+                             compute_dtype=cfg.train.compute_dtype,
+                             grad_accum=cfg.train.grad_accum)
 
 
 def hyperparams(cfg) -> dict:

@@ -11,7 +11,7 @@ from typing import Sequence
 import flax.linen as nn
 import jax
 
-from repr_jax.encoders.layers import PatchConv, norm_layer
+from repr_jax.encoders.layers import PatchConv, conv, norm_layer
 
 VARIANTS = {
     "tiny": dict(widths=(8, 16)),
@@ -44,7 +44,8 @@ class CNN(nn.Module):
             # No bias before BatchNorm: it would be cancelled, and Adam would amplify its noise gradient.
             window, bias = (self.kernel_size,) * spatial, self.norm != "batch"
             h = (PatchConv(width, window, use_bias=bias, name=f"conv{i}") if self.im2col else
-                 nn.Conv(width, window, padding="SAME", use_bias=bias, name=f"conv{i}"))(h)
+                 nn.Conv(width, window, padding="SAME", use_bias=bias, name=f"conv{i}",
+                         conv_general_dilated=conv))(h)
             h = norm_layer(self.norm, train=train, name=f"norm{i}")(h)
             h = nn.relu(h)
             layers.append(h)

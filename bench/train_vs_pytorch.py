@@ -204,15 +204,22 @@ def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", choices=("cnn", "vit", "both"), default="both")
     p.add_argument("--steps", type=int, default=0, help="timed steps (default 30 cnn, 8 vit)")
+    p.add_argument("--default-malloc", action="store_true",
+                   help="leave glibc's malloc as it is (import repr_jax keeps freed host memory: "
+                        "repr_jax/host_memory.py); both sides run under the same")
     args = p.parse_args(argv)
+    if args.default_malloc:  # before repr_jax is imported
+        os.environ["REPR_JAX_KEEP_HOST_MEMORY"] = "0"
     import jax
     import torch
 
     from repr_jax.config import load
+    from repr_jax.host_memory import kept
     torch.set_num_threads(os.cpu_count())
     peak = matmul_peak()
     print(f"jax {jax.__version__} / torch {torch.__version__}, {os.cpu_count()} CPU cores; "
-          f"measured float32 matmul peak (2048^2) {peak / 1e9:.1f} GFLOP/s")
+          f"measured float32 matmul peak (2048^2) {peak / 1e9:.1f} GFLOP/s; host memory "
+          f"{'kept' if kept else 'as glibc defaults'}")
     runs = {"cnn": ("default experiment's CNN on MNIST-1D", CNN_BATCH, 30,
                     lambda: load("simclr_mnist1d"), pytorch_cnn),
             "vit": ("ViT-Ti (patch 2) on 8x8 digits", VIT_BATCH, 8, vit_config, pytorch_vit)}

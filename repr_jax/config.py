@@ -222,7 +222,8 @@ class EncoderConfig:
     kernel_size: int = static(5, ">0", "cnn")
     norm: str = static("batch", ("batch", "layer", "none"), "mlp, cnn")
     conv: str = static("auto", ("auto", "xla", "im2col"), "cnn convolutions: XLA's, or patch "
-                       "matmuls (im2col: fast when vmapped); auto = im2col in populations")
+                       "matmuls (im2col: fast when vmapped); auto = im2col in populations whose "
+                       "members are vmapped together (train.population_chunk)")
     width: int = static(0, ">=0", "vit/mixer/text_transformer width, lstm hidden (0 = variant's)")
     depth: int = static(0, ">=0", "blocks or layers (0 = the variant's)")
     num_heads: int = static(0, ">=0", "attention heads (0 = the variant's)")
@@ -331,6 +332,10 @@ class TrainConfig:
                                    "this many examples at a time, backpropagate chunk by chunk — "
                                    "the full batch's negatives and gradients in one chunk's "
                                    "activation memory (0 = off)")
+    population_chunk: int = static(0, ">=0", "populations: members vmapped together; chunks run "
+                                   "one after another in the one compiled step (lax.map). 0 = "
+                                   "auto: one member at a time for the cnn on CPU (XLA's CPU "
+                                   "convolutions are fastest unbatched), else all at once")
 
     def _validate(self):
         micro = self.batch_size // self.grad_accum

@@ -1,18 +1,24 @@
-"""Populations: each member of a vmapped population equals its separate run; members may differ only
-in seed and numeric hyperparameters; the population checkpoints and resumes as one; the im2col
-convolution it uses equals XLA's."""
+"""Populations: each member of a population (trained member after member in one step, or vmapped)
+equals its separate run; members may differ only in seed and numeric hyperparameters; the population
+checkpoints and resumes as one; the im2col convolution vmapped members use equals XLA's, and the
+convolution whose gradient is written channels-last equals lax's."""
 
 import json
+import re
 
 import chex
+import flax.linen as nn
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from repr_jax.config import ConfigError, EvalConfig, override
 from repr_jax.encoders.cnn import CNN
+from repr_jax.encoders.layers import conv
 from repr_jax.train import train_and_evaluate
-from repr_jax.train.population import member, member_differences, train_population
+from repr_jax.train.population import (member, member_differences, members_per_chunk,
+                                      train_population)
 
 from conftest import tiny_config
 
@@ -30,26 +36,60 @@ def test_im2col_convolution_equals_xla_convolution(shape, kernel):
                                atol=1e-5)
 
 
-def _members(base, values):
-    return [override(base, [f"{k}={v!r}" for k, v in m.items()]) for m in values]
+@pytest.mark.parametrize("shape, window, padding", [
+    ((3, 17, 2), (5,), "SAME"), ((2, 9, 7, 3), (3, 2), "SAME"), ((2, 9, 7, 3), (3, 3), "VALID"),
+    ((3, 12, 2), (5,), ((1, 3),))])
+def test_channels_last_gradient_convolution_equals_lax(shape, window, padding):
+    """layers.conv (the CNN's) has lax's values and gradients (second order too), and inside a
+    loop its gradient compiles to channels-last convolutions only — the layout XLA's CPU backend
+    runs with its fast kernel (lax's own kernel gradient there is `f0b_i0o->0bf`, a naive loop)."""
+    x = jax.random.normal(jax.random.PRNGKey(0), shape)
+    ours = nn.Conv(5, window, padding=padding, conv_general_dilated=conv)
+    lax_conv = nn.Conv(5, window, padding=padding)
+    variables = lax_conv.init(jax.random.PRNGKey(1), x)
+
+    def loss(module):
+        return lambda v, x: (jnp.sin(module.apply(v, x)) ** 2).sum()
+    np.testing.assert_allclose(ours.apply(variables, x), lax_conv.apply(variables, x), atol=1e-6)
+    chex.assert_trees_all_close(jax.grad(loss(ours), argnums=(0, 1))(variables, x),
+                                jax.grad(loss(lax_conv), argnums=(0, 1))(variables, x),
+                                atol=1e-5, rtol=1e-5)
+    chex.assert_trees_all_close(
+        jax.grad(lambda v: (jax.grad(loss(ours), argnums=1)(v, x) ** 2).sum())(variables),
+        jax.grad(lambda v: (jax.grad(loss(lax_conv), argnums=1)(v, x) ** 2).sum())(variables),
+        atol=1e-4, rtol=1e-4)
+
+    stacked = jax.tree.map(lambda a: jnp.stack([a, 2 * a]), variables)
+    looped = jax.jit(lambda vs, x: jax.lax.map(lambda v: jax.grad(loss(ours))(v, x), vs))
+    hlo = looped.lower(stacked, x).compile().as_text()
+    labels = set(re.findall(r"dim_labels=([\w>-]+)", hlo))
+    spatial = "".join(map(str, range(len(window))))
+    assert labels == {f"b{spatial}f_{spatial}io->b{spatial}f"}, labels
 
 
-@pytest.mark.parametrize("shared", [True, False])
-def test_each_member_equals_its_separate_run(tmp_path, shared):
-    """Shared batches: members differ in learning rate and temperature (same seed, so the same
-    data order as their separate runs); per-member batches: they differ in seed too (the second
-    member, whose seed is not the first's, is checked)."""
+def _members(base, values, *common):
+    return [override(base, [*common, *(f"{k}={v!r}" for k, v in m.items())]) for m in values]
+
+
+@pytest.mark.parametrize("shared, chunk", [(True, 0), (False, 2)])
+def test_each_member_equals_its_separate_run(tmp_path, shared, chunk):
+    """Shared batches, members one after another (train.population_chunk=0: auto, the CNN on
+    CPU): members differ in learning rate and temperature (same seed, so the same data order as
+    their separate runs); per-member batches, vmapped together (chunk 2): they differ in seed too
+    (the second member, whose seed is not the first's, is checked)."""
     base = tiny_config(eval=EVAL)
     values = ([{"optim.lr": 1e-3, "method.temperature": 0.5},
                {"optim.lr": 3e-3, "method.temperature": 0.2}] if shared else
               [{"seed": 0, "optim.lr": 1e-3}, {"seed": 5, "optim.lr": 2e-3}])
-    configs = _members(base, values)
+    configs = _members(base, values, f"train.population_chunk={chunk}")
+    assert members_per_chunk(configs[0]) == (1 if shared else 2)
     pop = train_population(configs, tmp_path / "pop", shared_batches=shared, progress=False)
     assert pop["diverged"] == {}
     for i, cfg in enumerate(configs if shared else configs[1:], start=0 if shared else 1):
-        # The separate run with the population's convolution (patch matmuls), as `repr-jax train`.
-        solo = train_and_evaluate(override(cfg, ["encoder.conv=im2col"]), tmp_path / f"solo{i}",
-                                  progress=False, verbose=False)
+        # The separate run, as `repr-jax train`, with the population's convolution (vmapped
+        # members: patch matmuls).
+        solo = train_and_evaluate(cfg if shared else override(cfg, ["encoder.conv=im2col"]),
+                                  tmp_path / f"solo{i}", progress=False, verbose=False)
         chex.assert_trees_all_close(member(pop["state"].params, i), solo["state"].params,
                                     atol=1e-5, rtol=1e-5)
         chex.assert_trees_all_close(member(pop["state"].batch_stats, i),

@@ -73,7 +73,8 @@ _SIZE_FIELDS = {
 def _build_encoder(cfg: Config, dataset: data.Dataset, *, population: bool = False):
     """The configured encoder; token encoders take their vocabulary from the dataset.
     ``population``: it will be vmapped over per-member weights (``encoder.conv=auto`` then
-    computes convolutions as patch matmuls)."""
+    computes convolutions as patch matmuls; a population whose members run one after another is
+    not vmapped)."""
     e = cfg.encoder
     is_text = e.name in encoders.TOKEN_FAMILIES
     if is_text != (dataset.vocab is not None):

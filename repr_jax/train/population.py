@@ -1,11 +1,14 @@
 """Populations: K runs that differ only in seed and numeric hyperparameters, trained as one.
 
-The members' states are stacked along a leading axis and one jit-compiled, ``vmap``-ped step updates
-all of them: the step already reads every numeric hyperparameter (``optim.*``, ``method.*``
+The members' states are stacked along a leading axis and one jit-compiled step updates all of them:
+the step already reads every numeric hyperparameter (``optim.*``, ``method.*``
 :func:`~repr_jax.config.hyper` leaves) from its ``hp`` argument, so a stacked ``hp`` gives each member
 its own learning rate, temperature or loss weight, and stacked ``PRNGKey(seed)``-derived states give
-each member its own initialisation and augmentation noise. On hardware one small model cannot fill,
-K members cost about one.
+each member its own initialisation and augmentation noise. Inside the step the members are
+``vmap``-ped — on hardware one small model cannot fill, K members cost about one — or, in chunks
+(``train.population_chunk``), mapped one chunk after another (``lax.map``): the CNN on CPU, where
+convolutions with per-member weights run slower batched than one by one (its members then cost
+what their separate runs do: ``bench/population_vs_sequential.py``).
 
 Batches are shared (every member sees the batch of the first member's seed) or, with
 ``shared_batches=False``, drawn per member from its own seed. A member is then the same run as
@@ -37,12 +40,12 @@ import numpy as np
 from repr_jax import config as config_lib
 from repr_jax.config import Config, ConfigError
 from repr_jax.data import BatchStream
-from repr_jax.train import costs, sharding
+from repr_jax.train import sharding
 from repr_jax.train.build import build_method, load_dataset, load_eval_sets
 from repr_jax.train.checkpoint import Checkpointer, restore_latest
 from repr_jax.train.log import MetricsWriter
-from repr_jax.train.loop import (check_resumable, make_upstream_loss, run_evaluation, sample_batch,
-                                 state_init_fn)
+from repr_jax.train.loop import (check_resumable, compile_step, make_upstream_loss,
+                                 run_evaluation, sample_batch, state_init_fn)
 from repr_jax.train.state import TrainState
 from repr_jax.train.step import configured_step, hyperparams
 
@@ -79,12 +82,35 @@ def member(tree: Any, i: int) -> Any:
     return jax.tree.map(lambda x: x[i], tree)
 
 
+def members_per_chunk(cfg: Config) -> int:
+    """How many members one step vmaps together (``train.population_chunk``; 0 = all); the chunks
+    run one after another inside the one compiled step.
+
+    Auto: one at a time for the cnn on CPU, where XLA's convolutions with per-member weights
+    (vmapped: a grouped convolution, or patch matmuls) run slower than the same convolutions one
+    by one — and a loop of members keeps the one program, its single dispatch and its stacked
+    state. All at once elsewhere: on an accelerator, or for a member too small to fill the CPU."""
+    n = cfg.train.population_chunk
+    if n == 0:
+        return 1 if jax.default_backend() == "cpu" and cfg.encoder.name == "cnn" else 0
+    return n
+
+
 def make_population_step(cfg: Config, method, mesh, *, shared_batches: bool):
-    """``step(stacked_state, batch, stacked_hp)``: train_step vmapped over members, jitted with the
-    state replicated and the batch split along the data axis (per-member batches: ``[K, B, ...]``,
-    split along B)."""
-    step = configured_step(cfg, method)
-    vstep = jax.vmap(step, in_axes=(0, None if shared_batches else 0, 0))
+    """``step(stacked_state, batch, stacked_hp)``: train_step mapped over members (vmapped in
+    chunks of :func:`members_per_chunk`), jitted with the state replicated and the batch split
+    along the data axis (per-member batches: ``[K, B, ...]``, split along B)."""
+    step, chunk = configured_step(cfg, method), members_per_chunk(cfg)
+
+    def vstep(state, batch, hp):
+        if chunk == 0 or chunk >= state.step.shape[0]:
+            return jax.vmap(step, in_axes=(0, None if shared_batches else 0, 0))(state, batch, hp)
+        size = None if chunk == 1 else chunk  # one at a time: not even a vmap of one
+        if shared_batches:
+            return jax.lax.map(lambda s_hp: step(s_hp[0], batch, s_hp[1]), (state, hp),
+                               batch_size=size)
+        return jax.lax.map(lambda args: step(*args), (state, batch, hp), batch_size=size)
+
     rep = sharding.replicated(mesh)
     batch_sharding = (sharding.batch_sharding(mesh) if shared_batches else
                       jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(
@@ -104,7 +130,7 @@ def member_names(configs: Sequence[Config], varying: Sequence[str]) -> list[str]
 
 def _init_population(configs: Sequence[Config], dataset, mesh):
     """The population's method and its fresh stacked state (member ``i`` from ``configs[i].seed``)."""
-    method = build_method(configs[0], dataset, population=True)
+    method = build_method(configs[0], dataset, population=members_per_chunk(configs[0]) != 1)
     keys = jnp.stack([jax.random.PRNGKey(c.seed) for c in configs])
     init = jax.vmap(state_init_fn(configs[0], method), in_axes=(0, None))
     return method, jax.jit(init, out_shardings=sharding.replicated(mesh))(
@@ -131,7 +157,7 @@ def load_population(workdir: str | Path) -> dict[str, Any]:
 def train_population(configs: Sequence[Config], workdir: str | Path, *,
                      shared_batches: bool = True, progress: bool = True,
                      names: Sequence[str] | None = None) -> dict[str, Any]:
-    """Trains the members in one vmapped step (resuming from ``workdir``'s latest checkpoint),
+    """Trains the members in one compiled step (resuming from ``workdir``'s latest checkpoint),
     evaluates each, and returns ``{"state" (stacked), "eval_rows" ({name: rows}), "names",
     "diverged" ({name: step})}``. A member whose loss becomes non-finite is recorded (its step)
     and trained on harmlessly; the others are unaffected. ``names``: the members' directory names
@@ -189,12 +215,13 @@ def train_population(configs: Sequence[Config], workdir: str | Path, *,
     member_metrics = [MetricsWriter(workdir / "members" / n / "metrics.jsonl", resume_step=start)
                       for n in names]
     step_fn = make_population_step(cfg, method, mesh, shared_batches=shared_batches)
-    lowered = step_fn.lower(state, batch_at(start), hp)
-    compiled = lowered.compile()
-    run_costs = dict(costs.param_counts(member(state.params, 0)),
-                     flops_per_step=costs.flops(lowered) / len(configs),
-                     device_flops_per_step=costs.flops(compiled) / len(configs),
-                     batch_size=t.batch_size, steps=t.steps, num_devices=mesh.size,
+    first = batch_at(start)
+    compiled = step_fn.lower(state, first, hp).compile()
+    # A member's costs are its separate run's: XLA counts a loop's body once, so the population
+    # program's count is no measure of K members.
+    _, member_costs = compile_step(cfg, method, mesh, member(state, 0),
+                                   first if shared_batches else member(first, 0))
+    run_costs = dict(member_costs, batch_size=t.batch_size, steps=t.steps, num_devices=mesh.size,
                      population=len(configs), train_examples=len(dataset.splits["train"]["label"]))
     for n, c in zip(names, configs):
         config_lib.save_json(c, workdir / "members" / n / "config.json")

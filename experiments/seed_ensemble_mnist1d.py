@@ -9,7 +9,7 @@ Expected outcome: concat(K narrow) >= one wide run on the clean test split, with
 (a smaller accuracy drop) on the shifted set.
 
 Setup: SimCLR on MNIST-1D (the default experiment's 1-D CNN 32-64-128 and views), K = 4 seeds
-trained as one vmapped population; the wide model is the same CNN with 512 final channels (the
+trained as one population; the wide model is the same CNN with 512 final channels (the
 concatenation's width), also 4 seeds (a population). Linear probe (ridge, penalty chosen on the
 validation split) fit on clean train features; tested on the clean test split and on a shifted
 MNIST-1D (`repr_jax.data.builders.mnist1d_shifted`: 1.6x the correlated noise, 3x the i.i.d.

@@ -58,7 +58,7 @@ class Sweep:
     ``overrides`` (``"key=value"`` strings) apply to every point first.
 
     ``population`` names grid keys (``seed`` or numeric hyperparameters such as ``optim.lr``) whose
-    points train together as one vmapped population (:mod:`repr_jax.train.population`), one
+    points train together as one population in one compiled step (:mod:`repr_jax.train.population`), one
     population per combination of the other keys; ``shared_batches=False`` draws each member's
     batches from its own seed. Every member is still a point of the table.
     """

@@ -60,7 +60,8 @@ class Sweep:
     ``population`` names grid keys (``seed`` or numeric hyperparameters such as ``optim.lr``) whose
     points train together as one population in one compiled step
     (:mod:`repr_jax.train.population`), one population per combination of the other keys;
-    ``shared_batches=False`` draws each member's batches from its own seed. Every member is still a point of the table.
+    ``shared_batches=False`` draws each member's batches from its own seed. Every member is still
+    a point of the table.
     """
     base: Config | str
     grid: Mapping[str | tuple[str, ...], Sequence[Any]]

@@ -105,11 +105,11 @@ def make_population_step(cfg: Config, method, mesh, *, shared_batches: bool):
     def vstep(state, batch, hp):
         if chunk == 0 or chunk >= state.step.shape[0]:
             return jax.vmap(step, in_axes=(0, None if shared_batches else 0, 0))(state, batch, hp)
-        size = None if chunk == 1 else chunk  # one at a time: not even a vmap of one
-        if shared_batches:
-            return jax.lax.map(lambda s_hp: step(s_hp[0], batch, s_hp[1]), (state, hp),
-                               batch_size=size)
-        return jax.lax.map(lambda args: step(*args), (state, batch, hp), batch_size=size)
+        def one(args):
+            s, b, h = args
+            return step(s, batch if shared_batches else b, h)
+        return jax.lax.map(one, (state, None if shared_batches else batch, hp),
+                           batch_size=None if chunk == 1 else chunk)  # 1: not even a vmap of one
 
     rep = sharding.replicated(mesh)
     batch_sharding = (sharding.batch_sharding(mesh) if shared_batches else

@@ -31,7 +31,7 @@ def stepper(cfg, *, members: int):
     from repr_jax.config import override
     from repr_jax.data import BatchStream
     from repr_jax.train import build_method, load_dataset, sharding
-    from repr_jax.train.loop import init_state, make_step_fn, sample_batch, state_init_fn
+    from repr_jax.train.run import init_state, make_step_fn, sample_batch, state_init_fn
     from repr_jax.train.population import make_population_step, members_per_chunk, stack
     from repr_jax.train.step import hyperparams
     dataset = load_dataset(cfg)

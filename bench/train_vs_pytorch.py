@@ -50,7 +50,7 @@ def ours(cfg, steps: int, batch_size: int) -> tuple[float, float]:
     from repr_jax.config import override
     from repr_jax.data import BatchStream
     from repr_jax.train import build_method, load_dataset, sharding
-    from repr_jax.train.loop import compile_step, init_state, sample_batch
+    from repr_jax.train.run import compile_step, init_state, sample_batch
     from repr_jax.train.step import hyperparams
     cfg = override(cfg, ["train.num_devices=1"])
     dataset = load_dataset(cfg)

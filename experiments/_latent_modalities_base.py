@@ -13,7 +13,7 @@ def get_config(arg=None) -> Config:
         data=DataConfig(name="latent_modalities", num_examples=6000,
                         views=ViewsConfig(noise=0.05)),
         encoder=EncoderConfig(name="mlp", widths=(128, 128), norm="layer"),
-        method=MethodConfig(name="clip", temperature=0.1, proj_dim=64),
+        method=MethodConfig(name="clip", proj_dim=64),  # CLIP learns its temperature
         optim=OptimConfig(lr=1e-3, weight_decay=1e-4, warmup_steps=100),
         train=TrainConfig(batch_size=256, steps=100 if quick else 1500, ckpt_every=500,
                           log_every=25),

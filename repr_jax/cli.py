@@ -168,6 +168,8 @@ def _eval(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from repr_jax.host_memory import keep_host_memory
+    keep_host_memory()  # before JAX's backend starts: the CLI opts in (repr_jax/host_memory.py)
     args = _parser().parse_args(argv)
     from repr_jax.config import ConfigError
     from repr_jax.train import TrainingDiverged

@@ -41,7 +41,7 @@ __all__ = [
     "ConfigError", "hyper", "static", "Config", "DataConfig", "ViewsConfig", "EncoderConfig",
     "MethodConfig", "OptimConfig", "TrainConfig", "EvalConfig", "load", "override", "to_dict",
     "from_dict", "save_json", "load_json", "flatten", "diff", "experiments_dir", "list_experiments",
-    "load_from", "point_name",
+    "load_from", "point_name", "config", "unknown_choice",
 ]
 
 
@@ -126,6 +126,21 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
     return value
 
 
+def _variant_class(cls: type, name: Any) -> type:
+    """The section class that ``name`` selects for a section base with variants (``cls`` itself
+    otherwise): the base names a function ``"module:function"`` that maps a name to its class
+    (e.g. each method declares its own section), imported only when a name must become a class."""
+    where = cls.__dict__.get("_variants")
+    if where is None:
+        return cls
+    module, _, function = where.partition(":")
+    return getattr(importlib.import_module(module), function)(name)
+
+
+def _variant_default(cls: type) -> Any:
+    return next(f.default for f in dataclasses.fields(cls) if f.name == "name")
+
+
 def _is_python_scalar(x: Any) -> bool:
     return isinstance(x, (int, float, str, bool, tuple, list))
 
@@ -154,7 +169,7 @@ def config(cls: type) -> type:
                 if not fn(coerced, self):
                     raise ConfigError(f"{key} {msg}, got {coerced!r}")
             elif check is not None and coerced not in check:
-                raise ConfigError(_unknown_choice(key, coerced, check))
+                raise ConfigError(unknown_choice(key, coerced, check))
         validate = getattr(self, "_validate", None)
         if validate is not None and all(
                 _is_python_scalar(getattr(self, f.name)) or _is_config(getattr(self, f.name))
@@ -162,6 +177,15 @@ def config(cls: type) -> type:
             validate()
 
     cls.__post_init__ = __post_init__  # before @dataclass, which only calls a hook that exists
+    if "_variants" in cls.__dict__:
+        def __new__(base, *args, **kwargs):  # noqa: N807 - the base builds the named variant
+            if base is cls:
+                base = _variant_class(cls, kwargs.get("name", _variant_default(cls)))
+            for k in kwargs:  # a ConfigError naming the valid keys, not __init__'s TypeError
+                if k not in _hints(base):
+                    raise _unknown_key(f"{cls._key}.{k}", base)
+            return object.__new__(base)
+        cls.__new__ = __new__
     cls = dataclasses.dataclass(frozen=True)(cls)
     cls._is_repr_jax_config = True
     data_fields, meta_fields = [], []
@@ -171,7 +195,7 @@ def config(cls: type) -> type:
     return cls
 
 
-def _unknown_choice(key: str, value: Any, valid: Iterable[Any]) -> str:
+def unknown_choice(key: str, value: Any, valid: Iterable[Any]) -> str:
     valid = list(valid)
     close = difflib.get_close_matches(str(value), [str(v) for v in valid], n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
@@ -214,8 +238,8 @@ class DataConfig:
 
 @config
 class EncoderConfig:
-    name: str = static("cnn", ("mlp", "cnn", "resnet", "vit", "mixer", "text_transformer",
-                               "lstm"))
+    name: str = static("cnn", doc="encoder family: mlp | cnn | resnet | vit | mixer | "
+                                   "text_transformer | lstm (checked where encoders are built)")
     variant: str = static("", doc="a named size of the family (e.g. tiny, S, B); '' = the fields")
     widths: tuple[int, ...] = static((32, 64, 128), doc="hidden widths (mlp) or conv channels (cnn)")
     embed_dim: int = static(0, ">=0", "final linear embedding width (0 = none: pooled features)")
@@ -237,67 +261,30 @@ class EncoderConfig:
                                     "vit, text_transformer, resnet, mixer")
 
     def _validate(self):
-        from repr_jax.encoders import FAMILIES, REMAT_FAMILIES  # these tables live with encoders
-        if self.remat and self.name not in REMAT_FAMILIES:
-            raise ConfigError(f"encoder.remat=True: encoder {self.name!r} has no blocks to "
-                              f"rematerialise; use it with {', '.join(REMAT_FAMILIES)}")
         if not self.widths or any(w <= 0 for w in self.widths):
             raise ConfigError(f"encoder.widths must be a non-empty tuple of positive ints, "
                               f"got {self.widths!r}")
-        variants = FAMILIES[self.name][1]
-        if self.variant and self.variant not in variants:
-            raise ConfigError(_unknown_choice("encoder.variant", self.variant, variants))
-        sizes = dict(variants.get(self.variant or "tiny", {}))
-        sizes.update({k: v for k, v in (("width", self.width), ("num_heads", self.num_heads))
-                      if v})
-        if "num_heads" in sizes and sizes["width"] % sizes["num_heads"]:
-            raise ConfigError(f"encoder width {sizes['width']} is not divisible by "
-                              f"encoder.num_heads={sizes['num_heads']}")
-
-
-METHOD_NAMES = ("simclr", "supcon", "vicreg", "barlow_twins", "simsiam", "byol", "moco", "clip",
-                "siglip", "biencoder", "mae", "mlm", "supervised")
 
 
 @config
 class MethodConfig:
-    name: str = static("simclr", METHOD_NAMES)
-    temperature: float = hyper(0.5, ">0", "softmax temperature of contrastive objectives")
+    """The method section: the fields every method has. Each method declares its own section, a
+    subclass with its own fields (``repr_jax/methods/<file>.py``); ``MethodConfig(name=...)``, a
+    config file's ``method`` dict and ``--set method.name=...`` give the named method's section."""
+    _variants: typing.ClassVar[str] = "repr_jax.methods:method_config"
+    _key: typing.ClassVar[str] = "method"
+    name: str = static("simclr", doc="the method: a name in repr_jax.methods.METHODS")
     loss_weight: float = hyper(1.0, ">=0", "multiplies the method's loss")
-    momentum: float = hyper(0.99, "[0,1)", "EMA decay of the teacher (byol, moco)")
-    sim_weight: float = hyper(25.0, ">=0", "vicreg invariance weight")
-    var_weight: float = hyper(25.0, ">=0", "vicreg variance weight")
-    cov_weight: float = hyper(1.0, ">=0", "vicreg covariance weight")
-    redundancy_weight: float = hyper(5e-3, ">=0", "barlow_twins off-diagonal weight (lambda)")
-    proj_hidden: int = static(256, ">=0", "projection head hidden width (0 = linear head)")
-    proj_dim: int = static(128, ">0", "projection output width")
-    pred_hidden: int = static(64, ">0", "predictor hidden width (simsiam, byol)")
-    queue_size: int = static(4096, ">0", "moco: number of past keys used as negatives")
-    objective: str = static("info_nce", ("info_nce", "graded_bce", "kl_distill"),
-                            "biencoder objective")
-    patch_size: int = static(4, ">0", "mae: patch length (1-D) or side (2-D)")
-    mask_ratio: float = static(0.75, "[0,1)", "mae: fraction of patches hidden; mlm: of tokens")
-    matryoshka_dims: tuple[int, ...] = static((), doc="nested prefix widths (Matryoshka); () = off")
-    matryoshka_layers: bool = static(False, doc="also every encoder layer (2D Matryoshka)")
-    compat_run: str = static("", doc="supervised: directory of an old supervised run whose frozen "
-                                     "classifier the new embeddings must stay compatible with "
-                                     "(BCT influence loss); '' = off")
-    compat_weight: float = hyper(1.0, ">=0", "weight of the BCT influence loss")
 
-    def _validate(self):
-        from repr_jax.methods import MATRYOSHKA_METHODS  # the list lives with the methods
-        dims = self.matryoshka_dims
-        if dims and (min(dims) <= 0 or list(dims) != sorted(set(dims))):
-            raise ConfigError(f"method.matryoshka_dims must be increasing positive widths, got "
-                              f"{dims!r}")
-        if (dims or self.matryoshka_layers) and self.name not in MATRYOSHKA_METHODS:
-            raise ConfigError(f"method.matryoshka_dims wraps a pair objective: use it with one of "
-                              f"{', '.join(MATRYOSHKA_METHODS)}, not {self.name!r}")
-        if self.matryoshka_layers and not dims:
-            raise ConfigError("method.matryoshka_layers=True needs method.matryoshka_dims")
-        if self.compat_run and self.name != "supervised":
-            raise ConfigError(f"method.compat_run (BCT) trains against an old classifier: use it "
-                              f"with method.name=supervised, not {self.name!r}")
+
+# Fields of the one flat method section that config.json files written before the methods owned
+# their sections hold; reading such a file drops those the method does not have (they never
+# reached its loss).
+_FLAT_METHOD_FIELDS = frozenset((
+    "temperature", "loss_weight", "momentum", "sim_weight", "var_weight", "cov_weight",
+    "redundancy_weight", "proj_hidden", "proj_dim", "pred_hidden", "queue_size", "objective",
+    "patch_size", "mask_ratio", "matryoshka_dims", "matryoshka_layers", "compat_run",
+    "compat_weight"))
 
 
 @config
@@ -372,24 +359,6 @@ class EvalConfig:
     reference_rows: bool = static(True, doc="also evaluate raw inputs and the random-init encoder")
     batch_size: int = static(256, ">0", "batch size of the feature pass")
 
-    def _validate(self):
-        from repr_jax.data.eval_sets import EVAL_SETS
-        from repr_jax.eval import EVALUATORS, PROTOCOLS  # the registries live with the evaluators
-        from repr_jax.eval.retrieval import METRICS
-        for name in self.evaluators:
-            if name not in EVALUATORS:
-                raise ConfigError(_unknown_choice("eval.evaluators", name, EVALUATORS))
-        for name in self.sets:
-            if name not in EVAL_SETS:
-                raise ConfigError(_unknown_choice("eval.sets", name, EVAL_SETS))
-        if self.protocol not in PROTOCOLS:
-            raise ConfigError(_unknown_choice("eval.protocol", self.protocol, PROTOCOLS))
-        for m in self.retrieval_metrics:
-            name, _, k = m.partition("@")
-            if name not in METRICS or not k.isdigit():
-                raise ConfigError(f"eval.retrieval_metrics: {m!r} is not metric@k with metric in "
-                                  f"{', '.join(METRICS)}")
-
 
 @config
 class Config:
@@ -444,6 +413,8 @@ def _unknown_key(key: str, cls: type) -> ConfigError:
 def from_dict(d: dict[str, Any], cls: type = None, _prefix: str = "") -> Any:
     """Inverse of :func:`to_dict`; unknown keys fail naming the valid ones."""
     cls = cls or Config
+    if "_variants" in cls.__dict__:
+        cls = _variant_class(cls, d.get("name", _variant_default(cls)))
     hints = _hints(cls)
     kwargs = {}
     for k, v in d.items():
@@ -498,15 +469,28 @@ def _parse_value(text: str) -> Any:
         return text  # bare words are strings: data.name=digits
 
 
+def _section_class(base: type, node: dict[str, Any]) -> type:
+    """The class of a section dict: a section with variants is the one its ``name`` selects."""
+    if "_variants" in base.__dict__:
+        return _variant_class(base, node.get("name", _variant_default(base)))
+    return base
+
+
 def override(cfg: Any, assignments: Sequence[str]) -> Any:
-    """Returns a new config with ``"a.b=value"`` assignments applied (values via literal_eval)."""
+    """Returns a new config with ``"a.b=value"`` assignments applied (values via literal_eval).
+
+    Setting a section's ``name`` where names select sections (``method.name=vicreg``) switches to
+    that section, keeping the fields the two share; names are applied before other keys."""
     d = to_dict(cfg)
     for item in assignments:
         if "=" not in item:
             raise ConfigError(f"override {item!r} must look like key=value, e.g. optim.lr=3e-4")
+    items = sorted(assignments, key=lambda item: item.split("=", 1)[0].strip().rsplit(".", 1)[-1]
+                   != "name")  # stable: a section's name first, so its own keys exist
+    for item in items:
         key, text = item.split("=", 1)
         key = key.strip()
-        node, cls = d, type(cfg)
+        node, cls, base = d, type(cfg), type(cfg)
         parts = key.split(".")
         for i, part in enumerate(parts):
             hints = _hints(cls)
@@ -519,11 +503,16 @@ def override(cfg: Any, assignments: Sequence[str]) -> Any:
                     raise ConfigError(f"{key} is a section; set one of its keys: "
                                       f"{', '.join(key + '.' + k for k in _valid_keys(sub))}")
                 node[part] = _parse_value(text.strip())
+                if part == "name" and "_variants" in base.__dict__:
+                    fields = set(_valid_keys(_section_class(base, node)))
+                    for k in [k for k in node if k not in fields]:
+                        del node[k]
             else:
                 if not is_section:
                     raise ConfigError(f"{'.'.join(parts[:i + 1])} is not a section, so "
                                       f"'{key}' does not exist")
-                node, cls = node[part], sub
+                node, base = node[part], sub
+                cls = _section_class(sub, node)
     return from_dict(d, type(cfg))
 
 
@@ -532,7 +521,16 @@ def save_json(cfg: Any, path: str | Path) -> None:
 
 
 def load_json(path: str | Path) -> Config:
-    return from_dict(json.loads(Path(path).read_text()))
+    """The config saved in ``path``. A file from before the methods owned their sections (one
+    flat method section) loads as the method's own section: the flat fields it lacks are dropped
+    (they never reached its loss)."""
+    d = json.loads(Path(path).read_text())
+    method = d.get("method") if isinstance(d, dict) else None
+    if isinstance(method, dict):
+        own = set(_valid_keys(_section_class(MethodConfig, method)))
+        d["method"] = {k: v for k, v in method.items()
+                       if k in own or k not in _FLAT_METHOD_FIELDS}
+    return from_dict(d)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -560,7 +558,7 @@ def load_from(name_or_path: str, function: str, returns: type) -> Any:
     if not (path.suffix == ".py" and path.is_file()):
         path = experiments_dir() / f"{name.removesuffix('.py')}.py"
         if not path.is_file():
-            raise ConfigError(_unknown_choice("--config", name, list_experiments())
+            raise ConfigError(unknown_choice("--config", name, list_experiments())
                               + " (or give a path to a .py file)")
     spec = importlib.util.spec_from_file_location(f"repr_jax_experiment_{path.stem}", path)
     module = importlib.util.module_from_spec(spec)

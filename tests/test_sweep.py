@@ -100,7 +100,7 @@ def test_step_flops_do_not_depend_on_the_device_count(mnist1d_small):
     same on 1 and 8 devices; each of 8 devices executes a little more than an eighth of them (the
     optimizer update and the loss over the gathered batch are repeated on every device)."""
     from repr_jax.train import build_method, sharding
-    from repr_jax.train.loop import compile_step, init_state, sample_batch
+    from repr_jax.train.run import compile_step, init_state, sample_batch
     cfg = tiny_config()
     method = build_method(cfg, mnist1d_small)
     flops = {}

@@ -46,4 +46,72 @@ def build(name: str, variant: str | None = None, **overrides) -> nn.Module:
     return cls(**kwargs)
 
 
-__all__ = ["FAMILIES", "IMAGE_FAMILIES", "MLPHead", "REMAT_FAMILIES", "TOKEN_FAMILIES", "build"]
+# Which encoder-section size fields each family takes, and under which module field name.
+_SIZE_FIELDS = {
+    "vit": {"width": "width", "depth": "depth", "num_heads": "num_heads", "mlp_dim": "mlp_dim",
+            "patch_size": "patch_size"},
+    "mixer": {"width": "width", "depth": "depth", "patch_size": "patch_size"},
+    "text_transformer": {"width": "width", "depth": "depth", "num_heads": "num_heads",
+                         "mlp_dim": "mlp_dim"},
+    "lstm": {"width": "hidden", "depth": "depth"},
+}
+
+
+def check_section(e) -> None:
+    """Checks an encoder config section (``repr_jax.config.EncoderConfig``) against the families:
+    the name, the variant, remat and head divisibility, naming the closest valid choice."""
+    _choose("encoder", e.name, FAMILIES)
+    if e.remat and e.name not in REMAT_FAMILIES:
+        raise ValueError(f"encoder.remat=True: encoder {e.name!r} has no blocks to "
+                         f"rematerialise; use it with {', '.join(REMAT_FAMILIES)}")
+    variants = FAMILIES[e.name][1]
+    if e.variant:
+        _choose(f"{e.name} variant", e.variant, variants)
+    sizes = dict(variants.get(e.variant or "tiny", {}))
+    sizes.update({k: v for k, v in (("width", e.width), ("num_heads", e.num_heads)) if v})
+    if "num_heads" in sizes and sizes["width"] % sizes["num_heads"]:
+        raise ValueError(f"encoder width {sizes['width']} is not divisible by "
+                         f"encoder.num_heads={sizes['num_heads']}")
+
+
+def from_section(e, *, input_shape: tuple[int, ...], vocab: tuple[str, ...] | None,
+                 dataset_name: str = "the dataset", population: bool = False) -> nn.Module:
+    """The encoder an encoder config section describes, for inputs of ``input_shape`` (token
+    encoders take their vocabulary from ``vocab``). ``population``: it will be vmapped over
+    per-member weights (``conv=auto`` then computes CNN convolutions as patch matmuls)."""
+    check_section(e)
+    is_text = e.name in TOKEN_FAMILIES
+    if is_text != (vocab is not None):
+        raise ValueError(
+            f"encoder {e.name!r} reads token ids, but dataset {dataset_name!r} has no vocabulary "
+            f"(use a text dataset such as latent_topics)" if is_text else
+            f"dataset {dataset_name!r} holds token ids; use a token encoder "
+            f"({', '.join(TOKEN_FAMILIES)})")
+    if e.name in IMAGE_FAMILIES and len(input_shape) != 3:
+        raise ValueError(f"encoder {e.name!r} reads images [H, W, C], but {dataset_name!r} has "
+                         f"inputs of shape {tuple(input_shape)} (try data.name=digits)")
+    kwargs = {"embed_dim": e.embed_dim}
+    if e.remat:
+        kwargs["remat"] = True
+    kwargs.update({module_field: getattr(e, field)
+                   for field, module_field in _SIZE_FIELDS.get(e.name, {}).items()
+                   if getattr(e, field)})
+    if is_text:
+        t = input_shape[0]
+        kwargs.update(vocab_size=len(vocab), pooling=e.pooling,
+                      max_len=max(t + -(-t // e.landmark_chunk), 8))
+        if e.name == "text_transformer":
+            kwargs.update(landmark_chunk=e.landmark_chunk, landmark_id=vocab.index("[SEP]"))
+    if e.name in ("mlp", "cnn"):
+        kwargs["norm"] = e.norm
+        if not e.variant:
+            kwargs["widths"] = e.widths
+        if e.name == "cnn":
+            kwargs["kernel_size"] = e.kernel_size
+            kwargs["im2col"] = e.conv == "im2col" or (e.conv == "auto" and population)
+    default_variant = None if e.name in ("mlp", "cnn") else "tiny"
+    return build(e.name, e.variant or default_variant, **kwargs)
+
+
+__all__ = ["FAMILIES", "IMAGE_FAMILIES", "MLPHead", "REMAT_FAMILIES", "TOKEN_FAMILIES", "build",
+           "check_section", "from_section"]

@@ -8,22 +8,46 @@
 | mae, mlm | masked.py | masked-patch reconstruction, masked language modelling |
 | supervised | supervised.py | cross-entropy baseline |
 
-Matryoshka (``matryoshka_dims``) and 2D Matryoshka (``matryoshka_layers``) wrap the pair objective of
-simclr, supcon, vicreg, barlow_twins, clip, siglip and biencoder.
+Each method's file declares its config section (the ``method`` fields it has, e.g. VICReg's three
+loss weights) and its builder, bundled as a :class:`MethodSpec`; adding a method is that file plus
+one line in ``METHODS``. Matryoshka (``matryoshka_dims``) and 2D Matryoshka (``matryoshka_layers``)
+wrap the pair objective of the methods whose sections have those fields.
 """
 
-from repr_jax.methods.base import Method
-from repr_jax.methods.dual_encoder import biencoder, clip, siglip
-from repr_jax.methods.masked import mae, mlm
-from repr_jax.methods.momentum import byol, moco
-from repr_jax.methods.siamese import barlow_twins, simclr, simsiam, supcon, vicreg
-from repr_jax.methods.supervised import supervised
+from repr_jax.config import ConfigError, unknown_choice
+from repr_jax.methods import dual_encoder, masked, momentum, siamese, supervised
+from repr_jax.methods.base import BuildContext, Method, MethodSpec
 
-METHODS = {"simclr": simclr, "supcon": supcon, "vicreg": vicreg, "barlow_twins": barlow_twins,
-           "simsiam": simsiam, "byol": byol, "moco": moco, "clip": clip, "siglip": siglip,
-           "biencoder": biencoder, "mae": mae, "mlm": mlm, "supervised": supervised}
-MATRYOSHKA_METHODS = ("simclr", "supcon", "vicreg", "barlow_twins", "clip", "siglip", "biencoder")
-DUAL_ENCODER_METHODS = ("clip", "siglip", "biencoder")
-GRAD_CACHE_METHODS = ("simclr", "supcon", "clip", "siglip", "biencoder")  # train.grad_cache_chunk
+METHODS: dict[str, MethodSpec] = {
+    "simclr": siamese.SIMCLR, "supcon": siamese.SUPCON, "vicreg": siamese.VICREG,
+    "barlow_twins": siamese.BARLOW_TWINS, "simsiam": siamese.SIMSIAM,
+    "byol": momentum.BYOL, "moco": momentum.MOCO,
+    "clip": dual_encoder.CLIP, "siglip": dual_encoder.SIGLIP, "biencoder": dual_encoder.BIENCODER,
+    "mae": masked.MAE, "mlm": masked.MLM,
+    "supervised": supervised.SUPERVISED,
+}
 
-__all__ = ["DUAL_ENCODER_METHODS", "GRAD_CACHE_METHODS", "MATRYOSHKA_METHODS", "METHODS", "Method", *METHODS]
+
+def method_config(name: str) -> type:
+    """The config section class of method ``name`` (what ``MethodConfig(name=...)`` builds)."""
+    if name not in METHODS:
+        raise ConfigError(unknown_choice("method.name", name, METHODS))
+    return METHODS[name].config
+
+
+def check_method(section, *, grad_cache_chunk: int = 0) -> None:
+    """What can be checked of a method section before anything is built."""
+    if grad_cache_chunk and not METHODS[section.name].grad_cache:
+        cached = [n for n, spec in METHODS.items() if spec.grad_cache]
+        raise ConfigError(f"train.grad_cache_chunk: method {section.name!r} has no in-batch-"
+                          f"negative objective to cache; use one of {', '.join(cached)}")
+
+
+def build_method(section, ctx: BuildContext) -> Method:
+    """Method ``section.name`` built from its section and the run's context."""
+    check_method(section, grad_cache_chunk=ctx.grad_cache_chunk)
+    return METHODS[section.name].build(section, ctx)
+
+
+__all__ = ["BuildContext", "METHODS", "Method", "MethodSpec", "build_method", "check_method",
+           "method_config"]

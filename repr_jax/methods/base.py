@@ -1,11 +1,16 @@
 """What a method is: a Flax model, a loss, and (optionally) state that gradients do not train.
 
+A method file declares, for each of its methods, a config section (a subclass of
+:class:`~repr_jax.config.MethodConfig` holding only that method's fields) and a builder
+``build(section, ctx) -> Method``, bundled as a :class:`MethodSpec`; ``repr_jax.methods.METHODS``
+lists the specs by name.
+
 A :class:`Method` is built once from structural choices (encoders, head sizes, views). Its ``loss`` is
 a pure function
 
     loss(params, model_state, extra, batch, key, hp) -> (loss, (model_state, extra, metrics))
 
-where ``hp`` holds the method's numeric hyperparameters (pytree leaves, possibly traced),
+where ``hp`` is the method's config section (its numeric fields are pytree leaves, possibly traced),
 ``model_state`` the non-trained collections (``batch_stats``) and ``extra`` method state such as an
 EMA teacher or a queue of keys. ``after_update(extra, params, hp)`` runs after each optimizer step
 (EMA updates).
@@ -20,6 +25,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from repr_jax.config import ConfigError, MethodConfig, config, hyper, static
 from repr_jax.encoders import MLPHead
 from repr_jax.encoders.pooling import layer_summaries
 from repr_jax.methods.grad_cache import grad_cached
@@ -65,6 +71,71 @@ class Method:
     def embed_layers(self, variables: dict, x: jax.Array) -> tuple[jax.Array, ...]:
         """Every encoder layer pooled to ``[B, D_l]``, then the representation (eval mode)."""
         return self.model.apply(variables, x, method=self.model.embed_layers)
+
+
+# --------------------------------------------------------------------------------------------------
+# Config sections several methods share, and the registry's entry
+# --------------------------------------------------------------------------------------------------
+
+@config
+class ProjectedConfig(MethodConfig):
+    """A method with a projection head on the embedding."""
+    proj_hidden: int = static(256, ">=0", "projection head hidden width (0 = linear head)")
+    proj_dim: int = static(128, ">0", "projection output width")
+
+
+def check_matryoshka(section: Any) -> None:
+    dims = section.matryoshka_dims
+    if dims and (min(dims) <= 0 or list(dims) != sorted(set(dims))):
+        raise ConfigError(f"method.matryoshka_dims must be increasing positive widths, got "
+                          f"{dims!r}")
+    if section.matryoshka_layers and not dims:
+        raise ConfigError("method.matryoshka_layers=True needs method.matryoshka_dims")
+
+
+@config
+class PairConfig(ProjectedConfig):
+    """A method whose pair objective Matryoshka can wrap (nested prefixes of the embedding)."""
+    matryoshka_dims: tuple[int, ...] = static((), doc="nested prefix widths (Matryoshka); () = off")
+    matryoshka_layers: bool = static(False, doc="also every encoder layer (2D Matryoshka)")
+
+    def _validate(self):
+        check_matryoshka(self)
+
+
+@config
+class TemperatureConfig(PairConfig):
+    """A contrastive pair method (SimCLR, SupCon)."""
+    temperature: float = hyper(0.5, ">0", "softmax temperature of the contrastive objective")
+
+
+@dataclasses.dataclass(frozen=True)
+class BuildContext:
+    """What a builder gets besides its section: a factory of fresh encoders for the data's inputs,
+    the views function, the dataset (shapes, vocabulary, classes), the gradient-cache chunk
+    (``train.grad_cache_chunk``, 0 = off) and ``trained(run_dir) -> (method_name, params)``, which
+    restores a trained run (a method that trains against an old model)."""
+    encoder: Callable[[], nn.Module]
+    views_fn: Callable
+    dataset: Any
+    grad_cache_chunk: int = 0
+    trained: Callable[[str], tuple[str, Any]] | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class MethodSpec:
+    """A method as the registry lists it: its config section and its builder. ``grad_cache``:
+    it has an in-batch objective that ``train.grad_cache_chunk`` can cache."""
+    config: type
+    build: Callable[[Any, BuildContext], Method]
+    grad_cache: bool = False
+
+
+def pair_options(section: Any, ctx: BuildContext) -> dict[str, Any]:
+    """The Matryoshka and gradient-cache options of a :class:`PairConfig` method."""
+    return dict(matryoshka_dims=section.matryoshka_dims,
+                matryoshka_layers=section.matryoshka_layers,
+                **({"grad_cache_chunk": ctx.grad_cache_chunk} if ctx.grad_cache_chunk else {}))
 
 
 def apply_train(model: nn.Module, params: Any, model_state: dict, *args, **kwargs):

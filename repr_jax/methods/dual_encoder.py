@@ -16,7 +16,10 @@ import jax
 import jax.numpy as jnp
 
 from repr_jax import objectives as O
-from repr_jax.methods.base import Method, Tower, apply_train, grad_cache_loss, head, normalized_std
+from repr_jax.config import ConfigError, MethodConfig, config, hyper, static
+from repr_jax.methods.base import (BuildContext, Method, MethodSpec, Tower, apply_train,
+                                   check_matryoshka, grad_cache_loss, head, normalized_std,
+                                   pair_options)
 from repr_jax.methods.siamese import matryoshka_objective
 
 BIENCODER_OBJECTIVES = ("info_nce", "graded_bce", "kl_distill")
@@ -156,3 +159,41 @@ def biencoder(encoder_a, encoder_b, views_fn, *, proj_dim: int, objective: str,
 
     return dual_encoder("biencoder", encoder_a, encoder_b, views_fn, fn, proj_dim=proj_dim,
                         **options)
+
+
+# --------------------------------------------------------------------------------------------------
+# Config sections and registry entries
+# --------------------------------------------------------------------------------------------------
+
+@config
+class DualEncoderConfig(MethodConfig):
+    """CLIP and SigLIP: a linear projection on each tower, learned scale (and bias)."""
+    proj_dim: int = static(128, ">0", "projection output width (the space pairs are compared in)")
+    matryoshka_dims: tuple[int, ...] = static((), doc="nested prefix widths (Matryoshka); () = off")
+    matryoshka_layers: bool = static(False, doc="also every encoder layer (2D Matryoshka)")
+
+    def _validate(self):
+        check_matryoshka(self)
+
+
+@config
+class BiEncoderConfig(DualEncoderConfig):
+    objective: str = static("info_nce", BIENCODER_OBJECTIVES, "the in-batch objective")
+    temperature: float = hyper(0.5, ">0", "softmax temperature")
+
+
+def _towers(builder, **fixed):
+    def build(section, ctx: BuildContext) -> Method:
+        if "x_pos" not in ctx.dataset.splits["train"]:
+            raise ConfigError(f"method {section.name!r} needs paired data with an 'x_pos' feature "
+                              f"(e.g. data.name=latent_modalities or latent_classes); "
+                              f"{ctx.dataset.name!r} has {sorted(ctx.dataset.splits['train'])}")
+        own = {k: getattr(section, k) for k in fixed}
+        return builder(ctx.encoder(), ctx.encoder(), ctx.views_fn, proj_dim=section.proj_dim,
+                       **own, **pair_options(section, ctx))
+    return build
+
+
+CLIP = MethodSpec(DualEncoderConfig, _towers(clip), grad_cache=True)
+SIGLIP = MethodSpec(DualEncoderConfig, _towers(siglip), grad_cache=True)
+BIENCODER = MethodSpec(BiEncoderConfig, _towers(biencoder, objective=None), grad_cache=True)

@@ -17,8 +17,9 @@ import jax
 import jax.numpy as jnp
 
 from repr_jax import objectives as O
+from repr_jax.config import ConfigError, MethodConfig, config, static
 from repr_jax.encoders.pooling import layer_summaries
-from repr_jax.methods.base import Method, apply_train, normalized_std
+from repr_jax.methods.base import BuildContext, Method, MethodSpec, apply_train, normalized_std
 
 
 def patchify(x: jax.Array, p: int) -> jax.Array:
@@ -149,3 +150,31 @@ def mlm(encoder, views_fn: Callable, *, vocab: tuple[str, ...], mask_ratio: floa
                                                             "mlm_accuracy": acc})
 
     return Method("mlm", model, loss)
+
+
+# --------------------------------------------------------------------------------------------------
+# Config sections and registry entries
+# --------------------------------------------------------------------------------------------------
+
+@config
+class MAEConfig(MethodConfig):
+    patch_size: int = static(4, ">0", "patch length (1-D) or side (2-D)")
+    mask_ratio: float = static(0.75, "[0,1)", "fraction of patches hidden")
+
+
+@config
+class MLMConfig(MethodConfig):
+    mask_ratio: float = static(0.75, "[0,1)", "fraction of tokens selected for prediction")
+
+
+def _build_mlm(section: MLMConfig, ctx: BuildContext) -> Method:
+    if ctx.dataset.vocab is None:
+        raise ConfigError(f"method 'mlm' needs a text dataset with a vocabulary, not "
+                          f"{ctx.dataset.name!r} (try data.name=latent_topics)")
+    return mlm(ctx.encoder(), ctx.views_fn, vocab=ctx.dataset.vocab, mask_ratio=section.mask_ratio)
+
+
+MAE = MethodSpec(MAEConfig, lambda m, ctx: mae(
+    ctx.encoder(), ctx.views_fn, input_shape=ctx.dataset.input_shape, patch_size=m.patch_size,
+    mask_ratio=m.mask_ratio))
+MLM = MethodSpec(MLMConfig, _build_mlm)

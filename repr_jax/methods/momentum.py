@@ -15,8 +15,9 @@ import jax.numpy as jnp
 import optax
 
 from repr_jax import objectives as O
-from repr_jax.methods.base import (Method, SingleInput, Tower, apply_train, head, normalized_std,
-                                   two_views)
+from repr_jax.config import config, hyper, static
+from repr_jax.methods.base import (Method, MethodSpec, ProjectedConfig, SingleInput, Tower,
+                                   apply_train, head, normalized_std, two_views)
 
 
 def _ema_update(extra, params, hp):
@@ -77,3 +78,24 @@ def moco(encoder, views_fn: Callable, *, proj_hidden: int, proj_dim: int, queue_
                                         {"emb_std": normalized_std(emb)})
 
     return Method("moco", model, loss, init_extra=init_extra, after_update=_ema_update)
+
+
+@config
+class BYOLConfig(ProjectedConfig):
+    momentum: float = hyper(0.99, "[0,1)", "EMA decay of the teacher")
+    pred_hidden: int = static(64, ">0", "predictor hidden width")
+
+
+@config
+class MoCoConfig(ProjectedConfig):
+    temperature: float = hyper(0.5, ">0", "softmax temperature")
+    momentum: float = hyper(0.99, "[0,1)", "EMA decay of the teacher")
+    queue_size: int = static(4096, ">0", "number of past keys used as negatives")
+
+
+BYOL = MethodSpec(BYOLConfig, lambda m, ctx: byol(
+    ctx.encoder(), ctx.views_fn, proj_hidden=m.proj_hidden, proj_dim=m.proj_dim,
+    pred_hidden=m.pred_hidden))
+MOCO = MethodSpec(MoCoConfig, lambda m, ctx: moco(
+    ctx.encoder(), ctx.views_fn, proj_hidden=m.proj_hidden, proj_dim=m.proj_dim,
+    queue_size=m.queue_size))

@@ -14,8 +14,11 @@ import jax
 import jax.numpy as jnp
 
 from repr_jax import objectives as O
-from repr_jax.methods.base import (Method, SingleInput, Tower, apply_train, grad_cache_loss, head,
-                                   normalized_std, pooled, two_views)
+from repr_jax.config import config, hyper, static
+from repr_jax.methods.base import (BuildContext, MethodSpec, PairConfig, ProjectedConfig,
+                                   SingleInput, TemperatureConfig, Tower, Method, apply_train,
+                                   grad_cache_loss, head, normalized_std, pair_options, pooled,
+                                   two_views)
 
 PairObjective = Callable[[jax.Array, jax.Array, dict, object], jax.Array]  # (a, b, batch, hp)
 
@@ -129,3 +132,41 @@ def simsiam(encoder, views_fn, *, proj_hidden: int, proj_dim: int, pred_hidden: 
     return siamese("simsiam", encoder, views_fn, None,
                    projector=head(proj_dim, proj_hidden, "batch"),
                    predictor=head(proj_dim, pred_hidden, "batch"), predictor_loss=predictor_loss)
+
+
+# --------------------------------------------------------------------------------------------------
+# Config sections and registry entries
+# --------------------------------------------------------------------------------------------------
+
+@config
+class VICRegConfig(PairConfig):
+    sim_weight: float = hyper(25.0, ">=0", "invariance weight")
+    var_weight: float = hyper(25.0, ">=0", "variance weight")
+    cov_weight: float = hyper(1.0, ">=0", "covariance weight")
+
+
+@config
+class BarlowTwinsConfig(PairConfig):
+    redundancy_weight: float = hyper(5e-3, ">=0", "off-diagonal weight (lambda)")
+
+
+@config
+class SimSiamConfig(ProjectedConfig):
+    pred_hidden: int = static(64, ">0", "predictor hidden width")
+
+
+def _projected(builder):
+    """``build(section, ctx)`` for a pair method whose builder takes the projection sizes."""
+    def build(section, ctx: BuildContext) -> Method:
+        return builder(ctx.encoder(), ctx.views_fn, proj_hidden=section.proj_hidden,
+                       proj_dim=section.proj_dim, **pair_options(section, ctx))
+    return build
+
+
+SIMCLR = MethodSpec(TemperatureConfig, _projected(simclr), grad_cache=True)
+SUPCON = MethodSpec(TemperatureConfig, _projected(supcon), grad_cache=True)
+VICREG = MethodSpec(VICRegConfig, _projected(vicreg))
+BARLOW_TWINS = MethodSpec(BarlowTwinsConfig, _projected(barlow_twins))
+SIMSIAM = MethodSpec(SimSiamConfig, lambda m, ctx: simsiam(
+    ctx.encoder(), ctx.views_fn, proj_hidden=m.proj_hidden, proj_dim=m.proj_dim,
+    pred_hidden=m.pred_hidden))

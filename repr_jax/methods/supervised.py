@@ -10,7 +10,9 @@ import jax.numpy as jnp
 import optax
 
 from repr_jax import objectives as O
-from repr_jax.methods.base import Method, SingleInput, Tower, apply_train, head
+from repr_jax.config import ConfigError, MethodConfig, config, hyper, static
+from repr_jax.methods.base import (BuildContext, Method, MethodSpec, SingleInput, Tower,
+                                   apply_train, head)
 
 
 def classifier_params(params: dict) -> dict:
@@ -38,3 +40,26 @@ def supervised(encoder, views_fn: Callable, *, num_classes: int,
         return hp.loss_weight * ce, (model_state, extra, metrics)
 
     return Method("supervised", model, loss)
+
+
+@config
+class SupervisedConfig(MethodConfig):
+    compat_run: str = static("", doc="directory of an old supervised run whose frozen classifier "
+                                     "the new embeddings must stay compatible with (BCT "
+                                     "influence loss); '' = off")
+    compat_weight: float = hyper(1.0, ">=0", "weight of the BCT influence loss")
+
+
+def _build(section: SupervisedConfig, ctx: BuildContext) -> Method:
+    old = None
+    if section.compat_run:
+        name, params = ctx.trained(section.compat_run)
+        if name != "supervised":
+            raise ConfigError(f"method.compat_run={section.compat_run!r} is a {name} run: BCT "
+                              f"needs an old supervised model's classifier")
+        old = classifier_params(params)
+    return supervised(ctx.encoder(), ctx.views_fn, num_classes=ctx.dataset.num_classes,
+                      old_classifier=old)
+
+
+SUPERVISED = MethodSpec(SupervisedConfig, _build)

@@ -73,7 +73,7 @@ def embedded(run_dir: str | Path, *, which: str = "x", extra_splits: dict | None
     representation). ``initial=True``: the run's encoder at initialisation instead (its seed;
     the random-init reference)."""
     from repr_jax.train import load_trained
-    from repr_jax.train.loop import build_run
+    from repr_jax.train.run import build_run
     if initial:
         _, dataset, method, state = build_run(config_lib.load_json(Path(run_dir) / "config.json"))
     else:

@@ -215,9 +215,13 @@ def _core_slots(jobs: int) -> list[str | None]:
 def _prepare_data(points: Sequence[Point]) -> None:
     """Prepares each distinct dataset (and its eval sets) once, here, so concurrent points only
     read them: two processes preparing one TFDS dataset would race."""
-    from repr_jax.train.build import load_dataset, load_eval_sets
+    from repr_jax.train.run import check_buildable, load_dataset, load_eval_sets
     seen = set()
     for p in points:
+        try:
+            check_buildable(p.config)
+        except ConfigError as e:
+            raise ConfigError(f"sweep point {p.name}: {e}") from None
         d = p.config.data
         key = (d.name, d.data_dir, d.num_examples, d.num_classes, d.max_len, d.tokenizer, d.pairs,
                d.train_examples, p.config.eval.sets)
@@ -257,7 +261,7 @@ def run_sweep(sweep: Sweep, workdir: str | Path, *, jobs: int | None = None,
     table of what finished."""
     from tqdm.auto import tqdm
 
-    from repr_jax.train.loop import check_resumable
+    from repr_jax.train.run import check_resumable
     workdir = Path(workdir)
     runs = workdir / "runs"
     points = sweep.points(overrides)

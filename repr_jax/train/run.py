@@ -1,0 +1,225 @@
+"""Run assembly: a config becomes its dataset, method, optimizer, initial state and compiled step;
+a run directory becomes its trained state again (:func:`load_trained`).
+
+The only place that reads whole config sections and hands explicit arguments to the rooms below
+(data, encoders, methods). Every check that needs the dataset or the registries runs here, before
+anything compiles (:func:`check_buildable`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import jax
+import numpy as np
+
+from repr_jax import config as config_lib
+from repr_jax import data, encoders, methods
+from repr_jax.config import Config, ConfigError, unknown_choice
+from repr_jax.methods import Method
+from repr_jax.train import costs, sharding
+from repr_jax.train.checkpoint import restore_latest
+from repr_jax.train.optim import optimizer_for
+from repr_jax.train.state import TrainState, create_train_state
+from repr_jax.train.step import configured_step, hyperparams
+
+# Keys that change bookkeeping only, never the trained numbers: a resumed run may change them.
+RESUMABLE_CHANGES = ("eval.", "train.eval_every", "train.ckpt_every", "train.log_every",
+                     "train.keep_checkpoints", "train.num_devices")
+
+
+# --------------------------------------------------------------------------------------------------
+# Data
+# --------------------------------------------------------------------------------------------------
+
+def load_dataset(cfg: Config) -> data.Dataset:
+    d = cfg.data
+    sizes = {k: v for k, v in (("num_examples", d.num_examples), ("num_classes", d.num_classes),
+                               ("pairs", d.pairs)) if v}
+    dataset = data.load(d.name, data_dir=d.data_dir, tokenizer=d.tokenizer, max_len=d.max_len,
+                        **sizes)
+    return subset_train(dataset, d.train_examples) if d.train_examples else dataset
+
+
+def subset_train(dataset: data.Dataset, n: int) -> data.Dataset:
+    """``dataset`` training on the first ``n`` of one fixed permutation of its train split, so the
+    subsets of a data-size sweep are nested; validation and test stay whole."""
+    train = dataset.splits["train"]
+    available = len(train["label"])
+    if n > available:
+        raise ConfigError(f"data.train_examples={n} but {dataset.name!r} has {available} training "
+                          f"examples (raise data.num_examples for generated data)")
+    keep = np.sort(np.random.default_rng(0).permutation(available)[:n])
+    return dataclasses.replace(dataset, splits={**dataset.splits,
+                                                "train": {k: v[keep] for k, v in train.items()}})
+
+
+def load_eval_sets(cfg: Config, dataset: data.Dataset) -> list:
+    """The configured ``eval.sets``, prepared for this run's inputs: text sets tokenised like the
+    run's text, latent sets drawn through the run's latent-class map."""
+    from repr_jax.data import eval_sets
+    d, out = cfg.data, []
+    for name in cfg.eval.sets:
+        if name in eval_sets.TEXT_SETS:
+            if dataset.vocab is None or d.name == "latent_topics":
+                raise ConfigError(f"eval.sets: {name!r} is text; dataset {d.name!r} is not text "
+                                  f"read by a tokenizer")
+            out.append(eval_sets.load_eval_set(name, tokenizer=d.tokenizer,
+                                               max_len=d.max_len or 64, data_dir=d.data_dir))
+        else:
+            if d.name not in ("latent_classes", "latent_modalities"):
+                raise ConfigError(f"eval.sets: {name!r} is drawn in latent_classes' input space; "
+                                  f"dataset {d.name!r} is not latent_classes/latent_modalities")
+            out.append(eval_sets.load_eval_set(name, **({"num_classes": d.num_classes}
+                                                        if d.num_classes else {})))
+    return out
+
+
+def sample_batch(dataset: data.Dataset, n: int = 2) -> dict[str, np.ndarray]:
+    """The first ``n`` training examples: what ``init`` traces shapes from."""
+    return {k: v[:n] for k, v in dataset.splits["train"].items()}
+
+
+# --------------------------------------------------------------------------------------------------
+# Method
+# --------------------------------------------------------------------------------------------------
+
+def build_method(cfg: Config, dataset: data.Dataset, *, population: bool = False) -> Method:
+    """The method ``cfg.method.name`` with its encoder(s), heads and views, for ``dataset``'s
+    inputs. ``population``: the encoder will be vmapped over per-member weights (see
+    :func:`repr_jax.encoders.from_section`)."""
+    encoder = functools.partial(encoders.from_section, cfg.encoder,
+                                input_shape=dataset.input_shape, vocab=dataset.vocab,
+                                dataset_name=dataset.name, population=population)
+    views_fn = data.make_views_fn(**dataclasses.asdict(cfg.data.views))
+    return methods.build_method(cfg.method, methods.BuildContext(
+        encoder=encoder, views_fn=views_fn, dataset=dataset,
+        grad_cache_chunk=cfg.train.grad_cache_chunk, trained=_trained_params))
+
+
+def _trained_params(run_dir: str) -> tuple[str, Any]:
+    """``(method name, params)`` of the run in ``run_dir`` (its latest checkpoint), on the host."""
+    old_cfg, _, _, state = load_trained(run_dir)  # refuses a directory that holds no run
+    return old_cfg.method.name, jax.tree.map(np.asarray, jax.device_get(state.params))
+
+
+def check_buildable(cfg: Config) -> None:
+    """The checks of names against the registries that build them (encoder family and variant,
+    method options, evaluators, eval sets), with the closest valid name; nothing is built."""
+    try:
+        encoders.check_section(cfg.encoder)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    methods.check_method(cfg.method, grad_cache_chunk=cfg.train.grad_cache_chunk)
+    _check_eval_section(cfg.eval)
+
+
+def _check_eval_section(e) -> None:
+    from repr_jax.data.eval_sets import EVAL_SETS
+    from repr_jax.eval import EVALUATORS, PROTOCOLS
+    from repr_jax.eval.retrieval import METRICS
+    for name in e.evaluators:
+        if name not in EVALUATORS:
+            raise ConfigError(unknown_choice("eval.evaluators", name, EVALUATORS))
+    for name in e.sets:
+        if name not in EVAL_SETS:
+            raise ConfigError(unknown_choice("eval.sets", name, EVAL_SETS))
+    if e.protocol not in PROTOCOLS:
+        raise ConfigError(unknown_choice("eval.protocol", e.protocol, PROTOCOLS))
+    for m in e.retrieval_metrics:
+        name, _, k = m.partition("@")
+        if name not in METRICS or not k.isdigit():
+            raise ConfigError(f"eval.retrieval_metrics: {m!r} is not metric@k with metric in "
+                              f"{', '.join(METRICS)}")
+
+
+# --------------------------------------------------------------------------------------------------
+# State and step
+# --------------------------------------------------------------------------------------------------
+
+def state_init_fn(cfg: Config, method: Method) -> Callable[[jax.Array, dict], TrainState]:
+    """``init(seed_key, batch) -> TrainState``: the whole initial state from ``PRNGKey(seed)``
+    (vmapped over keys, a population's)."""
+    tx = optimizer_for(cfg.optim)
+
+    def init_fn(seed_key: jax.Array, batch: dict) -> TrainState:
+        init_key, loop_key = jax.random.split(seed_key)
+        variables = method.init(init_key, batch)
+        extra = method.init_extra(jax.random.fold_in(init_key, 1), variables)
+        return create_train_state(variables, tx, loop_key, extra)
+    return init_fn
+
+
+def init_state(cfg: Config, method: Method, sample: dict[str, np.ndarray], mesh) -> TrainState:
+    """The initial state, created directly with its sharding (replicated, or split over fsdp)."""
+    init_fn, key = state_init_fn(cfg, method), jax.random.PRNGKey(cfg.seed)
+    shardings = sharding.state_sharding(jax.eval_shape(init_fn, key, sample), mesh)
+    return jax.jit(init_fn, out_shardings=shardings)(key, sample)
+
+
+def build_run(cfg: Config, dataset: data.Dataset | None = None):
+    """Mesh, dataset, method and a fresh sharded state for ``cfg``: what training and re-evaluation
+    both start from."""
+    check_buildable(cfg)
+    mesh = sharding.make_mesh(cfg.train.num_devices, cfg.train.fsdp)
+    if dataset is None and jax.process_count() > 1:
+        # Process 0 prepares a generated dataset first: hosts sharing a file system would race.
+        from jax.experimental import multihost_utils
+        dataset = load_dataset(cfg) if jax.process_index() == 0 else None
+        multihost_utils.sync_global_devices("repr_jax: dataset prepared")
+    dataset = dataset or load_dataset(cfg)
+    method = build_method(cfg, dataset)
+    return mesh, dataset, method, init_state(cfg, method, sample_batch(dataset), mesh)
+
+
+def make_step_fn(cfg: Config, method: Method, mesh, state: TrainState):
+    """The jitted train step for states shaped (and sharded) like ``state``; the state is donated."""
+    step = configured_step(cfg, method)
+    rep, state_sharding = sharding.replicated(mesh), sharding.state_sharding(state, mesh)
+    return jax.jit(step, in_shardings=(state_sharding, sharding.batch_sharding(mesh), rep),
+                   out_shardings=(state_sharding, rep), donate_argnums=0)
+
+
+def compile_step(cfg: Config, method: Method, mesh, state: TrainState, batch: Any):
+    """The train step compiled ahead of time for ``batch``'s shapes, and what it costs: ``{params,
+    non_embedding_params, flops_per_step, device_flops_per_step}``: XLA's FLOPs of one step on the
+    global batch (independent of the device count: a scaling table's compute) and of one device's
+    compiled share (what it executes, replicated work included)."""
+    lowered = make_step_fn(cfg, method, mesh, state).lower(state, batch, hyperparams(cfg))
+    compiled = lowered.compile()
+    return compiled, dict(costs.param_counts(state.params), flops_per_step=costs.flops(lowered),
+                          device_flops_per_step=costs.flops(compiled))
+
+
+# --------------------------------------------------------------------------------------------------
+# Run directories
+# --------------------------------------------------------------------------------------------------
+
+def check_resumable(cfg: Config, workdir: Path) -> None:
+    """Raises ConfigError when ``workdir`` holds a run whose config differs from ``cfg`` in a key
+    that changes the trained numbers (bookkeeping keys, RESUMABLE_CHANGES, may differ)."""
+    saved_path = workdir / "config.json"
+    if saved_path.exists():
+        changed = {k: v for k, v in config_lib.diff(config_lib.load_json(saved_path), cfg).items()
+                   if not k.startswith(RESUMABLE_CHANGES)}
+        if changed:
+            desc = ", ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in changed.items())
+            raise ConfigError(f"{workdir} holds a run with a different config ({desc}); "
+                              f"use a new --workdir, or the saved settings to resume")
+
+
+def load_trained(workdir: str | Path, *, overrides: Sequence[str] = (),
+                 dataset: data.Dataset | None = None
+                 ) -> tuple[Config, data.Dataset, Method, TrainState]:
+    """``(config, dataset, method, state)`` of a run directory, the state restored from its latest
+    checkpoint: what re-evaluation and studies that compare trained models start from."""
+    workdir = Path(workdir)
+    if not (workdir / "config.json").exists():
+        raise ConfigError(f"{workdir} has no config.json: not a repr-jax run directory")
+    cfg = config_lib.override(config_lib.load_json(workdir / "config.json"), list(overrides))
+    _, dataset, method, state = build_run(cfg, dataset)
+    state = restore_latest(workdir, state, keep=cfg.train.keep_checkpoints)
+    return cfg, dataset, method, state

@@ -74,16 +74,15 @@ def main(argv=None) -> None:
     p.add_argument("--steps", type=int, default=5, help="steps timed per round")
     p.add_argument("--rounds", type=int, default=4, help="rounds, each timing every variant")
     p.add_argument("--default-malloc", action="store_true",
-                   help="leave glibc's malloc as it is (import repr_jax keeps freed host memory: "
+                   help="leave glibc's malloc as it is (the CLI keeps freed host memory: "
                         "repr_jax/host_memory.py)")
     args = p.parse_args(argv)
-    if args.default_malloc:  # before repr_jax is imported
-        os.environ["REPR_JAX_KEEP_HOST_MEMORY"] = "0"
+    from repr_jax.host_memory import keep_host_memory
+    kept = False if args.default_malloc else keep_host_memory()  # as the CLI: before JAX starts
 
     import jax
 
     from repr_jax.config import load, override
-    from repr_jax.host_memory import kept
     k = args.members
     cnn = override(load("simclr_mnist1d"), ["train.num_devices=1"])
     mlp = override(cnn, ["encoder.name=mlp", "encoder.widths=(32,32)", "encoder.norm=layer",

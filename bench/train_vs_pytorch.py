@@ -205,8 +205,7 @@ def matmul_peak() -> float:
 
 def torch_time(model: str, steps: int) -> float:
     """Seconds per step of PyTorch's side, in a fresh process with glibc's default malloc —
-    PyTorch as it ships: under the top pad ``import repr_jax`` sets, its ViT step took ~1.5 s
-    instead of ~1.05 s here (measured)."""
+    PyTorch as it ships (the top pad slows it: bench/README.md)."""
     env = dict(os.environ, REPR_JAX_KEEP_HOST_MEMORY="0")
     out = subprocess.run([sys.executable, __file__, "--torch-only", "--model", model, "--steps",
                           str(steps)], env=env, capture_output=True, text=True, check=True)
@@ -218,17 +217,16 @@ def main(argv=None) -> None:
     p.add_argument("--model", choices=("cnn", "vit", "both"), default="both")
     p.add_argument("--steps", type=int, default=0, help="timed steps (default 30 cnn, 8 vit)")
     p.add_argument("--default-malloc", action="store_true",
-                   help="leave glibc's malloc as it is on our side too (import repr_jax keeps "
-                        "freed host memory: repr_jax/host_memory.py)")
+                   help="leave glibc's malloc as it is on our side too (the CLI keeps freed "
+                        "host memory: repr_jax/host_memory.py)")
     p.add_argument("--torch-only", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    if args.default_malloc:  # before repr_jax is imported
-        os.environ["REPR_JAX_KEEP_HOST_MEMORY"] = "0"
+    from repr_jax.host_memory import keep_host_memory
+    kept = False if args.default_malloc else keep_host_memory()  # as the CLI: before JAX starts
     import jax
     import torch
 
     from repr_jax.config import load
-    from repr_jax.host_memory import kept
     torch.set_num_threads(os.cpu_count())
     runs = {"cnn": ("default experiment's CNN on MNIST-1D", CNN_BATCH, 30,
                     lambda: load("simclr_mnist1d"), pytorch_cnn),

@@ -63,3 +63,13 @@ def FaultyStream(arrays, *, fault, at_step, **kw):  # noqa: N802 - used like a c
             return out
 
     return _Faulty(arrays, **kw)
+
+
+def setup_step(cfg, num_devices, dataset, fsdp=1):
+    """``(mesh, state, step_fn)`` of ``cfg`` on ``num_devices`` devices (``fsdp`` of them along the
+    fsdp axis)."""
+    from repr_jax.train import build_method, init_state, make_mesh, make_step_fn, sample_batch
+    mesh = make_mesh(num_devices, fsdp)
+    method = build_method(cfg, dataset)
+    state = init_state(cfg, method, sample_batch(dataset), mesh)
+    return mesh, state, make_step_fn(cfg, method, mesh, state)

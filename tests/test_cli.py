@@ -49,6 +49,7 @@ def test_print_config_applies_overrides(capsys):
     assert json.loads(capsys.readouterr().out)["optim"]["lr"] == 0.5
 
 
+@pytest.mark.slow
 def test_train_then_eval_in_a_subprocess(tmp_path):
     """The real console entry point, in a fresh process, on a tiny config."""
     workdir = tmp_path / "run"

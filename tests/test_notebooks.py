@@ -15,6 +15,7 @@ def test_the_four_notebooks_exist():
                                           "objectives_tour"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_notebook_runs_in_its_quick_setting(path, tmp_path, monkeypatch):
     nbformat = pytest.importorskip("nbformat")

@@ -72,7 +72,7 @@ def conv(lhs, rhs, window_strides, padding, lhs_dilation=None, rhs_dilation=None
     channels-last layout, and rewrites other layouts into it only at a program's top level. The
     kernel gradient of a convolution is, as JAX derives it, a convolution in another layout
     (batch and feature dimensions swapped), so inside a loop (``lax.map``/``scan``: a population
-    trained member after member, gradient accumulation) it fell to a naive loop, ~70× slower.
+    trained member after member, gradient accumulation) it falls to a naive loop (bench/README.md).
     The values are those of ``lax.conv_general_dilated`` (same operations)."""
     ndim = lhs.ndim
     plain = (all(s == 1 for s in window_strides)

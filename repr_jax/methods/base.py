@@ -84,27 +84,28 @@ class ProjectedConfig(MethodConfig):
     proj_dim: int = static(128, ">0", "projection output width")
 
 
-def check_matryoshka(section: Any) -> None:
-    dims = section.matryoshka_dims
-    if dims and (min(dims) <= 0 or list(dims) != sorted(set(dims))):
-        raise ConfigError(f"method.matryoshka_dims must be increasing positive widths, got "
-                          f"{dims!r}")
-    if section.matryoshka_layers and not dims:
-        raise ConfigError("method.matryoshka_layers=True needs method.matryoshka_dims")
-
-
 @config
-class PairConfig(ProjectedConfig):
+class MatryoshkaConfig(MethodConfig):
     """A method whose pair objective Matryoshka can wrap (nested prefixes of the embedding)."""
     matryoshka_dims: tuple[int, ...] = static((), doc="nested prefix widths (Matryoshka); () = off")
     matryoshka_layers: bool = static(False, doc="also every encoder layer (2D Matryoshka)")
 
     def _validate(self):
-        check_matryoshka(self)
+        dims = self.matryoshka_dims
+        if dims and (min(dims) <= 0 or list(dims) != sorted(set(dims))):
+            raise ConfigError(f"method.matryoshka_dims must be increasing positive widths, got "
+                              f"{dims!r}")
+        if self.matryoshka_layers and not dims:
+            raise ConfigError("method.matryoshka_layers=True needs method.matryoshka_dims")
 
 
 @config
-class TemperatureConfig(PairConfig):
+class PairConfig(ProjectedConfig, MatryoshkaConfig):
+    """Two views, a projection head, a pair objective (that Matryoshka can wrap)."""
+
+
+@config
+class ContrastiveConfig(PairConfig):
     """A contrastive pair method (SimCLR, SupCon)."""
     temperature: float = hyper(0.5, ">0", "softmax temperature of the contrastive objective")
 

@@ -16,9 +16,9 @@ import jax
 import jax.numpy as jnp
 
 from repr_jax import objectives as O
-from repr_jax.config import ConfigError, MethodConfig, config, hyper, static
-from repr_jax.methods.base import (BuildContext, Method, MethodSpec, Tower, apply_train,
-                                   check_matryoshka, grad_cache_loss, head, normalized_std,
+from repr_jax.config import ConfigError, config, hyper, static
+from repr_jax.methods.base import (BuildContext, MatryoshkaConfig, Method, MethodSpec, Tower,
+                                   apply_train, grad_cache_loss, head, normalized_std,
                                    pair_options)
 from repr_jax.methods.siamese import matryoshka_objective
 
@@ -166,14 +166,9 @@ def biencoder(encoder_a, encoder_b, views_fn, *, proj_dim: int, objective: str,
 # --------------------------------------------------------------------------------------------------
 
 @config
-class DualEncoderConfig(MethodConfig):
+class DualEncoderConfig(MatryoshkaConfig):
     """CLIP and SigLIP: a linear projection on each tower, learned scale (and bias)."""
     proj_dim: int = static(128, ">0", "projection output width (the space pairs are compared in)")
-    matryoshka_dims: tuple[int, ...] = static((), doc="nested prefix widths (Matryoshka); () = off")
-    matryoshka_layers: bool = static(False, doc="also every encoder layer (2D Matryoshka)")
-
-    def _validate(self):
-        check_matryoshka(self)
 
 
 @config

@@ -15,8 +15,8 @@ import jax.numpy as jnp
 
 from repr_jax import objectives as O
 from repr_jax.config import config, hyper, static
-from repr_jax.methods.base import (BuildContext, MethodSpec, PairConfig, ProjectedConfig,
-                                   SingleInput, TemperatureConfig, Tower, Method, apply_train,
+from repr_jax.methods.base import (BuildContext, ContrastiveConfig, Method, MethodSpec,
+                                   PairConfig, ProjectedConfig, SingleInput, Tower, apply_train,
                                    grad_cache_loss, head, normalized_std, pair_options, pooled,
                                    two_views)
 
@@ -163,8 +163,8 @@ def _projected(builder):
     return build
 
 
-SIMCLR = MethodSpec(TemperatureConfig, _projected(simclr), grad_cache=True)
-SUPCON = MethodSpec(TemperatureConfig, _projected(supcon), grad_cache=True)
+SIMCLR = MethodSpec(ContrastiveConfig, _projected(simclr), grad_cache=True)
+SUPCON = MethodSpec(ContrastiveConfig, _projected(supcon), grad_cache=True)
 VICREG = MethodSpec(VICRegConfig, _projected(vicreg))
 BARLOW_TWINS = MethodSpec(BarlowTwinsConfig, _projected(barlow_twins))
 SIMSIAM = MethodSpec(SimSiamConfig, lambda m, ctx: simsiam(

@@ -196,8 +196,7 @@ def _has_accelerator_plugin() -> bool:
 
 def default_jobs() -> int:
     """Points trained at once: one per CPU core on CPU (small models train faster side by side on
-    one core each than one after another on all of them: 4 points of the flagship's two middle
-    sizes, 600 steps, took 71 s as 2 x 1 core vs 106 s one at a time on 2 cores), one on an
+    one core each than one after another on all of them: bench/README.md), one on an
     accelerator."""
     return 1 if _has_accelerator_plugin() else max(1, len(os.sched_getaffinity(0)))
 

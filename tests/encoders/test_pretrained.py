@@ -15,7 +15,7 @@ import pytest
 from repr_jax.data.tokenizer import ByteTokenizer, WordPieceTokenizer
 from repr_jax.encoders.pretrained import encode, load_sentence_transformer
 
-DATA = Path(__file__).with_name("data")
+DATA = Path(__file__).resolve().parent.parent / "data"
 sys.path.insert(0, str(DATA))
 from make_minilm_reference import TEXTS  # noqa: E402
 

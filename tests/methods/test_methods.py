@@ -56,6 +56,7 @@ def _run(cfg, workdir):
     return out, losses, acc
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(METHODS))
 def test_method_lowers_loss_and_beats_chance(tmp_path, name):
     cfg = method_config(name)
@@ -67,6 +68,7 @@ def test_method_lowers_loss_and_beats_chance(tmp_path, name):
     assert acc > 0.5, f"{name}: probe accuracy {acc:.3f} (chance 0.1)"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("objective", ["info_nce", "kl_distill"])
 def test_biencoder_objectives(tmp_path, objective):
     cfg = C.override(method_config("biencoder"), [f"method.objective={objective}"])
@@ -74,6 +76,7 @@ def test_biencoder_objectives(tmp_path, objective):
     assert np.mean(losses[-3:]) < np.mean(losses[:2]) and acc > 0.5
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, extra", [("simclr", []), ("clip", []),
                                          ("simclr", ["method.matryoshka_layers=True"])])
 def test_matryoshka_wrappers_train_every_prefix(tmp_path, name, extra):
@@ -107,6 +110,7 @@ def test_ema_teacher_and_queue(tmp_path):
     np.testing.assert_allclose(np.linalg.norm(q1[:64], axis=1), 1.0, rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_resume_restores_method_state(tmp_path):
     """EMA teacher and queue are checkpointed with the state: resume is still bitwise."""
     cfg = C.override(method_config("moco"), ["train.steps=6", "train.ckpt_every=3"])

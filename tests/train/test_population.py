@@ -1,21 +1,15 @@
 """Populations: each member of a population (trained member after member in one step, or vmapped)
 equals its separate run; members may differ only in seed and numeric hyperparameters; the population
-checkpoints and resumes as one; the im2col convolution vmapped members use equals XLA's, and the
-convolution whose gradient is written channels-last equals lax's."""
+checkpoints and resumes as one."""
 
 import json
-import re
 
 import chex
-import flax.linen as nn
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from repr_jax.config import ConfigError, EvalConfig, override
-from repr_jax.encoders.cnn import CNN
-from repr_jax.encoders.layers import conv
 from repr_jax.train import train_and_evaluate
 from repr_jax.train.population import (member, member_differences, members_per_chunk,
                                       train_population)
@@ -25,52 +19,11 @@ from conftest import tiny_config
 EVAL = EvalConfig(evaluators=("knn",), bootstrap=0, reference_rows=False)
 
 
-@pytest.mark.parametrize("shape, kernel", [((3, 40), 5), ((2, 8, 8, 2), 2)])
-def test_im2col_convolution_equals_xla_convolution(shape, kernel):
-    x = jax.random.normal(jax.random.PRNGKey(1), shape)
-    xla = CNN(widths=(4, 6), kernel_size=kernel, norm="layer")
-    patches = CNN(widths=(4, 6), kernel_size=kernel, norm="layer", im2col=True)
-    variables = xla.init(jax.random.PRNGKey(0), x)
-    chex.assert_trees_all_equal(variables, patches.init(jax.random.PRNGKey(0), x))
-    np.testing.assert_allclose(patches.apply(variables, x)[0], xla.apply(variables, x)[0],
-                               atol=1e-5)
-
-
-@pytest.mark.parametrize("shape, window, padding", [
-    ((3, 17, 2), (5,), "SAME"), ((2, 9, 7, 3), (3, 2), "SAME"), ((2, 9, 7, 3), (3, 3), "VALID"),
-    ((3, 12, 2), (5,), ((1, 3),))])
-def test_channels_last_gradient_convolution_equals_lax(shape, window, padding):
-    """layers.conv (the CNN's) has lax's values and gradients (second order too), and inside a
-    loop its gradient compiles to channels-last convolutions only — the layout XLA's CPU backend
-    runs with its fast kernel (lax's own kernel gradient there is `f0b_i0o->0bf`, a naive loop)."""
-    x = jax.random.normal(jax.random.PRNGKey(0), shape)
-    ours = nn.Conv(5, window, padding=padding, conv_general_dilated=conv)
-    lax_conv = nn.Conv(5, window, padding=padding)
-    variables = lax_conv.init(jax.random.PRNGKey(1), x)
-
-    def loss(module):
-        return lambda v, x: (jnp.sin(module.apply(v, x)) ** 2).sum()
-    np.testing.assert_allclose(ours.apply(variables, x), lax_conv.apply(variables, x), atol=1e-6)
-    chex.assert_trees_all_close(jax.grad(loss(ours), argnums=(0, 1))(variables, x),
-                                jax.grad(loss(lax_conv), argnums=(0, 1))(variables, x),
-                                atol=1e-5, rtol=1e-5)
-    chex.assert_trees_all_close(
-        jax.grad(lambda v: (jax.grad(loss(ours), argnums=1)(v, x) ** 2).sum())(variables),
-        jax.grad(lambda v: (jax.grad(loss(lax_conv), argnums=1)(v, x) ** 2).sum())(variables),
-        atol=1e-4, rtol=1e-4)
-
-    stacked = jax.tree.map(lambda a: jnp.stack([a, 2 * a]), variables)
-    looped = jax.jit(lambda vs, x: jax.lax.map(lambda v: jax.grad(loss(ours))(v, x), vs))
-    hlo = looped.lower(stacked, x).compile().as_text()
-    labels = set(re.findall(r"dim_labels=([\w>-]+)", hlo))
-    spatial = "".join(map(str, range(len(window))))
-    assert labels == {f"b{spatial}f_{spatial}io->b{spatial}f"}, labels
-
-
 def _members(base, values, *common):
     return [override(base, [*common, *(f"{k}={v!r}" for k, v in m.items())]) for m in values]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shared, chunk", [(True, 0), (False, 2)])
 def test_each_member_equals_its_separate_run(tmp_path, shared, chunk):
     """Shared batches, members one after another (train.population_chunk=0: auto, the CNN on
@@ -114,6 +67,7 @@ def test_members_may_not_differ_structurally():
         member_differences(_members(base, [{}, {"train.batch_size": 64}]))
 
 
+@pytest.mark.slow
 def test_population_resumes_and_records_a_diverged_member(tmp_path):
     """A member with a huge learning rate diverges without touching the others; an interrupted
     population resumes from its stacked checkpoint to the uninterrupted result."""

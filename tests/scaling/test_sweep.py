@@ -121,6 +121,7 @@ def _table(path):
         return list(csv.DictReader(f))
 
 
+@pytest.mark.slow
 def test_sweep_isolates_a_failure_and_a_killed_sweep_resumes_to_the_same_table(tmp_path):
     sweep_file = tmp_path / "tiny_sweep.py"
     sweep_file.write_text(SWEEP_FILE)

@@ -82,6 +82,7 @@ def test_custom_law_function_and_errors():
     assert set(LAWS) == {"power", "chinchilla", "saturation", "bnsl", "log_linear"}
 
 
+@pytest.mark.slow
 def test_chinchilla_refit_reproduces_the_published_estimates():
     """Besiroglu et al. 2024's procedure (shared/refdata/chinchilla_epoch/SOURCE.md): drop the 5
     highest losses, D = C / (6 N), sum of Huber(1e-3) on log loss, Hoffmann's 4,500-start grid.
@@ -104,6 +105,7 @@ def test_chinchilla_refit_reproduces_the_published_estimates():
         assert b.low[k] < f.params[k] < b.high[k]
 
 
+@pytest.mark.slow
 def test_repr_jax_fit_on_a_results_table(tmp_path, capsys):
     """``repr-jax fit`` on a CSV: filters rows, fits with bootstrap intervals, holds out the largest
     runs, writes JSON and a plot; bad columns are one-line errors."""

@@ -9,6 +9,7 @@ import sys
 import textwrap
 
 import numpy as np
+import pytest
 
 PROGRAM = textwrap.dedent("""
     import json, sys
@@ -40,6 +41,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_two_processes_train_as_one(tmp_path, mnist1d_small):  # the fixture prepares the data
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=1",
                JAX_PLATFORMS="cpu")

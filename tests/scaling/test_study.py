@@ -28,6 +28,7 @@ def test_run_study_without_runs_writes_rows_claim_and_refuses_overrides(tmp_path
         run_study(Study("c", analyze), tmp_path, overrides=["seed=1"])
 
 
+@pytest.mark.slow
 def test_embedded_reads_a_trained_run_every_split_layers_and_its_initial_state(tmp_path,
                                                                                mnist1d_small):
     train_and_evaluate(tiny_config(), tmp_path, progress=False, verbose=False)
@@ -75,6 +76,7 @@ def test_every_study_file_loads():
             assert study.sweep.points()  # every point's config builds
 
 
+@pytest.mark.slow
 def test_repr_jax_study_runs_a_study_file_given_by_path(tmp_path, capsys):
     from repr_jax.cli import main
     path = tmp_path / "tiny_study.py"

@@ -229,6 +229,7 @@ def test_incompatible_eval_set_fails_before_training(tmp_path, mnist1d_small):
 
 # ---------------------------------------------------------------- through training and repr-jax eval
 
+@pytest.mark.slow
 def test_battery_through_training_and_repr_jax_eval(tmp_path, capsys):
     from conftest import tiny_config
 
@@ -314,6 +315,7 @@ def test_text_reference_is_a_hashed_bag_of_words_and_eval_subsets_are_fixed():
     assert eval_splits(ds, 0) is ds.splits
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("matryoshka", [False, True])
 def test_dual_encoder_pairs_are_compared_in_the_aligned_space(matryoshka):
     """CLIP aligns the two towers' projections (or, with Matryoshka, their embeddings): retrieval

@@ -1,0 +1,57 @@
+"""Convolution layers: the im2col convolution vmapped population members use equals XLA's, and the
+convolution whose gradient is written channels-last equals lax's (values, gradients, second order)
+and compiles, inside a loop, to channels-last convolutions only."""
+
+import re
+
+import chex
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from repr_jax.encoders.cnn import CNN
+from repr_jax.encoders.layers import conv
+
+
+@pytest.mark.parametrize("shape, kernel", [((3, 40), 5), ((2, 8, 8, 2), 2)])
+def test_im2col_convolution_equals_xla_convolution(shape, kernel):
+    x = jax.random.normal(jax.random.PRNGKey(1), shape)
+    xla = CNN(widths=(4, 6), kernel_size=kernel, norm="layer")
+    patches = CNN(widths=(4, 6), kernel_size=kernel, norm="layer", im2col=True)
+    variables = xla.init(jax.random.PRNGKey(0), x)
+    chex.assert_trees_all_equal(variables, patches.init(jax.random.PRNGKey(0), x))
+    np.testing.assert_allclose(patches.apply(variables, x)[0], xla.apply(variables, x)[0],
+                               atol=1e-5)
+
+
+@pytest.mark.parametrize("shape, window, padding", [
+    ((3, 17, 2), (5,), "SAME"), ((2, 9, 7, 3), (3, 2), "SAME"), ((2, 9, 7, 3), (3, 3), "VALID"),
+    ((3, 12, 2), (5,), ((1, 3),))])
+def test_channels_last_gradient_convolution_equals_lax(shape, window, padding):
+    """layers.conv (the CNN's) has lax's values and gradients (second order too), and inside a
+    loop its gradient compiles to channels-last convolutions only — the layout XLA's CPU backend
+    runs with its fast kernel (lax's own kernel gradient there is `f0b_i0o->0bf`, a naive loop)."""
+    x = jax.random.normal(jax.random.PRNGKey(0), shape)
+    ours = nn.Conv(5, window, padding=padding, conv_general_dilated=conv)
+    lax_conv = nn.Conv(5, window, padding=padding)
+    variables = lax_conv.init(jax.random.PRNGKey(1), x)
+
+    def loss(module):
+        return lambda v, x: (jnp.sin(module.apply(v, x)) ** 2).sum()
+    np.testing.assert_allclose(ours.apply(variables, x), lax_conv.apply(variables, x), atol=1e-6)
+    chex.assert_trees_all_close(jax.grad(loss(ours), argnums=(0, 1))(variables, x),
+                                jax.grad(loss(lax_conv), argnums=(0, 1))(variables, x),
+                                atol=1e-5, rtol=1e-5)
+    chex.assert_trees_all_close(
+        jax.grad(lambda v: (jax.grad(loss(ours), argnums=1)(v, x) ** 2).sum())(variables),
+        jax.grad(lambda v: (jax.grad(loss(lax_conv), argnums=1)(v, x) ** 2).sum())(variables),
+        atol=1e-4, rtol=1e-4)
+
+    stacked = jax.tree.map(lambda a: jnp.stack([a, 2 * a]), variables)
+    looped = jax.jit(lambda vs, x: jax.lax.map(lambda v: jax.grad(loss(ours))(v, x), vs))
+    hlo = looped.lower(stacked, x).compile().as_text()
+    labels = set(re.findall(r"dim_labels=([\w>-]+)", hlo))
+    spatial = "".join(map(str, range(len(window))))
+    assert labels == {f"b{spatial}f_{spatial}io->b{spatial}f"}, labels

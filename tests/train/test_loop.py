@@ -1,0 +1,96 @@
+"""The one loop: checks before compiling, bitwise resume, the NaN policy, workdir safety."""
+
+import json
+
+import chex
+import jax
+import numpy as np
+import pytest
+from conftest import Crash, FaultyStream, tiny_config
+
+from repr_jax import config as C
+from repr_jax.config import ConfigError
+from repr_jax.train import (Checkpointer, TrainingDiverged, build_method, init_state, make_mesh,
+                            sample_batch, train_and_evaluate)
+
+
+def test_uneven_batch_fails_before_compiling(tmp_path):
+    cfg = tiny_config(train=C.TrainConfig(batch_size=30, steps=2, num_devices=8))
+    with pytest.raises(ConfigError, match="batch_size=30 is not divisible by the 8 devices"):
+        train_and_evaluate(cfg, tmp_path / "run", progress=False, verbose=False)
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.slow
+def test_resume_is_bitwise_identical(tmp_path, mnist1d_small):
+    cfg = tiny_config()
+    full = train_and_evaluate(cfg, tmp_path / "full", progress=False, verbose=False,
+                              dataset=mnist1d_small)
+    crashy = FaultyStream(mnist1d_small.splits["train"], batch_size=32, seed=0, fault="crash",
+                          at_step=4)
+    with pytest.raises(Crash):  # dies after the checkpoint at step 3
+        train_and_evaluate(cfg, tmp_path / "resumed", progress=False, verbose=False,
+                           dataset=mnist1d_small, stream=crashy)
+    resumed = train_and_evaluate(cfg, tmp_path / "resumed", progress=False, verbose=False,
+                                 dataset=mnist1d_small)
+    a, b = jax.device_get(full["state"]), jax.device_get(resumed["state"])
+    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
+        np.testing.assert_array_equal(x, y)  # bitwise
+    # metrics.jsonl holds each step once, and the same numbers as the uninterrupted run.
+    rows = [json.loads(line) for line in (tmp_path / "resumed" / "metrics.jsonl").open()]
+    full_rows = [json.loads(line) for line in (tmp_path / "full" / "metrics.jsonl").open()]
+    assert [r["step"] for r in rows] == list(range(1, 7))
+    assert [r["loss"] for r in rows] == [r["loss"] for r in full_rows]
+    assert (tmp_path / "resumed" / "plots" / "loss.png").exists()
+    assert {r["representation"] for r in resumed["eval_rows"]} == {
+        "raw inputs", "random-init encoder", "simclr encoder"}
+
+
+@pytest.mark.slow
+def test_nan_stops_with_step_and_keeps_last_good_checkpoint(tmp_path, mnist1d_small):
+    cfg = tiny_config(train=C.TrainConfig(batch_size=32, steps=8, ckpt_every=2, log_every=1,
+                                          num_devices=1))
+    poisoned = FaultyStream(mnist1d_small.splits["train"], batch_size=32, seed=0, fault="nan",
+                            at_step=5)
+    with pytest.raises(TrainingDiverged, match=r"at step 5.*checkpoint \(step 4\).*intact"):
+        train_and_evaluate(cfg, tmp_path / "run", progress=False, verbose=False,
+                           dataset=mnist1d_small, stream=poisoned)
+    mesh = make_mesh(1)
+    method = build_method(cfg, mnist1d_small)
+    like = init_state(cfg, method, sample_batch(mnist1d_small), mesh)
+    ckpt = Checkpointer(tmp_path / "run" / "checkpoints")
+    assert ckpt.latest_step() == 4
+    restored = ckpt.restore(like)
+    ckpt.close()
+    assert int(restored.step) == 4
+    chex.assert_tree_all_finite(restored.params)
+
+
+@pytest.mark.slow
+def test_a_population_stops_when_every_member_has_diverged(tmp_path):
+    """The same NaN policy for populations: the loop stops once no member is finite."""
+    from repr_jax.train.population import train_population
+    configs = [C.override(tiny_config(), [f"optim.lr={lr}", "train.ckpt_every=0"])
+               for lr in (1e30, 1e31)]
+    with pytest.raises(TrainingDiverged, match="at step .*training stopped. No checkpoint"):
+        train_population(configs, tmp_path / "pop", progress=False)
+
+
+@pytest.mark.slow
+def test_workdir_with_other_config_is_refused(tmp_path, mnist1d_small):
+    cfg = tiny_config(train=C.TrainConfig(batch_size=32, steps=2, num_devices=1))
+    train_and_evaluate(cfg, tmp_path / "run", progress=False, verbose=False, dataset=mnist1d_small)
+    with pytest.raises(ConfigError, match=r"different config \(optim.lr: 0.001 -> 0.01\)"):
+        train_and_evaluate(C.override(cfg, ["optim.lr=0.01"]), tmp_path / "run",
+                           progress=False, verbose=False, dataset=mnist1d_small)
+
+
+@pytest.mark.slow
+def test_supervised_method_trains_on_digits(tmp_path):
+    cfg = C.override(tiny_config(), [
+        "data.name=digits", "data.num_examples=0", "data.views.shift=0", "data.views.mask=0.0",
+        "data.views.crop_pad=1", "method.name=supervised", "optim.lr=0.01", "train.steps=30",
+        "train.ckpt_every=0", "train.log_every=10"])
+    out = train_and_evaluate(cfg, tmp_path / "run", progress=False, verbose=False)
+    acc = {(r["representation"], r["evaluator"]): r["value"] for r in out["eval_rows"]}
+    assert acc["supervised encoder", "linear_probe"] > 0.8

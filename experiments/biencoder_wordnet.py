@@ -51,5 +51,5 @@ def get_config(arg=None) -> Config:
                           log_every=50),
         eval=EvalConfig(evaluators=("linear_probe", "knn", "retrieval", "sts", "geometry"),
                         sets=("lee", "wordsim353", "simlex999", "polarity", "wordnet_retrieval"),
-                        max_examples=5000, max_queries=2000, batch_size=256),
+                        max_examples=5000, batch_size=256),
     )

@@ -14,7 +14,7 @@ Expected (test split, 2,000 signals):
 Per-prefix linear probe (the Matryoshka evaluator; `repr-jax eval --workdir RUN --set
 "eval.evaluators=('matryoshka',)"`), against plain SimCLR trained the same 2,000 steps
 (`repr-jax train --set train.steps=2000 --set "eval.evaluators=('matryoshka',)" --set
-"eval.matryoshka_dims=(8,16,32,64,128)"`), 95% bootstrap half-widths ~0.02:
+"eval.matryoshka.dims=(8,16,32,64,128)"`), 95% bootstrap half-widths ~0.02:
     prefix            8       16      32      64      128
     matryoshka    0.3440  0.5295  0.6675  0.7490  0.8140
     plain SimCLR  0.3590  0.5580  0.7430  0.8365  0.8885

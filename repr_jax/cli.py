@@ -42,7 +42,7 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--workdir", required=True, help="a run directory written by `repr-jax train`")
     e.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override an eval.* value, e.g. --set \"eval.sets=('latent_sts',)\" or "
-                        "--set eval.probe=logistic (repeatable)")
+                        "--set eval.linear_probe.kind=logistic (repeatable)")
     e.add_argument("--no-progress", action="store_true", help="no progress bar or table")
 
     s = sub.add_parser("sweep", help="train a grid of runs into one results table (resumable)",

@@ -41,7 +41,9 @@ __all__ = [
     "ConfigError", "hyper", "static", "Config", "DataConfig", "ViewsConfig", "EncoderConfig",
     "MethodConfig", "OptimConfig", "TrainConfig", "EvalConfig", "load", "override", "to_dict",
     "from_dict", "save_json", "load_json", "flatten", "diff", "experiments_dir", "list_experiments",
-    "load_from", "point_name", "config", "unknown_choice",
+    "load_from", "point_name", "config", "unknown_choice", "LinearProbeOptions", "KNNOptions",
+    "FewShotOptions", "RetrievalOptions", "QuantizationOptions", "STSOptions", "ClusteringOptions",
+    "GeometryOptions", "LayerwiseOptions", "MatryoshkaOptions",
 ]
 
 
@@ -331,8 +333,80 @@ class TrainConfig:
                               f"the {micro} examples of each (micro-)batch")
 
 
+SIMILARITIES = ("cosine", "dot", "l2")
+
+
+# Each evaluator's own section: the keyword arguments of its class in repr_jax/eval/<name>.py
+# (``eval.bootstrap`` is added for those that give intervals).
+
+@config
+class LinearProbeOptions:
+    kind: str = static("ridge", ("ridge", "logistic"), "closed-form ridge (penalty chosen on "
+                       "validation) or multinomial logistic regression")
+
+
+@config
+class KNNOptions:
+    k: int = static(20, ">0")
+    temperature: float = static(0.07, ">0", "weights neighbours' votes by exp(sim / T)")
+    similarity: str = static("cosine", SIMILARITIES)
+
+
+@config
+class FewShotOptions:
+    shots: tuple[int, ...] = static((1, 5, 10, 25), doc="examples per class")
+    seeds: int = static(5, ">0", "draws per shot count")
+
+
+@config
+class RetrievalOptions:
+    metrics: tuple[str, ...] = static(("recall@1", "recall@10", "mrr@10", "ndcg@10", "map@10"),
+                                      doc="metric@k, metric in recall | precision | mrr | ndcg "
+                                          "| map")
+    similarity: str = static("cosine", SIMILARITIES)
+    max_queries: int = static(2000, ">0", "retrieval over the test pairs: first N pairs")
+
+
+@config
+class QuantizationOptions:
+    similarity: str = static("cosine", SIMILARITIES)
+    max_queries: int = static(2000, ">0", "retrieval over the test pairs: first N pairs")
+
+
+@config
+class STSOptions:
+    similarity: str = static("cosine", SIMILARITIES)
+
+
+@config
+class ClusteringOptions:
+    seed: int = static(0, ">=0", "k-means initialisations")
+
+
+@config
+class GeometryOptions:
+    max_examples: int = static(2000, ">0", "test examples the geometry is measured on")
+
+
+@config
+class LayerwiseOptions:
+    protocol: str = static("linear_probe", doc="the evaluator run on every layer (with its own "
+                                               "section's options)")
+
+
+@config
+class MatryoshkaOptions:
+    protocol: str = static("linear_probe", doc="the evaluator run on every prefix (with its own "
+                                               "section's options)")
+    dims: tuple[int, ...] = static((), doc="prefix widths; () = method.matryoshka_dims, or powers "
+                                           "of two")
+
+
 @config
 class EvalConfig:
+    """What is evaluated and how: the evaluators that run, the sets beside the dataset's splits,
+    the settings every evaluator shares, and one section of options per evaluator
+    (``eval.knn.k``); each evaluator reads only its own section."""
     evaluators: tuple[str, ...] = static(
         ("linear_probe", "knn", "fewshot", "retrieval", "sts", "clustering", "geometry"),
         doc="linear_probe | knn | fewshot | retrieval | quantization | sts | clustering | geometry | "
@@ -340,24 +414,34 @@ class EvalConfig:
     sets: tuple[str, ...] = static((), doc="extra evaluation sets: lee | wordsim353 | simlex999 | "
                                            "polarity | wordnet_retrieval | latent_retrieval | "
                                            "latent_sts")
-    probe: str = static("ridge", ("ridge", "logistic"), "linear probe kind")
-    knn_k: int = static(20, ">0")
-    knn_temperature: float = static(0.07, ">0")
-    similarity: str = static("cosine", ("cosine", "dot", "l2"), "kNN, retrieval and STS scores")
-    fewshot_shots: tuple[int, ...] = static((1, 5, 10, 25), doc="examples per class")
-    fewshot_seeds: int = static(5, ">0", "draws per shot count")
-    retrieval_metrics: tuple[str, ...] = static(("recall@1", "recall@10", "mrr@10", "ndcg@10",
-                                                 "map@10"), doc="metric@k, metric in recall | "
-                                                                "precision | mrr | ndcg | map")
-    max_queries: int = static(2000, ">0", "retrieval over the test pairs: first N pairs")
     max_examples: int = static(0, ">=0", "evaluate on a fixed random subset of at most N examples "
                                          "per split (0 = all)")
-    protocol: str = static("linear_probe", doc="what layerwise and matryoshka run per layer / prefix")
-    matryoshka_dims: tuple[int, ...] = static((), doc="prefix widths; () = method.matryoshka_dims "
-                                                      "or powers of two")
     bootstrap: int = static(1000, ">=0", "bootstrap resamples for intervals (0 = none)")
     reference_rows: bool = static(True, doc="also evaluate raw inputs and the random-init encoder")
     batch_size: int = static(256, ">0", "batch size of the feature pass")
+    linear_probe: LinearProbeOptions = _section(LinearProbeOptions)
+    knn: KNNOptions = _section(KNNOptions)
+    fewshot: FewShotOptions = _section(FewShotOptions)
+    retrieval: RetrievalOptions = _section(RetrievalOptions)
+    quantization: QuantizationOptions = _section(QuantizationOptions)
+    sts: STSOptions = _section(STSOptions)
+    clustering: ClusteringOptions = _section(ClusteringOptions)
+    geometry: GeometryOptions = _section(GeometryOptions)
+    layerwise: LayerwiseOptions = _section(LayerwiseOptions)
+    matryoshka: MatryoshkaOptions = _section(MatryoshkaOptions)
+
+
+# Keys of the flat eval section of earlier versions, and the section keys they set now.
+_FLAT_EVAL_KEYS = {
+    "probe": ("linear_probe.kind",), "knn_k": ("knn.k",), "knn_temperature": ("knn.temperature",),
+    "similarity": ("knn.similarity", "retrieval.similarity", "quantization.similarity",
+                   "sts.similarity"),
+    "fewshot_shots": ("fewshot.shots",), "fewshot_seeds": ("fewshot.seeds",),
+    "retrieval_metrics": ("retrieval.metrics",),
+    "max_queries": ("retrieval.max_queries", "quantization.max_queries"),
+    "protocol": ("layerwise.protocol", "matryoshka.protocol"),
+    "matryoshka_dims": ("matryoshka.dims",),
+}
 
 
 @config
@@ -469,6 +553,16 @@ def _parse_value(text: str) -> Any:
         return text  # bare words are strings: data.name=digits
 
 
+def _renamed(item: str) -> list[str]:
+    """``eval.<flat key>=v`` of earlier versions as the section keys it sets now
+    (``eval.knn_k=5`` -> ``eval.knn.k=5``); any other assignment unchanged."""
+    key, _, value = item.partition("=")
+    section, _, leaf = key.strip().partition(".")
+    if section == "eval" and leaf in _FLAT_EVAL_KEYS:
+        return [f"eval.{new}={value}" for new in _FLAT_EVAL_KEYS[leaf]]
+    return [item]
+
+
 def _section_class(base: type, node: dict[str, Any]) -> type:
     """The class of a section dict: a section with variants is the one its ``name`` selects."""
     if "_variants" in base.__dict__:
@@ -485,6 +579,7 @@ def override(cfg: Any, assignments: Sequence[str]) -> Any:
     for item in assignments:
         if "=" not in item:
             raise ConfigError(f"override {item!r} must look like key=value, e.g. optim.lr=3e-4")
+    assignments = [new for item in assignments for new in _renamed(item)]
     items = sorted(assignments, key=lambda item: item.split("=", 1)[0].strip().rsplit(".", 1)[-1]
                    != "name")  # stable: a section's name first, so its own keys exist
     for item in items:
@@ -521,10 +616,19 @@ def save_json(cfg: Any, path: str | Path) -> None:
 
 
 def load_json(path: str | Path) -> Config:
-    """The config saved in ``path``. A file from before the methods owned their sections (one
-    flat method section) loads as the method's own section: the flat fields it lacks are dropped
-    (they never reached its loss)."""
+    """The config saved in ``path``. A file from before the methods and evaluators owned their
+    sections loads: its flat eval keys move to the evaluators' sections, and its flat method
+    section becomes the method's own, dropping the fields the method lacks (they never reached
+    its loss)."""
     d = json.loads(Path(path).read_text())
+    section = d.get("eval") if isinstance(d, dict) else None
+    if isinstance(section, dict):
+        for flat, keys in _FLAT_EVAL_KEYS.items():
+            if flat in section:
+                value = section.pop(flat)
+                for key in keys:
+                    name, field = key.split(".")
+                    section.setdefault(name, {})[field] = value
     method = d.get("method") if isinstance(d, dict) else None
     if isinstance(method, dict):
         own = set(_valid_keys(_section_class(MethodConfig, method)))

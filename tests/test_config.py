@@ -84,6 +84,16 @@ def test_methods_own_their_sections():
         C.override(Config(), ["method.name=mae", "method.temperature=0.1"])
 
 
+def test_evaluators_own_their_sections_and_old_flat_keys_still_set_them():
+    cfg = C.override(Config(), ["eval.knn.k=5", "eval.similarity=dot", "eval.probe=logistic"])
+    assert cfg.eval.knn == C.KNNOptions(k=5, similarity="dot")
+    assert {cfg.eval.retrieval.similarity, cfg.eval.sts.similarity} == {"dot"}
+    assert cfg.eval.linear_probe.kind == "logistic"
+    with pytest.raises(ConfigError, match="unknown config key 'eval.knn.kk'; did you mean "
+                                          "'eval.knn.k'"):
+        C.override(Config(), ["eval.knn.kk=5"])
+
+
 def test_old_flat_config_json_still_loads(tmp_path):
     old = C.to_dict(Config())
     old["method"] = dict(name="vicreg", temperature=0.5, loss_weight=1.0, momentum=0.99,
@@ -91,8 +101,12 @@ def test_old_flat_config_json_still_loads(tmp_path):
                          proj_hidden=64, proj_dim=32, pred_hidden=64, queue_size=4096,
                          objective="info_nce", patch_size=4, mask_ratio=0.75, matryoshka_dims=[],
                          matryoshka_layers=False, compat_run="", compat_weight=1.0)
+    old["eval"] = {k: v for k, v in old["eval"].items() if not isinstance(v, dict)}
+    old["eval"].update(knn_k=7, similarity="l2", fewshot_shots=[1, 2], protocol="knn")
     (tmp_path / "config.json").write_text(json.dumps(old))
     cfg = C.load_json(tmp_path / "config.json")
+    assert cfg.eval.knn == C.KNNOptions(k=7, similarity="l2")
+    assert cfg.eval.fewshot.shots == (1, 2) and cfg.eval.matryoshka.protocol == "knn"
     assert cfg.method == C.MethodConfig(name="vicreg", sim_weight=10.0, proj_hidden=64,
                                         proj_dim=32)
 

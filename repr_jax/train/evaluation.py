@@ -8,6 +8,7 @@ options, and ``eval/step_<N>.json``.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import json
 import math
 import sys
@@ -68,24 +69,19 @@ class Representation:
                    method.embed_layers)
 
 
-def evaluator_options(cfg: Config) -> dict[str, dict[str, Any]]:
-    """Each evaluator's options from the ``eval`` section."""
-    e = cfg.eval
-    ci = dict(bootstrap=e.bootstrap)
-    opts = {
-        "linear_probe": dict(kind=e.probe, **ci),
-        "knn": dict(k=e.knn_k, temperature=e.knn_temperature, similarity=e.similarity, **ci),
-        "fewshot": dict(shots=e.fewshot_shots, seeds=e.fewshot_seeds),
-        "retrieval": dict(metrics=e.retrieval_metrics, similarity=e.similarity,
-                          max_queries=e.max_queries, **ci),
-        "quantization": dict(similarity=e.similarity, max_queries=e.max_queries, **ci),
-        "sts": dict(similarity=e.similarity, **ci),
-        "clustering": dict(seed=cfg.seed),
-        "geometry": {},
-    }
-    opts["layerwise"] = dict(protocol=e.protocol, **opts[e.protocol])
-    opts["matryoshka"] = dict(protocol=e.protocol, dims=e.matryoshka_dims
-                              or getattr(cfg.method, "matryoshka_dims", ()), **opts[e.protocol])
+def evaluator_options(cfg: Config, name: str) -> dict[str, Any]:
+    """Evaluator ``name``'s keyword arguments: its own ``eval.<name>`` section, plus
+    ``eval.bootstrap`` for those that give intervals; layerwise and matryoshka also pass on their
+    protocol's options, and Matryoshka's prefixes default to the method's
+    (``method.matryoshka_dims``)."""
+    section = getattr(cfg.eval, name)
+    opts = {f.name: getattr(section, f.name) for f in dataclasses.fields(section)}
+    if "bootstrap" in inspect.signature(EVALUATORS[name].__init__).parameters:
+        opts["bootstrap"] = cfg.eval.bootstrap
+    if name in ("layerwise", "matryoshka"):
+        opts.update(evaluator_options(cfg, opts["protocol"]))
+    if name == "matryoshka" and not opts["dims"]:
+        opts["dims"] = getattr(cfg.method, "matryoshka_dims", ())
     return opts
 
 
@@ -109,7 +105,6 @@ def evaluate(cfg: Config, dataset: Dataset, representations: dict[str, Represent
     evaluator, metric, value}`` (plus ``ci_low``/``ci_high`` where the protocol has an interval)."""
     from tqdm.auto import tqdm
     rows = []
-    options = evaluator_options(cfg)
     jobs = [(r, e) for r in representations for e in cfg.eval.evaluators]
     bar = tqdm(jobs, desc="eval", unit="evaluator", disable=not progress, leave=False,
                dynamic_ncols=True)
@@ -123,7 +118,7 @@ def evaluate(cfg: Config, dataset: Dataset, representations: dict[str, Represent
                                            layers_fn=rep.embed_layers,
                                            eval_sets=eval_sets)
         try:
-            results = list(EVALUATORS[name](embedders[rep_name], **options[name]).run(
+            results = list(EVALUATORS[name](embedders[rep_name], **evaluator_options(cfg, name)).run(
                 rep.variables))
         except Exception as e:  # noqa: BLE001 - one failing protocol must not lose the others
             message = f"{type(e).__name__}: {e}"

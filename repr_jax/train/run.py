@@ -127,12 +127,14 @@ def _check_eval_section(e) -> None:
     for name in e.sets:
         if name not in EVAL_SETS:
             raise ConfigError(unknown_choice("eval.sets", name, EVAL_SETS))
-    if e.protocol not in PROTOCOLS:
-        raise ConfigError(unknown_choice("eval.protocol", e.protocol, PROTOCOLS))
-    for m in e.retrieval_metrics:
+    for section in ("layerwise", "matryoshka"):
+        protocol = getattr(e, section).protocol
+        if protocol not in PROTOCOLS:
+            raise ConfigError(unknown_choice(f"eval.{section}.protocol", protocol, PROTOCOLS))
+    for m in e.retrieval.metrics:
         name, _, k = m.partition("@")
         if name not in METRICS or not k.isdigit():
-            raise ConfigError(f"eval.retrieval_metrics: {m!r} is not metric@k with metric in "
+            raise ConfigError(f"eval.retrieval.metrics: {m!r} is not metric@k with metric in "
                               f"{', '.join(METRICS)}")
 
 

@@ -15,6 +15,14 @@ from repr_jax.eval import EVALUATORS, Embedder
 RNG = np.random.default_rng(0)
 
 
+@pytest.fixture(autouse=True)
+def _fresh_rng():
+    """Each test draws from its own freshly seeded generator: results do not depend on which
+    tests ran before it in this process (test order differs between pytest-xdist workers)."""
+    global RNG
+    RNG = np.random.default_rng(0)
+
+
 def identity(variables, x):
     del variables
     return x
@@ -210,10 +218,10 @@ def test_eval_config_errors_name_the_choices():
         check(sets=("stsb",))
     with pytest.raises(C.ConfigError, match="did you mean 'retrieval'"):
         check(evaluators=("retreival",))
-    with pytest.raises(C.ConfigError, match="metric@k"):
-        check(retrieval_metrics=("ndcg10",))
-    with pytest.raises(C.ConfigError, match="eval.protocol"):
-        check(protocol="layerwise")
+    with pytest.raises(C.ConfigError, match="eval.retrieval.metrics: 'ndcg10' is not metric@k"):
+        check(retrieval=C.RetrievalOptions(metrics=("ndcg10",)))
+    with pytest.raises(C.ConfigError, match="eval.layerwise.protocol='layerwise' is not valid"):
+        check(layerwise=C.LayerwiseOptions(protocol="layerwise"))
 
 
 def test_incompatible_eval_set_fails_before_training(tmp_path, mnist1d_small):
@@ -240,7 +248,9 @@ def test_battery_through_training_and_repr_jax_eval(tmp_path, capsys):
         encoder=C.EncoderConfig(name="mlp", widths=(32, 32)),
         train=C.TrainConfig(batch_size=32, steps=4, ckpt_every=4, log_every=2, num_devices=1),
         eval=C.EvalConfig(sets=("latent_retrieval", "latent_sts"), bootstrap=100,
-                          fewshot_shots=(1, 5), fewshot_seeds=2, max_queries=200))
+                          fewshot=C.FewShotOptions(shots=(1, 5), seeds=2),
+                          retrieval=C.RetrievalOptions(max_queries=200),
+                          quantization=C.QuantizationOptions(max_queries=200)))
     out = train_and_evaluate(cfg, tmp_path / "run", progress=False, verbose=False)
     rows = out["eval_rows"]
     got = {(r["representation"], r["evaluator"], r["metric"]) for r in rows}
@@ -271,7 +281,7 @@ def test_battery_through_training_and_repr_jax_eval(tmp_path, capsys):
     assert "only eval.* keys" in capsys.readouterr().err
     # A protocol that fails (all prefixes wider than the embedding) is reported, the rest still run.
     assert main(["eval", "--workdir", str(tmp_path / "run"), "--no-progress", "--set",
-                 "eval.evaluators=('matryoshka','knn')", "--set", "eval.matryoshka_dims=(999,)",
+                 "eval.evaluators=('matryoshka','knn')", "--set", "eval.matryoshka.dims=(999,)",
                  "--set", "eval.reference_rows=False"]) == 0
     assert "evaluator 'matryoshka' failed" in capsys.readouterr().err
     saved = json.loads((tmp_path / "run" / "eval" / "step_4.json").read_text())

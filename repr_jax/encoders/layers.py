@@ -11,6 +11,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from repr_jax.backend import cpu_tuned
+
 
 def norm_layer(kind: str, *, train: bool, name: str | None = None):
     """``batch`` (running stats in ``batch_stats``), ``layer`` or ``none`` normalisation."""
@@ -66,7 +68,8 @@ def conv(lhs, rhs, window_strides, padding, lhs_dilation=None, rhs_dilation=None
          preferred_element_type=None):
     """``lax.conv_general_dilated`` (the signature ``nn.Conv(conv_general_dilated=...)`` calls)
     whose gradient, for plain channels-last convolutions (stride 1, no dilation, no groups), is
-    itself written as channels-last convolutions.
+    itself written as channels-last convolutions where the CPU tricks are on
+    (:func:`repr_jax.backend.cpu_tuned`); elsewhere it is ``lax.conv_general_dilated`` itself.
 
     Why it exists: XLA's CPU backend runs a convolution with its fast (Eigen) kernel only in the
     channels-last layout, and rewrites other layouts into it only at a program's top level. The
@@ -81,7 +84,7 @@ def conv(lhs, rhs, window_strides, padding, lhs_dilation=None, rhs_dilation=None
              and preferred_element_type is None
              and lax.conv_dimension_numbers(lhs.shape, rhs.shape, dimension_numbers)
              == _channels_last(ndim))
-    if not plain:
+    if not (plain and cpu_tuned()):
         return lax.conv_general_dilated(
             lhs, rhs, window_strides, padding, lhs_dilation, rhs_dilation, dimension_numbers,
             feature_group_count, batch_group_count, precision, preferred_element_type)

@@ -40,6 +40,7 @@ from repr_jax import config as config_lib
 from repr_jax.config import Config, ConfigError
 from repr_jax.data import BatchStream
 from repr_jax.train import sharding
+from repr_jax.backend import cpu_tuned
 from repr_jax.host_memory import keep_host_memory
 from repr_jax.train.checkpoint import restore_latest
 from repr_jax.train.evaluation import make_upstream_loss, run_evaluation
@@ -85,13 +86,13 @@ def members_per_chunk(cfg: Config) -> int:
     """How many members one step vmaps together (``train.population_chunk``; 0 = all); the chunks
     run one after another inside the one compiled step.
 
-    Auto: one at a time for the cnn on CPU, where XLA's convolutions with per-member weights
-    (vmapped: a grouped convolution, or patch matmuls) run slower than the same convolutions one
-    by one — and a loop of members keeps the one program, its single dispatch and its stacked
-    state. All at once elsewhere: on an accelerator, or for a member too small to fill the CPU."""
+    Auto: one at a time for the cnn where the CPU tricks are on (:func:`repr_jax.backend.cpu_tuned`):
+    XLA's CPU convolutions with per-member weights (vmapped: a grouped convolution, or patch
+    matmuls) run slower than the same convolutions one by one — and a loop of members keeps the one
+    program, its single dispatch and its stacked state. All at once elsewhere."""
     n = cfg.train.population_chunk
     if n == 0:
-        return 1 if jax.default_backend() == "cpu" and cfg.encoder.name == "cnn" else 0
+        return 1 if cpu_tuned() and cfg.encoder.name == "cnn" else 0
     return n
 
 

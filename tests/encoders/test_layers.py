@@ -55,3 +55,22 @@ def test_channels_last_gradient_convolution_equals_lax(shape, window, padding):
     labels = set(re.findall(r"dim_labels=([\w>-]+)", hlo))
     spatial = "".join(map(str, range(len(window))))
     assert labels == {f"b{spatial}f_{spatial}io->b{spatial}f"}, labels
+
+
+def test_one_switch_turns_the_cpu_paths_off(monkeypatch):
+    """repr_jax.backend.cpu_tuned() is the one switch: off, the convolution's gradient is lax's own
+    and a CNN population vmaps its members."""
+    from conftest import tiny_config
+
+    from repr_jax.backend import cpu_tuned
+    from repr_jax.train.population import members_per_chunk
+    x, w = jnp.ones((2, 16, 3)), jnp.ones((5, 3, 4))
+
+    def grad_jaxpr():
+        loss = lambda w: conv(x, w, (1,), "SAME", dimension_numbers=("NWC", "WIO", "NWC")).sum()  # noqa: E731
+        return str(jax.make_jaxpr(jax.grad(loss))(w))
+    assert cpu_tuned() and "custom_vjp" in grad_jaxpr()
+    assert members_per_chunk(tiny_config()) == 1
+    monkeypatch.setenv("REPR_JAX_CPU_TUNING", "0")
+    assert not cpu_tuned() and "custom_vjp" not in grad_jaxpr()
+    assert members_per_chunk(tiny_config()) == 0

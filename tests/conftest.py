@@ -19,6 +19,17 @@ import pytest  # noqa: E402
 jax.config.update("jax_numpy_rank_promotion", "raise")
 
 
+@pytest.fixture(autouse=True)
+def _fresh_module_rng(request):
+    """A test module's shared generator ``RNG`` is reseeded before each of its tests, so a test's
+    draws do not depend on which tests ran before it in its process (pytest-xdist workers run
+    different subsets in different orders)."""
+    import numpy as np
+    module = getattr(request, "module", None)
+    if isinstance(getattr(module, "RNG", None), np.random.Generator):
+        module.RNG = np.random.default_rng(0)
+
+
 @pytest.fixture(scope="session")
 def mnist1d_small():
     from repr_jax import data

@@ -12,14 +12,6 @@ from repr_jax.eval.stats import Estimate
 RNG = np.random.default_rng(0)
 
 
-@pytest.fixture(autouse=True)
-def _fresh_rng():
-    """Each test draws from its own freshly seeded generator: results do not depend on which
-    tests ran before it in this process (test order differs between pytest-xdist workers)."""
-    global RNG
-    RNG = np.random.default_rng(0)
-
-
 # ------------------------------------------------------------------------------------ linear probe
 
 def test_logistic_probe_within_one_point_of_sklearn():

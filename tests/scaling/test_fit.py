@@ -10,14 +10,6 @@ from repr_jax.scaling.refdata import chinchilla_points
 RNG = np.random.default_rng(0)
 
 
-@pytest.fixture(autouse=True)
-def _fresh_rng():
-    """Each test draws from its own freshly seeded generator: results do not depend on which
-    tests ran before it in this process (test order differs between pytest-xdist workers)."""
-    global RNG
-    RNG = np.random.default_rng(0)
-
-
 def noisy(y, rel=0.005):
     return y * np.exp(rel * RNG.normal(size=y.shape))
 

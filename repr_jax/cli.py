@@ -172,11 +172,12 @@ def main(argv: list[str] | None = None) -> int:
     keep_host_memory()  # before JAX's backend starts: the CLI opts in (repr_jax/host_memory.py)
     args = _parser().parse_args(argv)
     from repr_jax.config import ConfigError
+    from repr_jax.files import WorkdirBusy
     from repr_jax.train import TrainingDiverged
     try:
         return {"train": _train, "eval": _eval, "sweep": _sweep, "study": _study,
                 "fit": _fit}[args.command](args)
-    except (ConfigError, TrainingDiverged, FileNotFoundError) as e:
+    except (ConfigError, TrainingDiverged, WorkdirBusy, FileNotFoundError) as e:
         print(f"repr-jax: error: {e}", file=sys.stderr)
         return 2
     except ValueError as e:  # shape/dataset/name problems raised before anything ran

@@ -27,7 +27,6 @@ import difflib
 import functools
 import hashlib
 import importlib.util
-import json
 import re
 import sys
 import types
@@ -36,6 +35,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 import jax
+
+from repr_jax import files
 
 __all__ = [
     "ConfigError", "hyper", "static", "Config", "DataConfig", "ViewsConfig", "EncoderConfig",
@@ -612,7 +613,8 @@ def override(cfg: Any, assignments: Sequence[str]) -> Any:
 
 
 def save_json(cfg: Any, path: str | Path) -> None:
-    Path(path).write_text(json.dumps(to_dict(cfg), indent=2, sort_keys=True) + "\n")
+    """Writes ``cfg`` to ``path`` atomically (a reader never sees half a file)."""
+    files.write_json(path, to_dict(cfg), indent=2, sort_keys=True)
 
 
 def load_json(path: str | Path) -> Config:
@@ -620,7 +622,10 @@ def load_json(path: str | Path) -> Config:
     sections loads: its flat eval keys move to the evaluators' sections, and its flat method
     section becomes the method's own, dropping the fields the method lacks (they never reached
     its loss)."""
-    d = json.loads(Path(path).read_text())
+    d = files.read_json(path, fix="it records the run's config: restore it, or start the run in "
+                                "a new --workdir")
+    if not isinstance(d, dict):
+        raise ConfigError(f"{path} holds no config (a JSON object was expected)")
     section = d.get("eval") if isinstance(d, dict) else None
     if isinstance(section, dict):
         for flat, keys in _FLAT_EVAL_KEYS.items():

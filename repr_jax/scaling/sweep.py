@@ -36,10 +36,12 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from repr_jax import config as config_lib
+from repr_jax import files
 from repr_jax.config import Config, ConfigError, point_name
 from repr_jax.scaling.table import write_table
 
@@ -159,16 +161,18 @@ def load_sweep(name_or_path: str) -> Sweep:
 # --------------------------------------------------------------------------------------------------
 
 def _read_json(path: Path, default: Any = None) -> Any:
+    """``path``'s JSON, or ``default`` when it is missing or damaged (with a warning naming it)."""
     try:
-        return json.loads(path.read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
+        return files.read_json(path)
+    except FileNotFoundError:
+        return default
+    except files.DamagedFile as e:
+        warnings.warn(f"{e}; read as missing", stacklevel=2)
         return default
 
 
 def _write_json(path: Path, value: Any) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(value, indent=1, default=str) + "\n")
-    tmp.replace(path)
+    files.write_json(path, value, default=str)
 
 
 def point_status(run_dir: Path) -> dict[str, Any]:

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import json
 import math
 import sys
+import warnings
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from repr_jax import config as config_lib
+from repr_jax import files
 from repr_jax.config import Config, ConfigError
 from repr_jax.data import Dataset
 from repr_jax.eval import EVALUATORS, Embedder, Estimate
@@ -180,7 +181,11 @@ def reference_rows(cfg: Config, method: Method, dataset: Dataset, workdir: Path,
     path = workdir / "eval" / "reference.json"
     key = config_lib.to_dict(cfg.eval)
     if path.exists():
-        saved = json.loads(path.read_text())
+        try:
+            saved = files.read_json(path)
+        except files.DamagedFile as e:
+            warnings.warn(f"{e}; computing the reference rows again", stacklevel=2)
+            saved = None
         if isinstance(saved, dict) and saved.get("eval") == key:
             return saved["rows"]
     random_init = method.init(jax.random.split(jax.random.PRNGKey(cfg.seed))[0],
@@ -191,8 +196,7 @@ def reference_rows(cfg: Config, method: Method, dataset: Dataset, workdir: Path,
             **_pretrained_reference(cfg)}
     rows = evaluate(cfg, dataset, reps, step=0, eval_sets=eval_sets, progress=progress)
     if jax.process_index() == 0:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"eval": key, "rows": rows}, indent=1))
+        files.write_json(path, {"eval": key, "rows": rows})
     return rows
 
 
@@ -200,8 +204,10 @@ def run_evaluation(cfg: Config, method: Method, dataset: Dataset, state: TrainSt
                    workdir: Path, *, reference: bool, eval_sets: Sequence[Any] = (),
                    progress: bool = False, upstream_loss: Callable | None = None
                    ) -> list[dict[str, Any]]:
-    """Evaluates ``state`` (plus the reference rows when ``reference``), writes
-    ``eval/step_<N>.json``: the rows, led by the held-out training objective (``upstream/loss``)."""
+    """Evaluates ``state`` (plus the reference rows when ``reference``) and returns the rows, led
+    by the held-out training objective (``upstream/loss``). ``eval/step_<N>.json`` gains them: they
+    replace the rows the file held for the same representations and evaluators; rows of other
+    evaluators (an earlier, fuller evaluation) stay, after the new ones."""
     step = int(jax.device_get(state.step))
     name = f"{cfg.method.name} encoder"
     rows = (reference_rows(cfg, method, dataset, workdir, eval_sets, progress)
@@ -213,11 +219,30 @@ def run_evaluation(cfg: Config, method: Method, dataset: Dataset, state: TrainSt
     rows = rows + evaluate(cfg, dataset, {name: Representation.of(method, state.variables)},
                            step=step, eval_sets=eval_sets, progress=progress)
     if jax.process_index() == 0:
-        (workdir / "eval").mkdir(parents=True, exist_ok=True)
-        (workdir / "eval" / f"step_{step}.json").write_text(json.dumps(rows, indent=1))
+        path = workdir / "eval" / f"step_{step}.json"
+        files.write_json(path, merge_rows(_saved_rows(path), rows))
         if reference:
             plot_eval(rows, workdir / "plots")
     return rows
+
+
+def merge_rows(old: Sequence[dict], new: Sequence[dict]) -> list[dict]:
+    """``new`` followed by the rows of ``old`` whose (representation, evaluator) ``new`` does not
+    have: re-running some evaluators replaces only their rows."""
+    done = {(r["representation"], r["evaluator"]) for r in new}
+    return list(new) + [r for r in old if (r["representation"], r["evaluator"]) not in done]
+
+
+def _saved_rows(path: Path) -> list[dict]:
+    """The rows in ``path`` (none if it is missing; a damaged one is replaced, with a warning)."""
+    if not path.exists():
+        return []
+    try:
+        rows = files.read_json(path)
+    except files.DamagedFile as e:
+        warnings.warn(f"{e}; writing it anew", stacklevel=2)
+        return []
+    return rows if isinstance(rows, list) else []
 
 
 def evaluate_workdir(workdir: str | Path, *, overrides: Sequence[str] = (),
@@ -229,9 +254,10 @@ def evaluate_workdir(workdir: str | Path, *, overrides: Sequence[str] = (),
         raise ConfigError(f"repr-jax eval changes only eval.* keys (the model is the checkpoint's); "
                           f"got {bad}")
     cfg, dataset, method, state = load_trained(workdir, overrides=overrides)
-    rows = run_evaluation(cfg, method, dataset, state, Path(workdir),
-                          reference=cfg.eval.reference_rows,
-                          eval_sets=load_eval_sets(cfg, dataset), progress=progress)
+    with files.WorkdirLock(workdir, process=jax.process_index()):
+        rows = run_evaluation(cfg, method, dataset, state, Path(workdir),
+                              reference=cfg.eval.reference_rows,
+                              eval_sets=load_eval_sets(cfg, dataset), progress=progress)
     if progress:
         print(format_table(rows))
     return rows

@@ -7,25 +7,28 @@ import math
 from pathlib import Path
 from typing import Any, Iterable
 
+from repr_jax import files
+
 
 class MetricsWriter:
-    """Appends one JSON object per line to ``metrics.jsonl``; a resumed run first drops the rows past
-    the restored step, so the file never holds steps the resumed run will log again."""
+    """Appends one JSON object per line to ``metrics.jsonl`` (each line fsynced); a resumed run
+    first drops the rows past the restored step — and a torn last line, with a warning — so the
+    file never holds steps the resumed run will log again."""
 
     def __init__(self, path: str | Path, *, resume_step: int = 0):
         self.path = Path(path)
         if self.path.exists():
-            kept = [line for line in self.path.read_text().splitlines()
-                    if line.strip() and json.loads(line).get("step", 0) <= resume_step]
-            self.path.write_text("".join(line + "\n" for line in kept))
+            kept = [row for row in files.read_jsonl(self.path, drop_torn_tail=True)
+                    if row.get("step", 0) <= resume_step]
+            files.write_text(self.path, "".join(json.dumps(row) + "\n" for row in kept))
 
     def write(self, row: dict[str, Any]) -> None:
-        with self.path.open("a") as f:
-            f.write(json.dumps(row) + "\n")
+        files.append_line(self.path, json.dumps(row))
 
 
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+    """The rows of a JSONL log; a torn last line (a run still writing, or killed) is left out."""
+    return files.read_jsonl(path, drop_torn_tail=True)
 
 
 def format_table(rows: Iterable[dict[str, Any]]) -> str:

@@ -24,7 +24,6 @@ workdir/ after a run::
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import time
 from pathlib import Path
@@ -34,6 +33,7 @@ import jax
 import numpy as np
 
 from repr_jax import config as config_lib
+from repr_jax import files
 from repr_jax.config import Config, ConfigError
 from repr_jax.data import BatchStream, Dataset
 from repr_jax.host_memory import keep_host_memory
@@ -70,12 +70,29 @@ class Trainee:
     evaluate: Callable[[Any, Member, int, bool], list]  # (state, member, index, final) -> rows
     stacked: bool
     workdir: Path  # the checkpoints' home (and a population's combined metrics.jsonl)
+    records: Sequence[Callable[[], Any]] = ()  # the run's first writes (config.json, run.json)
 
 
 def train_members(trainee: Trainee, *, progress: bool, desc: str = "train"
                   ) -> tuple[Any, dict[str, list], dict[str, int]]:
-    """Trains from the latest checkpoint in ``trainee.workdir`` to ``train.steps``, evaluating on
-    the schedule; returns ``(state, {member: final eval rows}, {diverged member: step})``."""
+    """Holds ``trainee.workdir`` (one process per run directory: :class:`files.WorkdirLock`),
+    writes the run's records, trains from the latest checkpoint to ``train.steps`` evaluating on
+    the schedule, and plots each member's loss; returns ``(state, {member: final eval rows},
+    {diverged member: step})``."""
+    lead = jax.process_index() == 0
+    with files.WorkdirLock(trainee.workdir, process=jax.process_index()):
+        for write in trainee.records if lead else ():
+            write()
+        state, rows, diverged = _loop(trainee, progress=progress, desc=desc)
+        for m in trainee.members if lead else ():
+            if (m.workdir / "metrics.jsonl").exists():
+                plot_metrics(m.workdir / "metrics.jsonl", m.workdir / "plots" / "loss.png")
+    return state, rows, diverged
+
+
+def _loop(trainee: Trainee, *, progress: bool, desc: str
+          ) -> tuple[Any, dict[str, list], dict[str, int]]:
+    """The loop itself: resume, train, checkpoint, evaluate."""
     from tqdm.auto import tqdm
     t, members, lead = trainee.members[0].cfg.train, trainee.members, jax.process_index() == 0
     # ---------------------------------------------------------------- resume
@@ -160,17 +177,8 @@ def train_members(trainee: Trainee, *, progress: bool, desc: str = "train"
     return state, evaluate(state, final=True), diverged
 
 
-def prepare_workdir(cfg: Config, workdir: Path) -> None:
-    """Refuses a workdir that holds another run, then records ``cfg`` in it."""
-    check_resumable(cfg, workdir)
-    workdir.mkdir(parents=True, exist_ok=True)
-    if jax.process_index() == 0:
-        config_lib.save_json(cfg, workdir / "config.json")
-
-
 def write_run_info(path: Path, run_costs: dict, **info) -> None:
-    if jax.process_index() == 0:
-        path.write_text(json.dumps(dict(run_costs, **info), indent=1) + "\n")
+    files.write_json(path, dict(run_costs, **info))
 
 
 def train_and_evaluate(cfg: Config, workdir: str | Path, *, progress: bool = True,
@@ -193,7 +201,6 @@ def train_and_evaluate(cfg: Config, workdir: str | Path, *, progress: bool = Tru
     # ---------------------------------------------------------------- assemble
     mesh, dataset, method, state = build_run(cfg, dataset)
     eval_sets = load_eval_sets(cfg, dataset)
-    prepare_workdir(cfg, workdir)
     stream = stream or BatchStream(dataset.splits["train"], batch_size=t.batch_size, seed=cfg.seed)
 
     def batch_at(step: int):
@@ -202,10 +209,12 @@ def train_and_evaluate(cfg: Config, workdir: str | Path, *, progress: bool = Tru
 
     # Compiled for the first batch's shapes; the resumed state has the fresh state's shapes.
     step_fn, run_costs = compile_step(cfg, method, mesh, state, batch_at(0))
-    write_run_info(workdir / "run.json", run_costs, batch_size=t.batch_size, steps=t.steps,
-                   num_devices=mesh.size, num_processes=jax.process_count(),
-                   backend=jax.default_backend(),
-                   train_examples=len(dataset.splits["train"]["label"]))
+    records = [lambda: config_lib.save_json(cfg, workdir / "config.json"),
+               lambda: write_run_info(workdir / "run.json", run_costs, batch_size=t.batch_size,
+                                      steps=t.steps, num_devices=mesh.size,
+                                      num_processes=jax.process_count(),
+                                      backend=jax.default_backend(),
+                                      train_examples=len(dataset.splits["train"]["label"]))]
     upstream_loss = make_upstream_loss(cfg, method)
 
     def evaluate(state, member: Member, index: int, final: bool) -> list:
@@ -218,12 +227,10 @@ def train_and_evaluate(cfg: Config, workdir: str | Path, *, progress: bool = Tru
     # ---------------------------------------------------------------- train, evaluate
     trainee = Trainee(members=[Member("", cfg, workdir)], state=state, step_fn=step_fn,
                       batch_at=batch_at, hp=hyperparams(cfg), evaluate=evaluate, stacked=False,
-                      workdir=workdir)
+                      workdir=workdir, records=records)
     state, rows, _ = train_members(trainee, progress=progress)
     eval_rows = rows[""]
     if jax.process_index() == 0:
-        if (workdir / "metrics.jsonl").exists():
-            plot_metrics(workdir / "metrics.jsonl", workdir / "plots" / "loss.png")
         if verbose:
             last = [r["loss"] for r in _read_last(workdir / "metrics.jsonl")]
             print(f"\n{dataset.name}: evaluation at step {t.steps} (test split; final train loss "

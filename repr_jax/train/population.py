@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -37,6 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from repr_jax import config as config_lib
+from repr_jax import files
 from repr_jax.config import Config, ConfigError
 from repr_jax.data import BatchStream
 from repr_jax.train import sharding
@@ -44,7 +44,7 @@ from repr_jax.backend import cpu_tuned
 from repr_jax.host_memory import keep_host_memory
 from repr_jax.train.checkpoint import restore_latest
 from repr_jax.train.evaluation import make_upstream_loss, run_evaluation
-from repr_jax.train.loop import Member, Trainee, prepare_workdir, train_members, write_run_info
+from repr_jax.train.loop import Member, Trainee, train_members, write_run_info
 from repr_jax.train.run import (build_method, check_buildable, check_resumable, compile_step,
                                 load_dataset, load_eval_sets, sample_batch, state_init_fn)
 from repr_jax.train.step import configured_step, hyperparams
@@ -144,7 +144,7 @@ def load_population(workdir: str | Path) -> dict[str, Any]:
     saved = workdir / "population.json"
     if not saved.exists():
         raise ConfigError(f"{workdir} has no population.json: not a population directory")
-    record = json.loads(saved.read_text())
+    record = files.read_json(saved, fix="it records the population's members")
     configs = [config_lib.from_dict(m["config"]) for m in record["members"]]
     dataset = load_dataset(configs[0])
     method, state = _init_population(configs, dataset,
@@ -182,7 +182,8 @@ def train_population(configs: Sequence[Config], workdir: str | Path, *,
     record = {"members": [dict(name=n, config=config_lib.to_dict(c))
                           for n, c in zip(names, configs)], "shared_batches": shared_batches}
     if saved.exists():
-        before = json.loads(saved.read_text())
+        before = files.read_json(saved, fix="it records the population: restore it, or use a "
+                                            "new workdir")
         if (before["shared_batches"] != shared_batches
                 or [m["name"] for m in before["members"]] != names):
             raise ConfigError(f"{workdir} holds a different population; use a new workdir")
@@ -193,11 +194,7 @@ def train_population(configs: Sequence[Config], workdir: str | Path, *,
     dataset = load_dataset(cfg)
     eval_sets = load_eval_sets(cfg, dataset)
     method, state = _init_population(configs, dataset, mesh)
-    workdir.mkdir(parents=True, exist_ok=True)
-    saved.write_text(json.dumps(record, indent=1))
     members = [Member(n, c, workdir / "members" / n) for n, c in zip(names, configs)]
-    for m in members:
-        prepare_workdir(m.cfg, m.workdir)
     hp = stack([hyperparams(c) for c in configs])
     streams = [BatchStream(dataset.splits["train"], batch_size=t.batch_size, seed=c.seed)
                for c in (configs[:1] if shared_batches else configs)]
@@ -219,10 +216,13 @@ def train_population(configs: Sequence[Config], workdir: str | Path, *,
     # program's count is no measure of K members.
     _, member_costs = compile_step(cfg, method, mesh, member(state, 0),
                                    first if shared_batches else member(first, 0))
+    records = [lambda: files.write_json(saved, record)]
     for m in members:
-        write_run_info(m.workdir / "run.json", member_costs, batch_size=t.batch_size,
-                       steps=t.steps, num_devices=mesh.size, population=len(configs),
-                       train_examples=len(dataset.splits["train"]["label"]))
+        records += [functools.partial(config_lib.save_json, m.cfg, m.workdir / "config.json"),
+                    functools.partial(write_run_info, m.workdir / "run.json", member_costs,
+                                      batch_size=t.batch_size, steps=t.steps,
+                                      num_devices=mesh.size, population=len(configs),
+                                      train_examples=len(dataset.splits["train"]["label"]))]
     upstream = make_upstream_loss(cfg, method)
 
     def evaluate(state, m: Member, index: int, final: bool) -> list:
@@ -234,7 +234,7 @@ def train_population(configs: Sequence[Config], workdir: str | Path, *,
 
     # ---------------------------------------------------------------- train, evaluate
     trainee = Trainee(members=members, state=state, step_fn=compiled, batch_at=batch_at, hp=hp,
-                      evaluate=evaluate, stacked=True, workdir=workdir)
+                      evaluate=evaluate, stacked=True, workdir=workdir, records=records)
     state, rows, diverged = train_members(trainee, progress=progress,
                                           desc=f"population x{len(configs)}")
     return {"state": state, "eval_rows": rows, "names": names, "diverged": diverged}

@@ -1,0 +1,126 @@
+"""Run files that survive crashes: atomic writes, JSONL appends whose torn last line is dropped on
+resume, damaged files named in one line, and one process per run directory.
+
+Every JSON file a run writes goes through :func:`write_json` (a temporary file in the same folder,
+fsynced, then renamed over the old one), so a reader sees the old file or the new one, never half.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Any
+
+
+class DamagedFile(ValueError):
+    """A run file that cannot be read; the message (one line) names it and the fix."""
+
+
+class WorkdirBusy(RuntimeError):
+    """Another process holds the run directory; the message names its pid and host."""
+
+
+def write_text(path: str | Path, text: str) -> Path:
+    """Writes ``text`` to ``path`` atomically (temporary file, fsync, rename; creates the folder)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def write_json(path: str | Path, value: Any, *, indent: int | None = 1, **kwargs) -> Path:
+    """``value`` as JSON in ``path``, atomically (:func:`write_text`)."""
+    return write_text(path, json.dumps(value, indent=indent, **kwargs) + "\n")
+
+
+def read_json(path: str | Path, *, fix: str = "") -> Any:
+    """The JSON in ``path``; a file that is empty, truncated or not JSON raises
+    :class:`DamagedFile` naming it (and ``fix``, what to do about it)."""
+    path = Path(path)
+    try:
+        return json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        reason = "it is empty" if not path.stat().st_size else f"not valid JSON: {e}"
+        raise DamagedFile(f"{path} is damaged ({reason})" + (f"; {fix}" if fix else "")) from None
+
+
+def read_jsonl(path: str | Path, *, drop_torn_tail: bool = False) -> list[dict[str, Any]]:
+    """The rows of a JSONL file. A last line that does not parse (a write cut short by a crash or a
+    full disk) is dropped with a warning when ``drop_torn_tail``; any other bad line raises
+    :class:`DamagedFile` naming the file and the line."""
+    path = Path(path)
+    lines = path.read_text(errors="replace").splitlines()
+    rows = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError as e:
+            if drop_torn_tail and number == len(lines):
+                warnings.warn(f"{path}: dropped its torn last line {number} (a write cut short)",
+                              stacklevel=2)
+                break
+            raise DamagedFile(f"{path} line {number} is damaged (not valid JSON: {e})") from None
+    return rows
+
+
+def append_line(path: str | Path, line: str) -> None:
+    """Appends one line and makes it durable (flush and fsync)."""
+    with Path(path).open("a") as f:
+        f.write(line + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+class WorkdirLock:
+    """An advisory lock on ``workdir`` (``fcntl.flock`` on ``workdir/.lock[.<process>]``): one
+    process per run directory. The OS releases it when the process dies, so a killed run never
+    leaves a stale lock. Each process of a multi-host run locks its own file (``process``)."""
+
+    def __init__(self, workdir: str | Path, *, process: int = 0):
+        self.path = Path(workdir) / (".lock" if process == 0 else f".lock.{process}")
+        self._file = None
+
+    def acquire(self) -> "WorkdirLock":
+        import fcntl
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        f = self.path.open("a+")
+        try:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            holder = f.read().strip() or "another process"
+            f.close()
+            raise WorkdirBusy(f"{self.path.parent} is in use by {holder}; wait for it to finish, "
+                              f"or use another --workdir") from None
+        f.seek(0)
+        f.truncate()
+        f.write(f"pid {os.getpid()} on {socket.gethostname()}\n")
+        f.flush()
+        self._file = f
+        return self
+
+    def release(self) -> None:
+        if self._file is not None:
+            self._file.close()  # closing the descriptor releases the flock
+            self._file = None
+
+    def __enter__(self) -> "WorkdirLock":
+        return self.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.release()

@@ -1,0 +1,86 @@
+"""Run files: atomic writes, damaged files named in one line, torn JSONL tails, one process per
+run directory."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from repr_jax import files
+from repr_jax.train.log import MetricsWriter
+
+
+def test_write_is_atomic_and_leaves_no_temporary_file(tmp_path, monkeypatch):
+    path = tmp_path / "sub" / "run.json"
+    files.write_json(path, {"a": 1})
+    assert json.loads(path.read_text()) == {"a": 1}
+
+    def full_disk(*args):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(os, "fsync", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        files.write_json(path, {"a": 2})
+    assert json.loads(path.read_text()) == {"a": 1}  # the old file, whole
+    assert [p.name for p in path.parent.iterdir()] == ["run.json"]
+
+
+@pytest.mark.parametrize("content, reason", [("", "it is empty"), ('{"a": ', "not valid JSON"),
+                                             ("\x00\xff", "not valid JSON")])
+def test_a_damaged_file_is_named_with_the_fix(tmp_path, content, reason):
+    path = tmp_path / "config.json"
+    path.write_text(content, errors="surrogateescape")
+    with pytest.raises(files.DamagedFile) as e:
+        files.read_json(path, fix="start a new --workdir")
+    msg = str(e.value)
+    assert str(path) in msg and reason in msg and msg.endswith("start a new --workdir")
+    assert "\n" not in msg
+
+
+def test_a_torn_last_line_is_dropped_with_a_warning_and_a_bad_middle_line_named(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"step": 1}\n{"step": 2}\n{"step": 3, "lo')
+    with pytest.warns(UserWarning, match="dropped its torn last line 3"):
+        assert files.read_jsonl(path, drop_torn_tail=True) == [{"step": 1}, {"step": 2}]
+    with pytest.raises(files.DamagedFile, match="line 3 is damaged"):
+        files.read_jsonl(path)
+    path.write_text('{"step": 1}\ngarbage\n{"step": 3}\n')
+    with pytest.raises(files.DamagedFile, match=r"metrics.jsonl line 2 is damaged"):
+        files.read_jsonl(path, drop_torn_tail=True)
+
+
+def test_a_resumed_metrics_log_drops_its_torn_line(tmp_path):
+    """A crash (or a full disk) mid-append leaves a torn line; the resumed run drops it."""
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"step": 1, "loss": 1.0}\n{"step": 2, "loss": 0.5}\n{"step": 3, "lo')
+    with pytest.warns(UserWarning, match="torn last line"):
+        writer = MetricsWriter(path, resume_step=2)
+    writer.write({"step": 3, "loss": 0.25})
+    assert [json.loads(line)["step"] for line in path.read_text().splitlines()] == [1, 2, 3]
+
+
+def test_a_second_holder_is_refused_with_the_first_ones_pid(tmp_path):
+    with files.WorkdirLock(tmp_path):
+        with pytest.raises(files.WorkdirBusy, match=rf"in use by pid {os.getpid()} on "):
+            files.WorkdirLock(tmp_path).acquire()
+        files.WorkdirLock(tmp_path, process=1).acquire().release()  # another host's own file
+    files.WorkdirLock(tmp_path).acquire().release()  # released
+
+
+@pytest.mark.slow
+def test_a_killed_holder_leaves_no_stale_lock(tmp_path):
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import time; from repr_jax.files import WorkdirLock; "
+         f"lock = WorkdirLock({str(tmp_path)!r}).acquire(); print('held', flush=True); "
+         "time.sleep(60)"],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(files.WorkdirBusy, match=f"pid {holder.pid}"):
+            files.WorkdirLock(tmp_path).acquire()
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    files.WorkdirLock(tmp_path).acquire().release()

@@ -83,11 +83,19 @@ def _parser() -> argparse.ArgumentParser:
                    help="fit on rows whose first input is <= X; report error on the rest")
     f.add_argument("--holdout-below", type=float, default=None, metavar="X",
                    help="fit on rows whose first input is >= X (e.g. extrapolate to lower loss)")
-    f.add_argument("--bootstrap", type=int, default=4000, help="bootstrap resamples (default 4000)")
+    f.add_argument("--bootstrap", type=_positive_int, default=4000,
+                   help="bootstrap resamples, at least 1 (default 4000)")
     f.add_argument("--out", default=None, help="output folder (default: the table's folder)")
     f.add_argument("--name", default=None,
                    help="output name: fit_<NAME>.json/.png (default: the law's name)")
     return p
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
 
 
 def _grid_options(parser, what: str) -> None:

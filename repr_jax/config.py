@@ -27,6 +27,7 @@ import difflib
 import functools
 import hashlib
 import importlib.util
+import math
 import re
 import sys
 import types
@@ -94,6 +95,8 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"{key} must be a number, got {value!r}")
+        if not math.isfinite(value):  # 1e999 parses as inf
+            raise ConfigError(f"{key} must be a finite number, got {value!r}")
         return float(value)
     if tp is int:
         if isinstance(value, float) and value.is_integer():

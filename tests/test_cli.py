@@ -44,6 +44,15 @@ def test_bad_flag_is_an_argparse_error(capsys):
     assert "unrecognized arguments" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("value", ["0", "-5"])
+def test_fit_needs_at_least_one_bootstrap_resample(capsys, value):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["fit", "--table", "t.csv", "--law", "power", "--x", "n", "--y", "loss",
+                  "--bootstrap", value])
+    assert e.value.code == 2
+    assert f"--bootstrap: must be at least 1, got {value}" in capsys.readouterr().err
+
+
 def test_print_config_applies_overrides(capsys):
     assert cli.main(["train", "--set", "optim.lr=0.5", "--print-config"]) == 0
     assert json.loads(capsys.readouterr().out)["optim"]["lr"] == 0.5

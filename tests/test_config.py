@@ -43,6 +43,8 @@ def test_unknown_key_names_closest_and_valid_keys():
 @pytest.mark.parametrize("item, pattern", [
     ("optim.lr=-1e-3", "optim.lr must be > 0"),
     ("optim.lr=fast", "optim.lr must be a number"),
+    ("optim.warmup_steps=1e999", "optim.warmup_steps must be a finite number, got inf"),
+    ("method.temperature=float('nan')", "method.temperature must be a number"),
     ("train.batch_size=12.5", "train.batch_size must be an integer"),
     ("train.steps=0", "train.steps must be > 0"),
     ("method.name=simclrr", "did you mean 'simclr'"),

@@ -16,6 +16,7 @@ its updates are the same numbers (tested).
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import jax
@@ -72,10 +73,12 @@ def _decayed(params) -> Any:
     return jax.tree.map(lambda p: p.ndim > 1, params)
 
 
+@functools.lru_cache(maxsize=None)
 def make_optimizer(*, b1: float = 0.9, b2: float = 0.999, clip_norm: float = 0.0
                    ) -> optax.GradientTransformationExtraArgs:
     """AdamW whose ``update`` takes ``learning_rate=`` and ``weight_decay=`` (see the module
-    docstring); ``clip_norm > 0`` clips the global gradient norm first."""
+    docstring); ``clip_norm > 0`` clips the global gradient norm first. One object per setting:
+    a run's initial state and its step share it."""
     adamw = optax.chain(optax.scale_by_adam(b1=b1, b2=b2),
                         optax.masked(_decay_weights_by_argument(), _decayed),
                         _scale_by_learning_rate_argument())

@@ -14,9 +14,10 @@ import optax
 class TrainState:
     """``step`` counts completed updates; ``rng`` is the loop key (folded with ``step`` each step).
 
-    The optimizer (``tx``) is *not* stored here, unlike ``flax.training.train_state.TrainState``: it is
-    rebuilt inside the step from the config's numeric leaves, so hyperparameters can be traced and
-    vmapped across a population while the state keeps one structure.
+    The optimizer (``tx``) is *not* stored here, unlike ``flax.training.train_state.TrainState``: it
+    is built once per run (``repr_jax.train.optim``) and takes the learning rate and weight decay
+    as arguments of each update, so hyperparameters can be traced and vmapped across a population
+    while the state keeps one structure.
     """
     step: jax.Array
     params: Any

@@ -47,6 +47,14 @@ def test_updates_and_state_equal_optax_adamw_with_its_schedule():
         chex.assert_trees_all_close(params_a, params_b, rtol=1e-6, atol=1e-7)
 
 
+def test_a_run_builds_its_optimizer_once():
+    from conftest import tiny_config
+
+    from repr_jax.train.optim import optimizer_for
+    cfg = tiny_config()
+    assert optimizer_for(cfg.optim) is optimizer_for(cfg.optim)
+
+
 def test_hyperparameters_are_traced_and_vmapped_by_one_optimizer():
     """One optimizer serves a population: per-member learning rates and weight decays, vmapped."""
     tx = make_optimizer()

@@ -7,6 +7,7 @@ fsynced, then renamed over the old one), so a reader sees the old file or the ne
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -84,6 +85,18 @@ def append_line(path: str | Path, line: str) -> None:
         f.write(line + "\n")
         f.flush()
         os.fsync(f.fileno())
+
+
+@contextlib.contextmanager
+def exclusive(path: str | Path):
+    """Holds an exclusive ``fcntl.flock`` on ``path`` (created), waiting for other holders: for
+    work several processes may start at once, such as preparing one dataset."""
+    import fcntl
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as f:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+        yield  # closing the file releases the lock
 
 
 class WorkdirLock:

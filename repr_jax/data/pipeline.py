@@ -20,6 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from repr_jax import files
+
 SPLITS = ("train", "validation", "test")
 
 
@@ -84,8 +86,10 @@ def _builder(name: str, data_dir: str, **config_kwargs: Any):
                                  ) from None
             if config.name in {c.name for c in cls.BUILDER_CONFIGS}:
                 config = config.name  # TFDS refuses a custom config named like a predefined one
-        builder = cls(data_dir=data_dir, config=config) if config else cls(data_dir=data_dir)
-        with _preparing():
+        # One preparer at a time (concurrent runs on one data dir): the others wait, then read
+        # what it prepared (a builder made before that would see no splits).
+        with files.exclusive(Path(data_dir) / f".{name}.prepare.lock"), _preparing():
+            builder = cls(data_dir=data_dir, config=config) if config else cls(data_dir=data_dir)
             builder.download_and_prepare()
         return builder
     # A user's own dataset: a prepared TFDS directory, or a name inside data_dir.

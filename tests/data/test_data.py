@@ -156,3 +156,19 @@ def test_wordnet_missing_names_the_package(tmp_path):
     from repr_jax.data.builders import read_wordnet
     with pytest.raises(FileNotFoundError, match="apt-get install wordnet-base"):
         read_wordnet(str(tmp_path))
+
+
+@pytest.mark.slow
+def test_processes_preparing_one_dataset_at_once_all_read_it(tmp_path):
+    """Concurrent runs (or test workers) on one data dir: one prepares, the others wait for it."""
+    import subprocess
+    import sys
+    code = ("import sys; from repr_jax import data; "
+            "d = data.load('mnist1d', num_examples=600, data_dir=sys.argv[1]); "
+            "print(len(d.splits['train']['label']))")
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+             for _ in range(3)]
+    outs = [p.communicate(timeout=300)[0].split() for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0]
+    assert len({o[-1] for o in outs}) == 1

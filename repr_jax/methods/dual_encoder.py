@@ -177,18 +177,18 @@ class BiEncoderConfig(DualEncoderConfig):
     temperature: float = hyper(0.5, ">0", "softmax temperature")
 
 
-def _towers(builder, **fixed):
+def _towers(builder, *own: str):
+    """``build(section, ctx)`` of a two-tower method; ``own``: section fields its builder takes."""
     def build(section, ctx: BuildContext) -> Method:
         if "x_pos" not in ctx.dataset.splits["train"]:
             raise ConfigError(f"method {section.name!r} needs paired data with an 'x_pos' feature "
                               f"(e.g. data.name=latent_modalities or latent_classes); "
                               f"{ctx.dataset.name!r} has {sorted(ctx.dataset.splits['train'])}")
-        own = {k: getattr(section, k) for k in fixed}
         return builder(ctx.encoder(), ctx.encoder(), ctx.views_fn, proj_dim=section.proj_dim,
-                       **own, **pair_options(section, ctx))
+                       **{k: getattr(section, k) for k in own}, **pair_options(section, ctx))
     return build
 
 
 CLIP = MethodSpec(DualEncoderConfig, _towers(clip), grad_cache=True)
 SIGLIP = MethodSpec(DualEncoderConfig, _towers(siglip), grad_cache=True)
-BIENCODER = MethodSpec(BiEncoderConfig, _towers(biencoder, objective=None), grad_cache=True)
+BIENCODER = MethodSpec(BiEncoderConfig, _towers(biencoder, "objective"), grad_cache=True)

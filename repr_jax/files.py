@@ -8,8 +8,10 @@ fsynced, then renamed over the old one), so a reader sees the old file or the ne
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
+import shutil
 import socket
 import tempfile
 import warnings
@@ -21,23 +23,75 @@ class DamagedFile(ValueError):
     """A run file that cannot be read; the message (one line) names it and the fix."""
 
 
+class StorageError(OSError):
+    """A write that failed for lack of space or an I/O error; the message (one line) names the
+    path and the free space there. Free space and rerun: the run resumes."""
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
+_STORAGE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO, errno.EROFS)
+
+
+def _free_space(path: Path) -> str:
+    for p in (path, *path.parents):
+        if p.exists():
+            return f"{shutil.disk_usage(p).free / 2**20:,.1f} MiB free"
+    return "free space unknown"
+
+
+def storage_error(exc: BaseException, path: str | Path) -> StorageError | None:
+    """A one-line :class:`StorageError` for ``exc`` (or an error it was raised from) when it is a
+    lack of space or an I/O error, else None. Orbax's asynchronous saves raise such errors wrapped
+    (or as text), at the next save or at exit."""
+    path, seen = Path(path), exc
+    while seen is not None:
+        if isinstance(seen, StorageError):
+            return seen
+        if isinstance(seen, OSError) and seen.errno in _STORAGE_ERRNOS:
+            where = seen.filename or path
+            return StorageError(seen.errno, f"writing {where} failed: {seen.strerror} "
+                                            f"({_free_space(Path(where))}); free space and rerun "
+                                            f"to resume")
+        seen = seen.__cause__ or seen.__context__
+    text = str(exc)
+    for code in _STORAGE_ERRNOS:
+        if os.strerror(code) in text:
+            return StorageError(code, f"writing {path} failed: {os.strerror(code)} "
+                                      f"({_free_space(path)}); free space and rerun to resume")
+    return None
+
+
 class WorkdirBusy(RuntimeError):
     """Another process holds the run directory; the message names its pid and host."""
 
 
 def write_text(path: str | Path, text: str) -> Path:
     """Writes ``text`` to ``path`` atomically (temporary file, fsync, rename; creates the folder)."""
+    return write_bytes(path, text.encode())
+
+
+def write_bytes(path: str | Path, data: bytes) -> Path:
+    """Writes ``data`` to ``path`` atomically (temporary file in the same folder, fsync, rename);
+    a full disk or I/O error is one line (:class:`StorageError`) and leaves the old file."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as e:
+        raise storage_error(e, path) or e from None
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         Path(tmp).unlink(missing_ok=True)
+        error = storage_error(e, path) if isinstance(e, Exception) else None
+        if error is not None:
+            raise error from None
         raise
     return path
 
@@ -80,11 +134,15 @@ def read_jsonl(path: str | Path, *, drop_torn_tail: bool = False) -> list[dict[s
 
 
 def append_line(path: str | Path, line: str) -> None:
-    """Appends one line and makes it durable (flush and fsync)."""
-    with Path(path).open("a") as f:
-        f.write(line + "\n")
-        f.flush()
-        os.fsync(f.fileno())
+    """Appends one line and makes it durable (flush and fsync). A full disk is one line
+    (:class:`StorageError`); a torn line it leaves is dropped on resume (:func:`read_jsonl`)."""
+    try:
+        with Path(path).open("a") as f:
+            f.write(line + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as e:
+        raise storage_error(e, path) or e from None
 
 
 @contextlib.contextmanager

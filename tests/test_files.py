@@ -84,3 +84,20 @@ def test_a_killed_holder_leaves_no_stale_lock(tmp_path):
         holder.send_signal(signal.SIGKILL)
         holder.wait()
     files.WorkdirLock(tmp_path).acquire().release()
+
+
+def test_a_full_disk_is_one_line_naming_the_path_and_the_free_space(tmp_path):
+    """/dev/full fails every write with ENOSPC, as a full disk does."""
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full")
+    log = tmp_path / "metrics.jsonl"
+    log.symlink_to("/dev/full")
+    with pytest.raises(files.StorageError) as e:
+        files.append_line(log, '{"step": 1}')
+    msg = str(e.value)
+    assert "No space left on device" in msg and "free" in msg and "rerun to resume" in msg
+    assert "\n" not in msg and str(log) in msg
+    wrapped = RuntimeError("async save failed")  # how orbax's background writers report it
+    wrapped.__cause__ = OSError(28, "No space left on device")
+    assert isinstance(files.storage_error(wrapped, tmp_path), files.StorageError)
+    assert files.storage_error(RuntimeError("unrelated"), tmp_path) is None

@@ -26,9 +26,13 @@ from repr_jax.data import Dataset
 from repr_jax.eval import EVALUATORS, Embedder, Estimate
 from repr_jax.methods import Method
 from repr_jax.train.log import format_table, plot_eval
-from repr_jax.train.run import load_eval_sets, load_trained, sample_batch
+from repr_jax.train.run import load_eval_sets, load_trained, run_config_path, sample_batch
 from repr_jax.train.state import TrainState
 from repr_jax.train.step import hyperparams
+
+
+class NonFiniteModel(ConfigError):
+    """A trained state whose parameters or held-out loss are not finite: not evaluated."""
 
 
 def make_upstream_loss(cfg: Config, method: Method) -> Callable[[TrainState, dict], float]:
@@ -202,20 +206,26 @@ def reference_rows(cfg: Config, method: Method, dataset: Dataset, workdir: Path,
 
 def run_evaluation(cfg: Config, method: Method, dataset: Dataset, state: TrainState,
                    workdir: Path, *, reference: bool, eval_sets: Sequence[Any] = (),
-                   progress: bool = False, upstream_loss: Callable | None = None
-                   ) -> list[dict[str, Any]]:
+                   progress: bool = False, upstream_loss: Callable | None = None,
+                   require_finite: bool = False) -> list[dict[str, Any]]:
     """Evaluates ``state`` (plus the reference rows when ``reference``) and returns the rows, led
     by the held-out training objective (``upstream/loss``). ``eval/step_<N>.json`` gains them: they
     replace the rows the file held for the same representations and evaluators; rows of other
-    evaluators (an earlier, fuller evaluation) stay, after the new ones."""
+    evaluators (an earlier, fuller evaluation) stay, after the new ones. ``require_finite``:
+    a state whose held-out loss is not finite is refused (:class:`NonFiniteModel`), nothing
+    written."""
     step = int(jax.device_get(state.step))
     name = f"{cfg.method.name} encoder"
-    rows = (reference_rows(cfg, method, dataset, workdir, eval_sets, progress)
-            if reference else [])
     upstream_loss = upstream_loss or make_upstream_loss(cfg, method)
     test = eval_splits(dataset, cfg.eval.max_examples)["test"]
+    loss = upstream_loss(state, test)
+    if require_finite and not math.isfinite(loss):
+        raise NonFiniteModel(f"{workdir}: the checkpoint of step {step} gives a non-finite loss "
+                             f"({loss}) on the test split; not evaluated")
+    rows = (reference_rows(cfg, method, dataset, workdir, eval_sets, progress)
+            if reference else [])
     rows.append(dict(step=step, representation=name, evaluator="upstream", metric="loss",
-                     value=upstream_loss(state, test)))
+                     value=loss))
     rows = rows + evaluate(cfg, dataset, {name: Representation.of(method, state.variables)},
                            step=step, eval_sets=eval_sets, progress=progress)
     if jax.process_index() == 0:
@@ -253,11 +263,13 @@ def evaluate_workdir(workdir: str | Path, *, overrides: Sequence[str] = (),
     if bad:
         raise ConfigError(f"repr-jax eval changes only eval.* keys (the model is the checkpoint's); "
                           f"got {bad}")
-    cfg, dataset, method, state = load_trained(workdir, overrides=overrides)
+    run_config_path(Path(workdir))  # a directory without a run gets no lock file
     with files.WorkdirLock(workdir, process=jax.process_index()):
+        cfg, dataset, method, state = load_trained(workdir, overrides=overrides)
         rows = run_evaluation(cfg, method, dataset, state, Path(workdir),
                               reference=cfg.eval.reference_rows,
-                              eval_sets=load_eval_sets(cfg, dataset), progress=progress)
+                              eval_sets=load_eval_sets(cfg, dataset), progress=progress,
+                              require_finite=True)
     if progress:
         print(format_table(rows))
     return rows

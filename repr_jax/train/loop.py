@@ -5,7 +5,11 @@ states are stacked and updated by one compiled step. Both go through :func:`trai
 resume path, one checkpoint and evaluation schedule, one metrics path, and one NaN policy — a
 member whose loss or gradient norm becomes non-finite is recorded as diverged at that step and
 left out of evaluation; training stops (:class:`TrainingDiverged`, naming the step and the last
-checkpoint) when no member is left, so a single run stops at its first non-finite step.
+checkpoint) when no member is left, so a single run stops at its first non-finite step. No
+non-finite state is kept: a save is skipped when the parameters are not finite, and when training
+stops, the checkpoints from the first step whose loss was not finite on are moved aside to
+``checkpoints.nonfinite/`` (finite parameters can still give NaN: lr=1e30). Checkpoints are
+verified on resume (:mod:`repr_jax.train.checkpoint`).
 
 workdir/ after a run::
 
@@ -38,7 +42,7 @@ from repr_jax.config import Config, ConfigError
 from repr_jax.data import BatchStream, Dataset
 from repr_jax.host_memory import keep_host_memory
 from repr_jax.train import sharding
-from repr_jax.train.checkpoint import Checkpointer
+from repr_jax.train.checkpoint import Checkpointer, finite_members
 from repr_jax.train.evaluation import make_upstream_loss, run_evaluation
 from repr_jax.train.log import MetricsWriter, format_table, plot_metrics
 from repr_jax.train.run import build_run, check_resumable, compile_step, load_eval_sets
@@ -97,7 +101,8 @@ def _loop(trainee: Trainee, *, progress: bool, desc: str
     t, members, lead = trainee.members[0].cfg.train, trainee.members, jax.process_index() == 0
     # ---------------------------------------------------------------- resume
     ckpt = Checkpointer(trainee.workdir / "checkpoints", keep=t.keep_checkpoints)
-    state = trainee.state if ckpt.latest_step() is None else ckpt.restore(trainee.state)
+    found = ckpt.restore_verified(trainee.state)  # damaged checkpoints are moved aside
+    state = trainee.state if found is None else found[0]
     start = int(np.asarray(jax.device_get(state.step)).flat[0])
     writers = [MetricsWriter(m.workdir / "metrics.jsonl", resume_step=start) for m in members]
     combined = (MetricsWriter(trainee.workdir / "metrics.jsonl", resume_step=start)
@@ -108,6 +113,20 @@ def _loop(trainee: Trainee, *, progress: bool, desc: str
     bar = tqdm(total=t.steps, initial=start, unit="step", dynamic_ncols=True, desc=desc,
                disable=not (progress and lead))
     window = [time.perf_counter(), 0]  # start time, examples since
+
+    def stop(what: str, first_bad: int) -> None:
+        """Raises TrainingDiverged after moving aside the checkpoints from ``first_bad`` on."""
+        ckpt.close()
+        poisoned = [k for k in ckpt.all_steps() if k >= first_bad]
+        for k in poisoned:
+            ckpt.move_aside(k, "nonfinite")
+        good = ckpt.latest_step()
+        raise TrainingDiverged(
+            f"{what}; training stopped. "
+            + (f"Moved aside the checkpoints of steps {poisoned} (their states give non-finite "
+               f"losses) to {ckpt.directory}.nonfinite/. " if poisoned else "")
+            + (f"The last good checkpoint (step {good}) in {ckpt.directory} is intact."
+               if good is not None else "No finite checkpoint had been written yet."))
 
     def finish_step(step: int, metrics) -> None:
         """Fetches ``step``'s metrics (dispatched earlier), applies the NaN policy, logs."""
@@ -121,13 +140,10 @@ def _loop(trainee: Trainee, *, progress: bool, desc: str
                     bar.write(f"population: member {member.name} diverged (loss "
                               f"{m['loss'][i]}) at step {step}")
         if len(diverged) == len(members):
-            ckpt.close()
-            good = ckpt.latest_step()
-            raise TrainingDiverged(
-                f"loss is {m['loss'][0]} (gradient norm {m['grad_norm'][0]}) at step {step}; "
-                f"training stopped. "
-                + (f"The last good checkpoint (step {good}) in {ckpt.directory} is intact."
-                   if good is not None else "No checkpoint had been written yet."))
+            # A state whose loss is not finite is poison, and so is every later one.
+            i = int(np.argmax(~np.isfinite(m["loss"]) | ~np.isfinite(m["grad_norm"])))
+            stop(f"loss is {m['loss'][i]} (gradient norm {m['grad_norm'][i]}) at step {step}",
+                 first_bad=step if not math.isfinite(m["loss"][i]) else step + 1)
         window[1] += t.batch_size
         bar.update(1)
         if (step + 1) % t.log_every and step + 1 != t.steps:
@@ -141,6 +157,14 @@ def _loop(trainee: Trainee, *, progress: bool, desc: str
                                   examples_per_sec=rate, examples_seen=(step + 1) * t.batch_size))
             if combined is not None:
                 combined.write(dict(step=step + 1, **{k: v.tolist() for k, v in m.items()}))
+
+    def check_finite(state, done: int) -> None:
+        """Members whose parameters after step ``done`` are not finite have diverged."""
+        for member, ok in zip(members, finite_members(state.params, trainee.stacked)):
+            if not ok:
+                diverged.setdefault(member.name, done)
+        if len(diverged) == len(members):
+            stop(f"the parameters after step {done} are not finite", first_bad=done)
 
     def evaluate(state, final: bool) -> dict[str, list]:
         return {m.name: trainee.evaluate(state, m, i, final) for i, m in enumerate(members)
@@ -159,8 +183,9 @@ def _loop(trainee: Trainee, *, progress: bool, desc: str
             if save or evaluate_now:
                 finish_step(*pending)
                 pending = None
+                check_finite(state, done)
                 if save:
-                    ckpt.save(state)
+                    ckpt.save(state, require_finite=not trainee.stacked)
                 if evaluate_now:
                     for name, rows in evaluate(state, final=False).items():
                         bar.write(f"step {done}{' ' + name if name else ''}: " + ", ".join(
@@ -168,7 +193,8 @@ def _loop(trainee: Trainee, *, progress: bool, desc: str
                             if "/" not in r["metric"])[:400])
         if pending is not None:
             finish_step(*pending)
-        ckpt.save(state)
+        check_finite(state, t.steps)
+        ckpt.save(state, require_finite=not trainee.stacked)
     finally:
         bar.close()
         ckpt.close()

@@ -21,7 +21,7 @@ from repr_jax import data, encoders, methods
 from repr_jax.config import Config, ConfigError, unknown_choice
 from repr_jax.methods import Method
 from repr_jax.train import costs, sharding
-from repr_jax.train.checkpoint import restore_latest
+from repr_jax.train.checkpoint import all_finite, restore_latest
 from repr_jax.train.optim import optimizer_for
 from repr_jax.train.state import TrainState, create_train_state
 from repr_jax.train.step import configured_step, hyperparams
@@ -158,7 +158,9 @@ def state_init_fn(cfg: Config, method: Method) -> Callable[[jax.Array, dict], Tr
 def init_state(cfg: Config, method: Method, sample: dict[str, np.ndarray], mesh) -> TrainState:
     """The initial state, created directly with its sharding (replicated, or split over fsdp)."""
     init_fn, key = state_init_fn(cfg, method), jax.random.PRNGKey(cfg.seed)
-    shardings = sharding.state_sharding(jax.eval_shape(init_fn, key, sample), mesh)
+    abstract = jax.eval_shape(init_fn, key, sample)
+    costs.check_state_fits(abstract, abstract.params, shards=cfg.train.fsdp)
+    shardings = sharding.state_sharding(abstract, mesh)
     return jax.jit(init_fn, out_shardings=shardings)(key, sample)
 
 
@@ -192,6 +194,7 @@ def compile_step(cfg: Config, method: Method, mesh, state: TrainState, batch: An
     compiled share (what it executes, replicated work included)."""
     lowered = make_step_fn(cfg, method, mesh, state).lower(state, batch, hyperparams(cfg))
     compiled = lowered.compile()
+    costs.check_step_fits(compiled)
     return compiled, dict(costs.param_counts(state.params), flops_per_step=costs.flops(lowered),
                           device_flops_per_step=costs.flops(compiled))
 
@@ -213,15 +216,23 @@ def check_resumable(cfg: Config, workdir: Path) -> None:
                               f"use a new --workdir, or the saved settings to resume")
 
 
+def run_config_path(workdir: Path) -> Path:
+    """``workdir/config.json``; ConfigError when ``workdir`` holds no run."""
+    if not (workdir / "config.json").exists():
+        raise ConfigError(f"{workdir} has no config.json: not a repr-jax run directory")
+    return workdir / "config.json"
+
+
 def load_trained(workdir: str | Path, *, overrides: Sequence[str] = (),
                  dataset: data.Dataset | None = None
                  ) -> tuple[Config, data.Dataset, Method, TrainState]:
     """``(config, dataset, method, state)`` of a run directory, the state restored from its latest
     checkpoint: what re-evaluation and studies that compare trained models start from."""
     workdir = Path(workdir)
-    if not (workdir / "config.json").exists():
-        raise ConfigError(f"{workdir} has no config.json: not a repr-jax run directory")
-    cfg = config_lib.override(config_lib.load_json(workdir / "config.json"), list(overrides))
+    cfg = config_lib.override(config_lib.load_json(run_config_path(workdir)), list(overrides))
     _, dataset, method, state = build_run(cfg, dataset)
     state = restore_latest(workdir, state, keep=cfg.train.keep_checkpoints)
+    if not all_finite(state.params):
+        raise ConfigError(f"{workdir}: the parameters of its checkpoint at step "
+                          f"{int(jax.device_get(state.step))} are not finite; not used")
     return cfg, dataset, method, state

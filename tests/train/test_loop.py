@@ -67,12 +67,56 @@ def test_nan_stops_with_step_and_keeps_last_good_checkpoint(tmp_path, mnist1d_sm
 
 
 @pytest.mark.slow
+def test_a_poisoned_state_is_never_kept_as_the_last_good_checkpoint(tmp_path, mnist1d_small):
+    """lr=1e30: the step-2 parameters are finite (about 1e28) but give a NaN loss; that checkpoint
+    is moved aside, and the message names the last one that is truly finite."""
+    cfg = C.override(tiny_config(), ["optim.lr=1e30", "optim.warmup_steps=0",
+                                     "train.ckpt_every=1", "train.steps=8"])
+    with pytest.raises(TrainingDiverged) as e:
+        train_and_evaluate(cfg, tmp_path / "run", progress=False, verbose=False,
+                           dataset=mnist1d_small)
+    msg = str(e.value)
+    assert "training stopped. Moved aside the checkpoints of steps" in msg, msg
+    poisoned = sorted(int(p.name) for p in (tmp_path / "run" / "checkpoints.nonfinite").iterdir())
+    kept = Checkpointer(tmp_path / "run" / "checkpoints").all_steps()
+    assert poisoned and (not kept or max(kept) < min(poisoned))
+    assert (f"last good checkpoint (step {max(kept)})" in msg) if kept else (
+        "No finite checkpoint" in msg)
+    like = init_state(cfg, build_method(cfg, mnist1d_small), sample_batch(mnist1d_small),
+                      make_mesh(1))
+    for step in kept:  # every checkpoint left gives a finite loss
+        ckpt = Checkpointer(tmp_path / "run" / "checkpoints")
+        chex.assert_tree_all_finite(ckpt.restore(like, step).params)
+        ckpt.close()
+
+
+@pytest.mark.slow
+def test_eval_refuses_a_checkpoint_whose_parameters_are_not_finite(tmp_path, mnist1d_small):
+    from repr_jax.train import evaluate_workdir, load_trained
+    cfg = tiny_config(train=C.TrainConfig(batch_size=32, steps=2, ckpt_every=0, num_devices=1),
+                      eval=C.EvalConfig(evaluators=("knn",)))
+    train_and_evaluate(cfg, tmp_path / "run", progress=False, verbose=False,
+                       dataset=mnist1d_small)
+    before = (tmp_path / "run" / "eval" / "step_2.json").read_text()
+    state = load_trained(tmp_path / "run")[3]
+    ckpt = Checkpointer(tmp_path / "run" / "checkpoints")
+    bad = state.replace(step=state.step + 1,
+                        params=jax.tree.map(lambda x: x * np.inf, state.params))
+    assert ckpt.save(bad, require_finite=False)  # as an older version could have written it
+    ckpt.close()
+    with pytest.raises(ConfigError, match=r"checkpoint at step 3 are not finite; not used"):
+        evaluate_workdir(tmp_path / "run", progress=False)
+    assert (tmp_path / "run" / "eval" / "step_2.json").read_text() == before
+    assert not (tmp_path / "run" / "eval" / "step_3.json").exists()
+
+
+@pytest.mark.slow
 def test_a_population_stops_when_every_member_has_diverged(tmp_path):
     """The same NaN policy for populations: the loop stops once no member is finite."""
     from repr_jax.train.population import train_population
     configs = [C.override(tiny_config(), [f"optim.lr={lr}", "train.ckpt_every=0"])
                for lr in (1e30, 1e31)]
-    with pytest.raises(TrainingDiverged, match="at step .*training stopped. No checkpoint"):
+    with pytest.raises(TrainingDiverged, match="at step .*training stopped. No finite checkpoint"):
         train_population(configs, tmp_path / "pop", progress=False)
 
 

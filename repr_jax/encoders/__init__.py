@@ -74,6 +74,23 @@ def check_section(e) -> None:
                          f"encoder.num_heads={sizes['num_heads']}")
 
 
+def _check_shapes(e, input_shape: tuple[int, ...], dataset_name: str) -> None:
+    """The size checks that need the input's shape, in the config's own key names."""
+    if e.name == "cnn":
+        spatial = input_shape if len(input_shape) == 1 else input_shape[:-1]
+        if e.kernel_size > min(spatial):
+            raise ValueError(f"encoder.kernel_size={e.kernel_size} is larger than the inputs of "
+                             f"{dataset_name!r} ({'x'.join(map(str, spatial))}); use at most "
+                             f"{min(spatial)}")
+    if e.name in ("vit", "mixer"):
+        p = e.patch_size or FAMILIES[e.name][1][e.variant or "tiny"]["patch_size"]
+        h, w = input_shape[:2]
+        if h % p or w % p:
+            divisors = [d for d in range(1, min(h, w) + 1) if h % d == 0 and w % d == 0]
+            raise ValueError(f"encoder.patch_size={p} does not divide the {h}x{w} images of "
+                             f"{dataset_name!r}; choose one of {divisors}")
+
+
 def from_section(e, *, input_shape: tuple[int, ...], vocab: tuple[str, ...] | None,
                  dataset_name: str = "the dataset", population: bool = False) -> nn.Module:
     """The encoder an encoder config section describes, for inputs of ``input_shape`` (token
@@ -90,6 +107,7 @@ def from_section(e, *, input_shape: tuple[int, ...], vocab: tuple[str, ...] | No
     if e.name in IMAGE_FAMILIES and len(input_shape) != 3:
         raise ValueError(f"encoder {e.name!r} reads images [H, W, C], but {dataset_name!r} has "
                          f"inputs of shape {tuple(input_shape)} (try data.name=digits)")
+    _check_shapes(e, tuple(input_shape), dataset_name)
     kwargs = {"embed_dim": e.embed_dim}
     if e.remat:
         kwargs["remat"] = True

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import jax
+
+from repr_jax.config import ConfigError
 
 # Lookup tables, not matrix multiplies: nn.Embed's table and learned position embeddings. Kaplan et
 # al. (2020) count N without them; patch embeddings (a convolution) stay in.
@@ -28,3 +31,52 @@ def flops(stage: Any) -> float:
     share, after optimisation, including work every device repeats); NaN when the backend reports
     none."""
     return float((stage.cost_analysis() or {}).get("flops", float("nan")))
+
+
+def device_memory() -> tuple[int, str]:
+    """``(bytes, what)``: the memory one device can use (an accelerator's limit; on CPU the
+    host's physical memory, shared by its devices)."""
+    device = jax.local_devices()[0]
+    stats = device.memory_stats() if device.platform != "cpu" else None
+    if stats and stats.get("bytes_limit"):
+        return int(stats["bytes_limit"]), f"one {device.device_kind}"
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return total // max(jax.local_device_count(), 1), (
+        f"this host's memory shared by {jax.local_device_count()} devices"
+        if jax.local_device_count() > 1 else "this host's memory")
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:,.1f} GiB"
+
+
+def check_state_fits(abstract_state: Any, params: Any, shards: int = 1) -> None:
+    """Refuses, before anything is allocated, a state whose arrays (parameters, optimizer
+    moments, gradients) alone exceed one device's memory; ``shards``: the fsdp axis size."""
+    limit, what = device_memory()
+    n = param_counts(params)["params"]
+    need = (sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(abstract_state))
+            + sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(params))) / shards
+    if need > limit:
+        raise ConfigError(f"the model has {n:,} parameters: its state and gradients need about "
+                          f"{_gib(need)} per device, and {what} is {_gib(limit)}; make the encoder "
+                          f"smaller" + (" or shard it (train.fsdp)" if shards == 1 else ""))
+
+
+def check_step_fits(compiled: Any) -> None:
+    """Refuses a compiled step whose peak memory (XLA's estimate: arguments, outputs, temporaries)
+    exceeds one device's, before it runs."""
+    try:
+        m = compiled.memory_analysis()
+    except Exception:  # noqa: BLE001 - backends without memory analysis
+        return
+    if m is None:
+        return
+    temp = getattr(m, "temp_size_in_bytes", 0)
+    need = (getattr(m, "argument_size_in_bytes", 0) + getattr(m, "output_size_in_bytes", 0)
+            - getattr(m, "alias_size_in_bytes", 0) + temp)
+    limit, what = device_memory()
+    if need > limit:
+        raise ConfigError(f"one train step needs about {_gib(need)} per device ({_gib(temp)} of "
+                          f"activations and temporaries), and {what} is {_gib(limit)}; lower "
+                          f"train.batch_size, or use train.grad_accum or encoder.remat")

@@ -13,7 +13,7 @@ First target: sentence-transformers BERT-family checkpoints in a local directory
 from __future__ import annotations
 
 import dataclasses
-import json
+import re
 from pathlib import Path
 from typing import Sequence
 
@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from repr_jax import files
 from repr_jax.data.tokenizer import WordPieceTokenizer
 from repr_jax.encoders.text_transformer import TextTransformer
 
@@ -62,12 +63,33 @@ class LoadedModel:
                                type_vocab_size=c.type_vocab_size, pooling=c.pooling, eps=c.eps)
 
 
-def _read_json(path: Path) -> dict:
+def _read_json(path: Path, kind: type = dict):
+    """A JSON object from the model directory; a missing or unparsable file is named."""
     if not path.is_file():
         raise FileNotFoundError(f"missing {path.name} in {path.parent}: not a sentence-transformers "
                                 f"model directory (expected config.json, model.safetensors, "
                                 f"vocab.txt)")
-    return json.loads(path.read_text())
+    value = files.read_json(path, fix="replace it with the model's own file")
+    if not isinstance(value, kind):
+        raise ValueError(f"{path} holds a JSON {type(value).__name__}, not a {kind.__name__}")
+    return value
+
+
+def _read_tensors(path: Path) -> dict[str, np.ndarray]:
+    """The tensors of a safetensors file; a truncated or mangled file is named, and so is the
+    first tensor holding NaN or infinity."""
+    from safetensors.numpy import load_file
+    try:
+        tensors = load_file(str(path))
+    except Exception as e:  # noqa: BLE001 - safetensors raises its own error types
+        raise ValueError(f"{path} is not a readable safetensors file "
+                         f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
+                         ) from None
+    for name, t in tensors.items():
+        if np.issubdtype(t.dtype, np.inexact) and not np.isfinite(t).all():
+            raise ValueError(f"{path}: tensor {name!r} holds {np.size(t) - np.isfinite(t).sum()} "
+                             f"non-finite values (a damaged file)")
+    return tensors
 
 
 def _bert_params(tensors: dict[str, np.ndarray], c: SentenceTransformerConfig) -> dict:
@@ -77,6 +99,12 @@ def _bert_params(tensors: dict[str, np.ndarray], c: SentenceTransformerConfig) -
     if prefix is None:
         raise ValueError("model.safetensors has no 'embeddings.word_embeddings.weight': not a "
                          "BERT-family checkpoint")
+    layers = {int(m.group(1)) for k in tensors
+              if (m := re.match(re.escape(prefix) + r"encoder\.layer\.(\d+)\.", k))}
+    if layers != set(range(c.depth)):
+        raise ValueError(f"model.safetensors holds encoder layers {_span(layers)}, but config.json "
+                         f"says num_hidden_layers={c.depth}: the config does not belong to "
+                         f"these weights")
 
     def get(name: str, shape: tuple[int, ...], transpose: bool = False) -> np.ndarray:
         key = prefix + name
@@ -121,6 +149,11 @@ def _bert_params(tensors: dict[str, np.ndarray], c: SentenceTransformerConfig) -
     return params
 
 
+def _span(layers: set[int]) -> str:
+    return "none" if not layers else (f"0-{max(layers)}" if layers == set(range(max(layers) + 1))
+                                      else str(sorted(layers)))
+
+
 def load_sentence_transformer(path: str | Path) -> LoadedModel:
     """Reads a local sentence-transformers BERT checkpoint: ``(config, params, tokenizer)``.
 
@@ -128,8 +161,6 @@ def load_sentence_transformer(path: str | Path) -> LoadedModel:
     :func:`encode` reproduces the model's embeddings. Missing files and tensors whose shapes do not
     fit the config fail with a message naming them.
     """
-    from safetensors.numpy import load_file
-
     path = Path(path)
     if not path.is_dir():
         raise FileNotFoundError(f"model directory not found: {path}")
@@ -145,11 +176,15 @@ def load_sentence_transformer(path: str | Path) -> LoadedModel:
     if len(modes) != 1:
         raise ValueError(f"1_Pooling/config.json must enable exactly one supported pooling mode "
                          f"({', '.join(_POOLING_MODES)}); it enables {modes or 'none'}")
-    modules = _read_json(path / "modules.json") if (path / "modules.json").exists() else []
+    modules = _read_json(path / "modules.json", list) if (path / "modules.json").exists() else []
     normalize = any(m.get("type", "").endswith("Normalize") for m in modules)
     tok_cfg = _read_json(path / "tokenizer_config.json") if (
         path / "tokenizer_config.json").exists() else {}
     lower = bool(tok_cfg.get("do_lower_case", True))
+    missing = [k for k in ("vocab_size", "hidden_size", "num_hidden_layers",
+                           "num_attention_heads", "intermediate_size") if k not in hf]
+    if missing:
+        raise ValueError(f"{path / 'config.json'} lacks {', '.join(missing)}: not a BERT config")
     config = SentenceTransformerConfig(
         vocab_size=hf["vocab_size"], width=hf["hidden_size"], depth=hf["num_hidden_layers"],
         num_heads=hf["num_attention_heads"], mlp_dim=hf["intermediate_size"],
@@ -162,9 +197,13 @@ def load_sentence_transformer(path: str | Path) -> LoadedModel:
     if not weights.is_file():
         raise FileNotFoundError(f"missing model.safetensors in {path} (only safetensors weights "
                                 f"are read: no torch at run time)")
-    params = _bert_params(load_file(str(weights)), config)
+    params = _bert_params(_read_tensors(weights), config)
     tokenizer = WordPieceTokenizer.from_file(path / "vocab.txt", lower_case=lower,
                                              strip_accents=tok_cfg.get("strip_accents"))
+    if len(tokenizer.vocab) != config.vocab_size:
+        raise ValueError(f"{path / 'vocab.txt'} has {len(tokenizer.vocab)} tokens, but config.json "
+                         f"says vocab_size={config.vocab_size}: the vocabulary does not belong to "
+                         f"these weights")
     return LoadedModel(config, jax.tree.map(jnp.asarray, params), tokenizer)
 
 

@@ -120,3 +120,52 @@ def test_clear_errors_for_missing_files_and_bad_shapes(tmp_path, minilm_dir):
     (broken / "model.safetensors").unlink()
     with pytest.raises(FileNotFoundError, match="missing model.safetensors"):
         load_sentence_transformer(broken)
+
+
+def _copy_model(src: Path, dst: Path) -> Path:
+    """A model directory whose small files are copies (to damage) and weights a symlink."""
+    shutil.copytree(src, dst, symlinks=False, ignore=shutil.ignore_patterns("model.safetensors"))
+    os.symlink(src / "model.safetensors", dst / "model.safetensors")
+    return dst
+
+
+@needs_minilm
+@pytest.mark.parametrize("damage, message", [
+    ("nan_tensor", r"tensor '.*' holds 3 non-finite values"),
+    ("truncated", r"model.safetensors is not a readable safetensors file"),
+    ("header", r"model.safetensors is not a readable safetensors file"),
+    ("fewer_layers", r"holds encoder layers 0-5, but config.json says num_hidden_layers=4"),
+    ("short_vocab", r"vocab.txt has 30000 tokens, but config.json says vocab_size=30522"),
+    ("bad_config", r"config.json is damaged \(not valid JSON"),
+    ("config_not_bert", r"config.json lacks hidden_size"),
+])
+def test_damaged_or_mismatched_model_files_are_named(tmp_path, minilm_dir, damage, message):
+    from safetensors.numpy import load_file, save_file
+    model = _copy_model(minilm_dir, tmp_path / "model")
+    weights = model / "model.safetensors"
+    if damage in ("nan_tensor", "truncated", "header"):
+        weights.unlink()
+        raw = (minilm_dir / "model.safetensors").read_bytes()
+        if damage == "nan_tensor":  # garbage inside one tensor's bytes
+            tensors = load_file(str(minilm_dir / "model.safetensors"))
+            name = sorted(tensors)[0]
+            t = tensors[name].copy()
+            t.flat[:3] = np.nan
+            tensors[name] = t
+            save_file(tensors, str(weights))
+        else:
+            weights.write_bytes(raw[:len(raw) // 3] if damage == "truncated"
+                                else b"\xff\xfe garbage" + raw[12:])
+    elif damage == "fewer_layers":
+        config = json.loads((model / "config.json").read_text())
+        (model / "config.json").write_text(json.dumps(dict(config, num_hidden_layers=4)))
+    elif damage == "short_vocab":
+        lines = (model / "vocab.txt").read_text().splitlines()
+        (model / "vocab.txt").write_text("\n".join(lines[:30000]) + "\n")
+    elif damage == "bad_config":
+        (model / "config.json").write_text('{"vocab_size": 30522,')
+    elif damage == "config_not_bert":
+        (model / "config.json").write_text('{"vocab_size": 30522}')
+    with pytest.raises(ValueError, match=message) as e:
+        load_sentence_transformer(model)
+    assert "\n" not in str(e.value)

@@ -96,14 +96,31 @@ def _builder(name: str, data_dir: str, **config_kwargs: Any):
     import tensorflow_datasets as tfds
     path = Path(name)
     if path.is_dir() and (path / "dataset_info.json").exists():
-        return tfds.builder_from_directory(str(path))
+        try:
+            return tfds.builder_from_directory(str(path))
+        except Exception as e:  # noqa: BLE001 - a damaged directory: name the file
+            raise ValueError(f"{path / 'dataset_info.json'} (or the files it lists) cannot be read "
+                             f"as a prepared TFDS dataset ({type(e).__name__}: "
+                             f"{_first_line(e)}); prepare the dataset again") from None
     try:
-        return tfds.builder(name, data_dir=data_dir, try_gcs=False)
+        builder = tfds.builder(name, data_dir=data_dir, try_gcs=False)
     except Exception as e:  # noqa: BLE001 - tfds raises several kinds; turn them into one message
         raise ValueError(
             f"unknown dataset {name!r}: not a built-in ({', '.join(builders.BUILDERS)}) and not a "
             f"prepared TFDS dataset in data_dir={data_dir!r} ({type(e).__name__}: "
-            f"{str(e).splitlines()[0]})") from None
+            f"{_first_line(e)})") from None
+    if not builder.is_prepared():
+        raise ValueError(
+            f"TFDS dataset {name!r} is not prepared in data_dir={data_dir!r} (nothing is downloaded "
+            f"at run time): prepare it on a machine with network access (`tfds build {name} "
+            f"--data_dir DIR`), copy DIR here and pass data.data_dir=DIR, or pass data.name=<the "
+            f"prepared version directory>")
+    return builder
+
+
+def _first_line(e: BaseException) -> str:
+    lines = str(e).strip().splitlines()
+    return lines[0][:300] if lines else ""
 
 
 def _read_split(builder, split: str, input_key: str, label_key: str) -> dict[str, np.ndarray]:

@@ -78,6 +78,17 @@ def test_user_tfds_dataset_from_data_dir(tmp_path):
     assert len(by_dir.splits["test"]["label"]) == 15
     with pytest.raises(ValueError, match="unknown dataset 'nope'.*built-in"):
         data.load("nope", data_dir=str(tmp_path))
+    # A TFDS catalogue name never prepared here says how to prepare it (nothing is downloaded).
+    with pytest.raises(ValueError, match=r"TFDS dataset 'mnist' is not prepared in data_dir=.*"
+                                         r"tfds build mnist --data_dir DIR"):
+        data.load("mnist", data_dir=str(tmp_path))
+    # A damaged dataset_info.json is named in one line.
+    info = tmp_path / "my_images" / "1.0.0" / "dataset_info.json"
+    info.write_text("garbage{")
+    with pytest.raises(ValueError, match=r"dataset_info.json \(or the files it lists\) cannot be "
+                                         r"read as a prepared TFDS dataset") as e:
+        data.load(str(info.parent))
+    assert "\n" not in str(e.value)
 
 
 def test_batches_are_a_pure_function_of_seed_and_step():

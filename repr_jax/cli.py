@@ -85,6 +85,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="fit on rows whose first input is >= X (e.g. extrapolate to lower loss)")
     f.add_argument("--bootstrap", type=_positive_int, default=4000,
                    help="bootstrap resamples, at least 1 (default 4000)")
+    f.add_argument("--linear-y", action="store_true",
+                   help="fit absolute errors of y instead of relative ones (residuals of log y, "
+                        "the default, need y > 0)")
     f.add_argument("--out", default=None, help="output folder (default: the table's folder)")
     f.add_argument("--name", default=None,
                    help="output name: fit_<NAME>.json/.png (default: the law's name)")
@@ -116,7 +119,7 @@ def _fit(args) -> int:
     result = fit_table(args.table, law=args.law, x=args.x.split(","), y=args.y,
                        where=args.where, out_dir=args.out, n_bootstrap=args.bootstrap,
                        holdout_above=args.holdout_above, holdout_below=args.holdout_below,
-                       name=args.name)
+                       name=args.name, log_space=not args.linear_y)
     print(format_fit(result))
     return 0
 
@@ -180,12 +183,12 @@ def main(argv: list[str] | None = None) -> int:
     keep_host_memory()  # before JAX's backend starts: the CLI opts in (repr_jax/host_memory.py)
     args = _parser().parse_args(argv)
     from repr_jax.config import ConfigError
-    from repr_jax.files import WorkdirBusy
+    from repr_jax.files import StorageError, WorkdirBusy
     from repr_jax.train import TrainingDiverged
     try:
         return {"train": _train, "eval": _eval, "sweep": _sweep, "study": _study,
                 "fit": _fit}[args.command](args)
-    except (ConfigError, TrainingDiverged, WorkdirBusy, FileNotFoundError) as e:
+    except (ConfigError, TrainingDiverged, WorkdirBusy, StorageError, FileNotFoundError) as e:
         print(f"repr-jax: error: {e}", file=sys.stderr)
         return 2
     except ValueError as e:  # shape/dataset/name problems raised before anything ran

@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from repr_jax import cli
@@ -30,11 +31,24 @@ def test_help_explains_every_flag(capsys):
     (["train", "--set", "optim.lr=-1"], "optim.lr must be > 0"),
     (["train", "--config", "simclr_mnist2d"], "did you mean 'simclr_mnist1d'"),
     (["eval", "--workdir", "/nonexistent/run"], "has no config.json"),
+    (["train", "--set", "encoder.kernel_size=1000"],
+     "encoder.kernel_size=1000 is larger than the inputs of 'mnist1d' (40); use at most 40"),
+    (["train", "--set", "encoder.widths=(100000000000,)"],
+     "parameters: its state and gradients need about"),
+    (["train", "--set", "data.name=digits", "--set", "data.num_examples=0", "--set",
+      "encoder.name=vit", "--set", "encoder.patch_size=3"],
+     "encoder.patch_size=3 does not divide the 8x8 images of 'digits'; choose one of [1, 2, 4, 8]"),
+    (["train", "--set", "optim.warmup_steps=1e999"], "optim.warmup_steps"),
+    (["train", "--set", "encoder.name=vit"],  # a check after the config's: no config.json yet
+     "encoder 'vit' reads images [H, W, C], but 'mnist1d' has inputs of shape (40,)"),
 ])
-def test_errors_are_one_line(capsys, args, message):
+def test_errors_are_one_line(capsys, tmp_path, args, message):
+    if args[0] == "train":
+        args = [*args, "--workdir", str(tmp_path / "run"), "--no-progress"]
     assert cli.main(args) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and "\n" not in err and "Traceback" not in err
+    assert not (tmp_path / "run").exists()  # refused before anything is written
 
 
 def test_bad_flag_is_an_argparse_error(capsys):
@@ -74,3 +88,43 @@ def test_train_then_eval_in_a_subprocess(tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     assert "simclr encoder" in r.stdout and "knn/accuracy" in r.stdout
     assert (workdir / "eval" / "step_3.json").exists()
+
+
+def _table(path, text, binary=False):
+    if binary:
+        path.write_bytes(text)
+    else:
+        path.write_text(text)
+    return str(path)
+
+
+@pytest.mark.parametrize("content, message", [
+    ("n,loss\n1,2\n2,1,7\n", "line 3 has 3 cells, the header has 2: a ragged or damaged table"),
+    ("n,loss\n1\n", "line 2 has 1 cells"),
+    (b"\x89PNG\r\n\x1a\n\x00\x00\xff\xfe", "is not a text CSV (byte"),
+    ("", "is empty: no header row"),
+    ("directory", "is a directory, not a results table"),
+    ("n,loss\n1,0.5\n2,0\n3,-1\n4,0.1\n", "2 rows have loss <= 0 (e.g. 0.0), which a fit in log "
+                                         "space cannot take; drop them with --where, or fit "
+                                         "absolute errors with --linear-y"),
+])
+def test_fit_names_a_bad_table_in_one_line(tmp_path, capsys, content, message):
+    if content == "directory":
+        table = str(tmp_path)
+    else:
+        table = _table(tmp_path / "t.csv", content, binary=isinstance(content, bytes))
+    assert cli.main(["fit", "--table", table, "--law", "power", "--x", "n", "--y", "loss",
+                     "--bootstrap", "2"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and "\n" not in err and "Traceback" not in err
+
+
+def test_fit_in_linear_space_takes_non_positive_y(tmp_path, capsys):
+    n = np.array([1e3, 3e3, 1e4, 3e4, 1e5, 3e5])
+    rows = "\n".join(f"{a},{0.8 - 0.1 * np.log(a)}" for a in n)  # crosses zero
+    table = _table(tmp_path / "t.csv", "n,loss\n" + rows + "\n")
+    assert cli.main(["fit", "--table", table, "--law", "log_linear", "--x", "n", "--y", "loss",
+                     "--bootstrap", "20", "--linear-y"]) == 0
+    result = json.loads((tmp_path / "fit_log_linear.json").read_text())
+    assert result["log_space"] is False and result["points"] == 6
+    assert result["params"]["b"]["value"] == pytest.approx(-0.1, rel=1e-3)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from repr_jax import config as config_lib
+from repr_jax import files
 from repr_jax.scaling.sweep import FINISHED, Sweep, run_sweep
 from repr_jax.scaling.table import write_table
 
@@ -119,5 +120,5 @@ def run_study(study: Study, workdir: str | Path, *, jobs: int | None = None,
     workdir.mkdir(parents=True, exist_ok=True)
     rows = study.analyze(workdir, table)
     write_table(rows, workdir / "study")
-    (workdir / "claim.txt").write_text(study.claim.strip() + "\n")
+    files.write_text(workdir / "claim.txt", study.claim.strip() + "\n")
     return rows

@@ -9,6 +9,7 @@ input to measure extrapolation, and writes ``fit_<law>.json`` and ``fit_<law>.pn
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from repr_jax import files
 from repr_jax.scaling.fit import bootstrap, fit_law
 from repr_jax.scaling.laws import get_law
 
@@ -38,14 +40,14 @@ def write_table(rows: Sequence[dict[str, Any]], stem: str | Path,
     every key in first-seen order."""
     stem = Path(stem)
     columns = list(columns or dict.fromkeys(k for r in rows for k in r))
-    stem.parent.mkdir(parents=True, exist_ok=True)
-    stem.with_suffix(".json").write_text(json.dumps([{c: r.get(c) for c in columns} for r in rows],
-                                                    indent=1, default=_json_value) + "\n")
-    with stem.with_suffix(".csv").open("w", newline="") as f:
-        w = csv.DictWriter(f, columns)
-        w.writeheader()
-        for r in rows:
-            w.writerow({c: _csv_value(r.get(c)) for c in columns})
+    files.write_text(stem.with_suffix(".json"), json.dumps(
+        [{c: r.get(c) for c in columns} for r in rows], indent=1, default=_json_value) + "\n")
+    text = io.StringIO(newline="")
+    w = csv.DictWriter(text, columns)
+    w.writeheader()
+    for r in rows:
+        w.writerow({c: _csv_value(r.get(c)) for c in columns})
+    files.write_text(stem.with_suffix(".csv"), text.getvalue())
 
 
 def read_table(path: str | Path, where: Sequence[str] = ()) -> list[dict[str, str]]:
@@ -54,8 +56,27 @@ def read_table(path: str | Path, where: Sequence[str] = ()) -> list[dict[str, st
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"no results table at {path}")
-    with path.open(newline="") as f:
-        rows = list(csv.DictReader(f))
+    if not path.is_file():
+        raise ValueError(f"{path} is a directory, not a results table (a CSV file such as "
+                         f"{path / 'results.csv'})")
+    try:
+        with path.open(newline="", encoding="utf-8") as f:
+            reader = csv.reader(f)
+            header = next(reader, None)
+            if not header:
+                raise ValueError(f"{path} is empty: no header row")
+            rows = []
+            for row in reader:
+                if not row:
+                    continue
+                if len(row) != len(header):
+                    raise ValueError(f"{path} line {reader.line_num} has {len(row)} cells, the "
+                                     f"header has {len(header)}: a ragged or damaged table")
+                rows.append(dict(zip(header, row)))
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path} is not a text CSV (byte {e.start} is not UTF-8)") from None
+    except csv.Error as e:
+        raise ValueError(f"{path} is not a readable CSV: {e}") from None
     for cond in where:
         col, sep, value = cond.partition("=")
         if not sep:
@@ -88,12 +109,14 @@ def _column(rows, col) -> np.ndarray:
 def fit_table(table: str | Path, *, law: str, x: Sequence[str], y: str, where: Sequence[str] = (),
               out_dir: str | Path | None = None, n_bootstrap: int = 4000,
               holdout_above: float | None = None, holdout_below: float | None = None,
-              seed: int = 0, plot: bool = True, name: str | None = None) -> dict[str, Any]:
+              seed: int = 0, plot: bool = True, name: str | None = None,
+              log_space: bool = True) -> dict[str, Any]:
     """Fits ``law`` to ``y`` against the columns ``x`` (in the law's input order, e.g. ``N,D`` for
     Chinchilla); returns (and writes as ``fit_<name or law>.json``) parameters with standard errors
     and 95% intervals, and the relative errors on the rows held out for extrapolation: those whose
     first input is above ``holdout_above`` (larger models) or below ``holdout_below`` (e.g. lower
-    upstream loss)."""
+    upstream loss). ``log_space``: fit relative errors (residuals of log y; needs y > 0), else
+    absolute ones."""
     law_obj = get_law(law)
     if len(x) != len(law_obj.inputs):
         raise ValueError(f"law {law!r} takes {len(law_obj.inputs)} inputs "
@@ -112,16 +135,22 @@ def fit_table(table: str | Path, *, law: str, x: Sequence[str], y: str, where: S
     if train.sum() < len(law_obj.params) + 1:
         raise ValueError(f"{int(train.sum())} rows to fit {len(law_obj.params)} parameters "
                          f"(after --where and the hold-out)")
+    if log_space and (target[train] <= 0).any():
+        bad = int((target[train] <= 0).sum())
+        raise ValueError(f"{bad} rows have {y} <= 0 (e.g. {target[train][target[train] <= 0][0]}),"
+                         f" which a fit in log space cannot take; drop them with --where, or fit "
+                         f"absolute errors with --linear-y")
     fit_inputs = {k: v[train] for k, v in data.items()}
-    fit = fit_law(law_obj, fit_inputs, target[train])
-    boot = bootstrap(law_obj, fit_inputs, target[train], n=n_bootstrap, seed=seed, start=fit)
+    fit = fit_law(law_obj, fit_inputs, target[train], log_space=log_space)
+    boot = bootstrap(law_obj, fit_inputs, target[train], n=n_bootstrap, seed=seed, start=fit,
+                     log_space=log_space)
     result: dict[str, Any] = {
         "law": law_obj.name, "source": law_obj.source, "table": str(table), "x": list(x), "y": y,
         "where": list(where), "points": int(train.sum()), "objective": fit.objective,
         "starts_in_best_basin": fit.starts_in_best_basin, "num_starts": fit.num_starts,
         "params": {k: {"value": v, "se": boot.se[k], "low": boot.low[k], "high": boot.high[k]}
                    for k, v in fit.params.items()},
-        "bootstrap_resamples": n_bootstrap}
+        "bootstrap_resamples": n_bootstrap, "log_space": log_space}
     if (~train).any():
         pred = fit.predict({k: v[~train] for k, v in data.items()})
         rel = np.abs(pred - target[~train]) / np.abs(target[~train])
@@ -136,9 +165,8 @@ def fit_table(table: str | Path, *, law: str, x: Sequence[str], y: str, where: S
                                            relative_error=float(rel[i]))
                                       for i in range(int((~train).sum()))]}
     out = Path(out_dir) if out_dir else Path(table).parent
-    out.mkdir(parents=True, exist_ok=True)
     stem = f"fit_{name or law_obj.name}"
-    (out / f"{stem}.json").write_text(json.dumps(result, indent=1))
+    files.write_json(out / f"{stem}.json", result)
     if plot:
         from repr_jax.scaling.plots import plot_fit
         result["plot"] = str(plot_fit(law_obj, fit, boot, data, target, train,

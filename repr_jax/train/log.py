@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import math
 from pathlib import Path
@@ -104,10 +105,10 @@ def save_figure(fig, path: str | Path, *, dpi: int = 120) -> Path:
     import matplotlib.pyplot as plt
     path = Path(path)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=dpi)
+    image = io.BytesIO()
+    fig.savefig(image, dpi=dpi, format=path.suffix.lstrip(".") or "png")
     plt.close(fig)
-    return path
+    return files.write_bytes(path, image.getvalue())  # atomic: never a half-written image
 
 
 def plot_eval(rows: Iterable[dict[str, Any]], out_dir: str | Path) -> list[Path]:

@@ -120,7 +120,7 @@ class Checkpointer:
         writing nothing, when ``require_finite`` and a floating array is not finite. An earlier
         save's I/O error is raised here at the latest (:class:`repr_jax.files.StorageError`)."""
         step = int(np.asarray(jax.device_get(state.step)).flat[0])  # a population's are equal
-        self._wait()
+        self.wait()
         if step in self._manager.all_steps():
             return True
         checksums, finite = summarize(state)
@@ -184,7 +184,7 @@ class Checkpointer:
     def move_aside(self, step: int, why: str) -> Path | None:
         """Moves checkpoint ``step`` to ``<directory>.<why>/<step>`` (process 0 only; never
         deletes), so later restores skip it."""
-        self._wait()
+        self.wait()
         target = self.directory.with_name(f"{self.directory.name}.{why}") / str(step)
         if jax.process_index() == 0:
             n = 1
@@ -195,7 +195,7 @@ class Checkpointer:
         self._manager.reload()
         return target
 
-    def _wait(self) -> None:
+    def wait(self) -> None:
         """Waits for pending saves (their I/O errors become one line naming the path), then
         records the files of each finished checkpoint (:data:`MANIFEST`)."""
         try:
@@ -216,7 +216,7 @@ class Checkpointer:
         if not self._closed:
             self._closed = True
             try:
-                self._wait()
+                self.wait()
             finally:
                 self._manager.close()
 

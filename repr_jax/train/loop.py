@@ -116,15 +116,16 @@ def _loop(trainee: Trainee, *, progress: bool, desc: str
 
     def stop(what: str, first_bad: int) -> None:
         """Raises TrainingDiverged after moving aside the checkpoints from ``first_bad`` on."""
-        ckpt.close()
+        ckpt.wait()
         poisoned = [k for k in ckpt.all_steps() if k >= first_bad]
         for k in poisoned:
             ckpt.move_aside(k, "nonfinite")
         good = ckpt.latest_step()
         raise TrainingDiverged(
             f"{what}; training stopped. "
-            + (f"Moved aside the checkpoints of steps {poisoned} (their states give non-finite "
-               f"losses) to {ckpt.directory}.nonfinite/. " if poisoned else "")
+            + (f"Moved aside the checkpoints of steps {', '.join(map(str, poisoned))} (their "
+               f"states give non-finite losses) to {ckpt.directory}.nonfinite/. "
+               if poisoned else "")
             + (f"The last good checkpoint (step {good}) in {ckpt.directory} is intact."
                if good is not None else "No finite checkpoint had been written yet."))
 

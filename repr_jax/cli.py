@@ -178,10 +178,19 @@ def _eval(args) -> int:
     return 0
 
 
+def _one_line_warning(message, category, filename, lineno, line=None) -> str:
+    """Warnings as the CLI's errors read: one line, no source excerpt."""
+    del filename, lineno, line
+    kind = "" if category is UserWarning else f"{category.__name__}: "
+    return f"repr-jax: warning: {kind}{message}\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     from repr_jax.host_memory import keep_host_memory
     keep_host_memory()  # before JAX's backend starts: the CLI opts in (repr_jax/host_memory.py)
     args = _parser().parse_args(argv)
+    import warnings
+    warnings.formatwarning = _one_line_warning
     from repr_jax.config import ConfigError
     from repr_jax.files import StorageError, WorkdirBusy
     from repr_jax.train import TrainingDiverged

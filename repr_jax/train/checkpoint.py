@@ -282,7 +282,10 @@ def restore_latest(workdir: str | Path, like_state, *, keep: int = 2):
     ckpt = Checkpointer(Path(workdir) / "checkpoints", keep=keep)
     try:
         if ckpt.latest_step() is None:
-            raise ConfigError(f"{workdir} has no checkpoint yet")
+            aside = sorted(str(p) for p in ckpt.directory.parent.glob(
+                f"{ckpt.directory.name}.*/*"))
+            raise ConfigError(f"{workdir} has no checkpoint yet" + (
+                f" (moved aside, not used: {', '.join(aside)})" if aside else ""))
         found = ckpt.restore_verified(like_state)
         if found is None:
             raise NoVerifiedCheckpoint(f"{workdir}: no checkpoint restores and verifies (the "

@@ -223,6 +223,10 @@ class ViewsConfig:
     mask: float = static(0.0, "[0,1)", "fraction of the signal zeroed as one contiguous segment")
     crop_pad: int = static(0, ">=0", "2-D: pad by this many pixels, then random crop back")
     flip: bool = static(False, doc="2-D: random horizontal flip")
+    preset: str = static("", ("", "simclr", "moco_v2", "byol"),
+                         "2-D: a published SSL image recipe (torchvision semantics, "
+                         "repr_jax/data/augment.py) at the input's size, applied before the "
+                         "options above")
 
 
 @config

@@ -222,3 +222,103 @@ def st_matryoshka_2d(loss_fn, layers, dims, weights, last_layer_weight, prior_la
         kl = (final * (np.log(final) - log_q)).sum() / len(emb)
         loss = loss + kl * kl_temperature * kl_div_weight
     return loss
+
+
+# --------------------------------------------------------------------------------------------------
+# torchvision.transforms.functional on float CHW tensors (_functional_tensor.py), images here HWC
+# --------------------------------------------------------------------------------------------------
+
+def tv_rgb_to_grayscale(img):
+    img = np.asarray(img, np.float64)
+    r, g, b = img[..., 0], img[..., 1], img[..., 2]
+    return (0.2989 * r + 0.587 * g + 0.114 * b)[..., None]
+
+
+def tv_blend(img1, img2, ratio):
+    return np.clip(ratio * img1 + (1.0 - ratio) * img2, 0, 1)
+
+
+def tv_adjust_brightness(img, f):
+    return tv_blend(np.asarray(img, np.float64), 0.0, f)
+
+
+def tv_adjust_contrast(img, f):
+    return tv_blend(np.asarray(img, np.float64), tv_rgb_to_grayscale(img).mean(), f)
+
+
+def tv_adjust_saturation(img, f):
+    return tv_blend(np.asarray(img, np.float64), tv_rgb_to_grayscale(img), f)
+
+
+def tv_adjust_hue(img, hue_factor):
+    img = np.asarray(img, np.float64)
+    r, g, b = img[..., 0], img[..., 1], img[..., 2]  # _rgb2hsv
+    maxc, minc = img.max(-1), img.min(-1)
+    eqc = maxc == minc
+    cr = maxc - minc
+    ones = np.ones_like(maxc)
+    s = cr / np.where(eqc, ones, maxc)
+    cr_divisor = np.where(eqc, ones, cr)
+    rc, gc, bc = (maxc - r) / cr_divisor, (maxc - g) / cr_divisor, (maxc - b) / cr_divisor
+    hr = (maxc == r) * (bc - gc)
+    hg = ((maxc == g) & (maxc != r)) * (2.0 + rc - bc)
+    hb = ((maxc != g) & (maxc != r)) * (4.0 + gc - rc)
+    h = np.fmod((hr + hg + hb) / 6.0 + 1.0, 1.0)
+    h = (h + hue_factor) % 1.0
+    v = maxc  # _hsv2rgb
+    i = np.floor(h * 6.0)
+    f = h * 6.0 - i
+    i = i.astype(np.int32)
+    p = np.clip(v * (1.0 - s), 0.0, 1.0)
+    q = np.clip(v * (1.0 - s * f), 0.0, 1.0)
+    t = np.clip(v * (1.0 - s * (1.0 - f)), 0.0, 1.0)
+    i = i % 6
+    mask = (i[None] == np.arange(6).reshape(-1, 1, 1)).astype(np.float64)
+    a1 = np.stack((v, q, p, p, t, v))
+    a2 = np.stack((t, v, v, q, p, p))
+    a3 = np.stack((p, p, t, v, v, q))
+    a4 = np.stack((a1, a2, a3))
+    return np.einsum("ijk, xijk -> jkx", mask, a4)
+
+
+def tv_gaussian_blur(img, kernel_size, sigma):
+    img = np.asarray(img, np.float64)
+    half = (kernel_size - 1) * 0.5
+    x = np.linspace(-half, half, kernel_size)
+    pdf = np.exp(-0.5 * (x / sigma) ** 2)
+    k1 = pdf / pdf.sum()
+    k2 = np.outer(k1, k1)
+    pad = kernel_size // 2
+    padded = np.pad(img, ((pad, pad), (pad, pad), (0, 0)), mode="reflect")  # torch "reflect"
+    h, w, _ = img.shape
+    out = np.zeros_like(img)
+    for dy in range(kernel_size):  # conv2d: cross-correlation
+        for dx in range(kernel_size):
+            out += k2[dy, dx] * padded[dy:dy + h, dx:dx + w]
+    return out
+
+
+def tv_solarize(img, threshold):
+    img = np.asarray(img, np.float64)
+    return np.where(img >= threshold, 1.0 - img, img)
+
+
+def tv_resized_crop(img, top, left, height, width, size):
+    """F.crop then F.resize(size, BILINEAR, antialias=False): upsample_bilinear2d with
+    align_corners=False (source index = scale * (dst + 0.5) - 0.5, clamped at 0; the next index
+    clamped to the last row/column)."""
+    crop = np.asarray(img, np.float64)[top:top + height, left:left + width]
+    out_h, out_w = size
+
+    def axis(out_size, in_size):
+        scale = in_size / out_size
+        src = np.maximum(scale * (np.arange(out_size) + 0.5) - 0.5, 0.0)
+        i0 = np.floor(src).astype(int)
+        i1 = np.minimum(i0 + 1, in_size - 1)
+        return i0, i1, src - i0
+
+    y0, y1, ly = axis(out_h, height)
+    x0, x1, lx = axis(out_w, width)
+    ly, lx = ly[:, None, None], lx[None, :, None]
+    return ((1 - ly) * ((1 - lx) * crop[y0][:, x0] + lx * crop[y0][:, x1])
+            + ly * ((1 - lx) * crop[y1][:, x0] + lx * crop[y1][:, x1]))

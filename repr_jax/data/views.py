@@ -41,19 +41,31 @@ def _crop_2d(key, x_BxHxWxC, pad: int):
 
 
 def augment(key: jax.Array, x: jax.Array, *, shift: int = 0, scale: float = 0.0,
-            noise: float = 0.0, mask: float = 0.0, crop_pad: int = 0, flip: bool = False
-            ) -> jax.Array:
+            noise: float = 0.0, mask: float = 0.0, crop_pad: int = 0, flip: bool = False,
+            preset: str = "", view: int = 0) -> jax.Array:
     """One random view of each example of ``x`` (``[B, L]`` or ``[B, H, W, C]``); same shape out.
 
     1-D: shift (zero fill), mask (one zeroed segment). 2-D: crop after padding, horizontal flip.
     Both: amplitude scaling by ``U(1 - scale, 1 + scale)`` and additive Gaussian noise of std
     ``noise``. With every option at its default this is the identity.
+
+    ``preset``: a published image recipe (:data:`repr_jax.data.augment.PRESETS`: random resized
+    crop back to the input's size, flip, colour jitter, grayscale, blur, solarise), applied first;
+    ``view`` picks the recipe of a preset whose views differ (BYOL's second view).
     """
     if jnp.issubdtype(x.dtype, jnp.integer):
-        if shift or scale or noise or mask or crop_pad or flip:
+        if shift or scale or noise or mask or crop_pad or flip or preset:
             raise ValueError("views: inputs are integer token ids; signal/image augmentations "
-                             "(shift, scale, noise, mask, crop_pad, flip) do not apply")
+                             "(shift, scale, noise, mask, crop_pad, flip, preset) do not apply")
         return x
+    if preset:
+        from repr_jax.data import augment as recipes
+        if x.ndim != 4:
+            raise ValueError(f"views: preset={preset!r} needs images [B, H, W, C]; got shape "
+                             f"{x.shape}")
+        per_view = recipes.PRESETS[preset]
+        key, k_preset = jax.random.split(key)
+        x = recipes.views(k_preset, x, per_view[min(view, len(per_view) - 1)])
     if (shift or mask) and x.ndim != 2 or (crop_pad or flip) and x.ndim != 4:
         raise ValueError(f"views: shift/mask need inputs [B, L], crop_pad/flip need [B, H, W, C]; "
                          f"got shape {x.shape}")

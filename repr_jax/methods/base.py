@@ -160,7 +160,7 @@ def two_views(views_fn: Callable, key: jax.Array, batch: Batch) -> tuple[jax.Arr
         raise ValueError(f"this method makes two views of one input, but the data's x_pos "
                          f"{second.shape} differs from x {batch['x'].shape} (a second modality); "
                          f"use a dual-encoder method: clip, siglip or biencoder")
-    return views_fn(k1, batch["x"]), views_fn(k2, second)
+    return views_fn(k1, batch["x"]), views_fn(k2, second, view=1)
 
 
 def pooled(h: jax.Array) -> jax.Array:

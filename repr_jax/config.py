@@ -232,7 +232,8 @@ class ViewsConfig:
 @config
 class DataConfig:
     name: str = static("mnist1d", doc="mnist1d | digits | latent_classes | latent_modalities | a "
-                                      "TFDS name in data_dir")
+                                      "TFDS name in data_dir | imagefolder:DIR (class-per-"
+                                      "subfolder images)")
     data_dir: str = static("", doc="TFDS data dir; '' = $REPR_JAX_DATA_DIR or ~/.cache/repr_jax/tfds")
     num_examples: int = static(0, ">=0", "generated datasets: examples in total (0 = default)")
     train_examples: int = static(0, ">=0", "train on a fixed random subset of N training examples "
@@ -243,6 +244,8 @@ class DataConfig:
     tokenizer: str = static("", doc="text data: '' (bytes), 'minilm' (its WordPiece vocab), or "
                                             "the path of a WordPiece vocab.txt")
     pairs: str = static("", doc="wordnet: definition_lemmas | example_definition | synonyms")
+    image_size: int = static(0, ">=0", "imagefolder:DIR: images resized (shorter side) and "
+                                       "centre-cropped to this square size (0 = 64)")
     views: ViewsConfig = _section(ViewsConfig)
 
 

@@ -48,6 +48,9 @@ class Dataset:
                 f"num_classes={self.num_classes})")
 
 
+IMAGE_FOLDER = "imagefolder:"  # data.name=imagefolder:DIR, a user's class-per-subfolder images
+
+
 def default_data_dir() -> str:
     return os.environ.get("REPR_JAX_DATA_DIR") or str(Path.home() / ".cache" / "repr_jax" / "tfds")
 
@@ -71,6 +74,24 @@ def _preparing():
 
 def _builder(name: str, data_dir: str, **config_kwargs: Any):
     from repr_jax.data import builders
+    if name.startswith(IMAGE_FOLDER):
+        from repr_jax.data import image_folder
+        image_size = config_kwargs.pop("image_size", 0)
+        root = name[len(IMAGE_FOLDER):]
+        image_folder.list_images(root)  # a missing or empty folder: one line, before any lock
+        if config_kwargs:
+            raise ValueError(f"{IMAGE_FOLDER}DIR takes data.image_size only; set "
+                             + ", ".join(f"data.{k}=0" for k in sorted(config_kwargs)))
+        config = image_folder.config_for(root, image_size)
+        with files.exclusive(Path(data_dir) / f".imagefolder.{config.name}.prepare.lock"), \
+                _preparing():
+            builder = image_folder.ImageFolder(data_dir=data_dir, config=config)
+            builder.download_and_prepare()
+        return builder
+    if config_kwargs.get("image_size"):
+        raise ValueError(f"data.image_size is for {IMAGE_FOLDER}DIR datasets; {name!r} has "
+                         f"its own size")
+    config_kwargs.pop("image_size", None)
     if name in builders.BUILDERS:
         cls = builders.BUILDERS[name]
         config = None

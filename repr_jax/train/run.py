@@ -38,7 +38,7 @@ RESUMABLE_CHANGES = ("eval.", "train.eval_every", "train.ckpt_every", "train.log
 def load_dataset(cfg: Config) -> data.Dataset:
     d = cfg.data
     sizes = {k: v for k, v in (("num_examples", d.num_examples), ("num_classes", d.num_classes),
-                               ("pairs", d.pairs)) if v}
+                               ("pairs", d.pairs), ("image_size", d.image_size)) if v}
     dataset = data.load(d.name, data_dir=d.data_dir, tokenizer=d.tokenizer, max_len=d.max_len,
                         **sizes)
     return subset_train(dataset, d.train_examples) if d.train_examples else dataset

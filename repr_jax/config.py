@@ -223,7 +223,8 @@ class ViewsConfig:
     mask: float = static(0.0, "[0,1)", "fraction of the signal zeroed as one contiguous segment")
     crop_pad: int = static(0, ">=0", "2-D: pad by this many pixels, then random crop back")
     flip: bool = static(False, doc="2-D: random horizontal flip")
-    preset: str = static("", ("", "simclr", "moco_v2", "byol"),
+    preset: str = static("", ("", "simclr", "simclr_no_color", "simclr_no_crop", "moco_v2",
+                              "byol"),
                          "2-D: a published SSL image recipe (torchvision semantics, "
                          "repr_jax/data/augment.py) at the input's size, applied before the "
                          "options above")
@@ -231,7 +232,8 @@ class ViewsConfig:
 
 @config
 class DataConfig:
-    name: str = static("mnist1d", doc="mnist1d | digits | latent_classes | latent_modalities | a "
+    name: str = static("mnist1d", doc="mnist1d | digits | shapes | latent_classes | "
+                                      "latent_modalities | a "
                                       "TFDS name in data_dir | imagefolder:DIR (class-per-"
                                       "subfolder images)")
     data_dir: str = static("", doc="TFDS data dir; '' = $REPR_JAX_DATA_DIR or ~/.cache/repr_jax/tfds")
@@ -245,7 +247,8 @@ class DataConfig:
                                             "the path of a WordPiece vocab.txt")
     pairs: str = static("", doc="wordnet: definition_lemmas | example_definition | synonyms")
     image_size: int = static(0, ">=0", "imagefolder:DIR: images resized (shorter side) and "
-                                       "centre-cropped to this square size (0 = 64)")
+                                       "centre-cropped to this square size (0 = 64); shapes: "
+                                       "its image size (0 = 32)")
     views: ViewsConfig = _section(ViewsConfig)
 
 

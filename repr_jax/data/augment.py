@@ -234,6 +234,9 @@ PRESETS: dict[str, tuple[Recipe, ...]] = {
     "simclr": (Recipe(jitter=(0.8, 0.8, 0.8, 0.2)),),
     # MoCo v2 (Chen et al. 2020b): crop scale from 0.2.
     "moco_v2": (Recipe(scale=(0.2, 1.0)),),
+    # The SimCLR ablations of its central finding (crop + colour is what matters).
+    "simclr_no_color": (Recipe(jitter_p=0.0, grayscale_p=0.0),),
+    "simclr_no_crop": (Recipe(scale=(1.0, 1.0), ratio=(1.0, 1.0), jitter=(0.8, 0.8, 0.8, 0.2)),),
     # BYOL (Grill et al. 2020, table 6): asymmetric blur and solarisation.
     "byol": (Recipe(jitter=(0.4, 0.4, 0.2, 0.1), blur_p=1.0),
              Recipe(jitter=(0.4, 0.4, 0.2, 0.1), blur_p=0.1, solarize_p=0.2)),

@@ -393,6 +393,85 @@ class WordNet(tfds.core.GeneratorBasedBuilder):
                 yield s["offset"], {"x": s["lemmas"][0], "x_pos": s["lemmas"][1], "label": label}
 
 
-BUILDERS = {"digits": Digits, "mnist1d": Mnist1d, "latent_classes": LatentClasses,
+SHAPES = ("disk", "square", "triangle", "cross", "ring", "diamond", "bar", "two_dots")
+
+
+def shapes_example(index: int, *, seed: int = 0, size: int = 32) -> tuple[np.ndarray, int]:
+    """Example ``index`` of the shapes dataset, generated from ``(seed, index)`` alone: an RGB
+    ``[size, size, 3]`` uint8 image of one of :data:`SHAPES` (the class), at a random position,
+    scale and rotation, in a random colour on a random textured background under a random
+    illumination gradient — so colour says nothing about the class and crops change position and
+    scale, what SimCLR's colour and crop augmentations are for."""
+    rng = np.random.default_rng([seed, index])
+    label = int(rng.integers(len(SHAPES)))
+    yy, xx = np.mgrid[0:size, 0:size].astype(np.float64) + 0.5
+    cx, cy = rng.uniform(0.3, 0.7, 2) * size
+    r = rng.uniform(0.16, 0.32) * size
+    theta = rng.uniform(0, 2 * np.pi)
+    u = (xx - cx) * np.cos(theta) + (yy - cy) * np.sin(theta)
+    v = -(xx - cx) * np.sin(theta) + (yy - cy) * np.cos(theta)
+    d = np.hypot(u, v)
+    mask = {
+        "disk": d < r,
+        "square": np.maximum(abs(u), abs(v)) < 0.8 * r,
+        "triangle": (v > -0.5 * r) & (np.sqrt(3) * abs(u) + v < r),
+        "cross": ((abs(u) < r / 3) & (abs(v) < r)) | ((abs(v) < r / 3) & (abs(u) < r)),
+        "ring": (d < r) & (d > 0.55 * r),
+        "diamond": abs(u) + abs(v) < r,
+        "bar": (abs(u) < r) & (abs(v) < 0.3 * r),
+        "two_dots": (np.hypot(u - 0.5 * r, v) < 0.4 * r) | (np.hypot(u + 0.5 * r, v) < 0.4 * r),
+    }[SHAPES[label]]
+    fg, bg = rng.uniform(0, 1, 3), rng.uniform(0, 1, 3)
+    texture = rng.normal(0, 0.08, (size, size, 1))
+    image = np.where(mask[..., None], fg, bg) + texture
+    angle = rng.uniform(0, 2 * np.pi)
+    ramp = ((xx - size / 2) * np.cos(angle) + (yy - size / 2) * np.sin(angle)) / size
+    image = image * (rng.uniform(0.6, 1.2) + rng.uniform(0, 0.6) * ramp)[..., None]
+    return np.clip(np.round(image * 255), 0, 255).astype(np.uint8), label
+
+
+class ShapesConfig(tfds.core.BuilderConfig):
+    def __init__(self, *, num_examples: int = 12_000, image_size: int = 32, seed: int = 0,
+                 **kwargs):
+        super().__init__(name=f"n{num_examples}_{image_size}px_seed{seed}", **kwargs)
+        self.num_examples, self.image_size, self.seed = num_examples, image_size, seed
+
+
+class Shapes(tfds.core.GeneratorBasedBuilder):
+    """Procedural RGB images of 8 shapes (:func:`shapes_example`), any number and size, each made
+    from its index alone; the last sixth of the indices is the test split."""
+
+    VERSION = tfds.core.Version("1.0.0")
+    RELEASE_NOTES = {"1.0.0": "First release."}
+    BUILDER_CONFIGS = [ShapesConfig()]
+
+    def __init__(self, **kwargs):
+        kwargs.setdefault("file_format", "array_record")
+        super().__init__(**kwargs)
+
+    def _info(self) -> tfds.core.DatasetInfo:
+        s = self.builder_config.image_size
+        return tfds.core.DatasetInfo(
+            builder=self, description=self.__doc__,
+            features=tfds.core.features.FeaturesDict({
+                "x": tfds.features.Tensor(shape=(s, s, 3), dtype=np.uint8),
+                "label": tfds.features.ClassLabel(names=list(SHAPES))}),
+            supervised_keys=("x", "label"))
+
+    def _split_generators(self, dl_manager):
+        del dl_manager  # nothing is downloaded
+        n = self.builder_config.num_examples
+        n_test = n // 6
+        return {"train": self._generate_examples(range(n - n_test)),
+                "test": self._generate_examples(range(n - n_test, n))}
+
+    def _generate_examples(self, indices):
+        c = self.builder_config
+        for i in indices:
+            image, label = shapes_example(i, seed=c.seed, size=c.image_size)
+            yield i, {"x": image, "label": label}
+
+
+BUILDERS = {"digits": Digits, "shapes": Shapes, "mnist1d": Mnist1d, "latent_classes": LatentClasses,
             "latent_modalities": LatentModalities, "latent_topics": LatentTopics,
             "wordnet": WordNet}

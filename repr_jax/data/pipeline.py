@@ -88,10 +88,6 @@ def _builder(name: str, data_dir: str, **config_kwargs: Any):
             builder = image_folder.ImageFolder(data_dir=data_dir, config=config)
             builder.download_and_prepare()
         return builder
-    if config_kwargs.get("image_size"):
-        raise ValueError(f"data.image_size is for {IMAGE_FOLDER}DIR datasets; {name!r} has "
-                         f"its own size")
-    config_kwargs.pop("image_size", None)
     if name in builders.BUILDERS:
         cls = builders.BUILDERS[name]
         config = None

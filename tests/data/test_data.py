@@ -183,3 +183,22 @@ def test_processes_preparing_one_dataset_at_once_all_read_it(tmp_path):
     outs = [p.communicate(timeout=300)[0].split() for p in procs]
     assert [p.returncode for p in procs] == [0, 0, 0]
     assert len({o[-1] for o in outs}) == 1
+
+
+def test_shapes_are_made_from_their_index_and_their_colour_says_nothing(tmp_path):
+    from repr_jax.data.builders import SHAPES, shapes_example
+    a, la = shapes_example(7, seed=3, size=24)
+    b, lb = shapes_example(7, seed=3, size=24)
+    assert a.dtype == np.uint8 and a.shape == (24, 24, 3) and np.array_equal(a, b) and la == lb
+    assert not np.array_equal(a, shapes_example(8, seed=3, size=24)[0])
+    ds = data.load("shapes", data_dir=str(tmp_path), num_examples=600, image_size=16)
+    assert ds.input_shape == (16, 16, 3) and ds.num_classes == len(SHAPES)
+    assert len(ds.splits["test"]["label"]) == 100
+    y = np.concatenate([s["label"] for s in ds.splits.values()])
+    assert len(np.bincount(y)) == 8 and np.bincount(y).min() > 40  # every shape, balanced
+    # A nearest-centroid classifier on the mean colour is near chance: colour is a nuisance.
+    train, test = ds.splits["train"], ds.splits["test"]
+    colour = {k: v["x"].mean(axis=(1, 2)) for k, v in (("train", train), ("test", test))}
+    centroids = np.stack([colour["train"][train["label"] == c].mean(0) for c in range(8)])
+    pred = np.argmin(((colour["test"][:, None] - centroids[None]) ** 2).sum(-1), axis=1)
+    assert (pred == test["label"]).mean() < 0.3

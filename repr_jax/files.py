@@ -63,6 +63,12 @@ def storage_error(exc: BaseException, path: str | Path) -> StorageError | None:
     return None
 
 
+def first_line(exc: BaseException, limit: int = 300) -> str:
+    """The first line of ``exc``'s message (libraries' messages can run to pages)."""
+    lines = str(exc).strip().splitlines()
+    return lines[0][:limit] if lines else ""
+
+
 class WorkdirBusy(RuntimeError):
     """Another process holds the run directory; the message names its pid and host."""
 

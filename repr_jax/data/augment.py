@@ -202,7 +202,7 @@ def view(key: jax.Array, img: jax.Array, recipe: Recipe) -> jax.Array:
     colour ops, as torchvision does)."""
     h, w, c = img.shape
     size = (recipe.size or h, recipe.size or w)
-    ks = jax.random.split(key, 10)
+    ks = jax.random.split(key, 8)
     top, left, ch, cw = crop_box(ks[0], h, w, recipe.scale, recipe.ratio)
     img = resized_crop(img, top, left, ch, cw, size)
     img = jnp.where(jax.random.bernoulli(ks[1], recipe.flip_p), hflip(img), img)

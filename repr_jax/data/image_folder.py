@@ -31,13 +31,9 @@ class ImageFolderConfig(tfds.core.BuilderConfig):
         self.root, self.image_size = root, image_size
 
 
-def _is_image_name(path: Path) -> bool:
-    return path.is_file() and not path.name.startswith(".")
-
-
-def list_images(root: str | Path) -> tuple[list[str], dict[str, list[tuple[Path, str]]]]:
-    """``(classes, {split: [(file, class)]})`` of an image folder; a missing folder, one without
-    class subfolders, or one without files is a one-line ValueError."""
+def _layout(root: str | Path) -> tuple[Path, dict[str, Path], list[str]]:
+    """``(root, {split: its folder}, classes)``, from the folder names alone (cheap: no file is
+    listed); a missing folder, or one without class subfolders, is a one-line ValueError."""
     root = Path(root).expanduser()
     if not root.is_dir():
         raise ValueError(f"data.name=imagefolder:{root}: no such folder")
@@ -50,10 +46,23 @@ def list_images(root: str | Path) -> tuple[list[str], dict[str, list[tuple[Path,
     if not classes:
         raise ValueError(f"imagefolder {class_root} has no class subfolders (expected "
                          f"{class_root}/<class>/<image files>)")
+    return root, split_roots, classes
+
+
+def check_layout(root: str | Path) -> None:
+    """Refuses (one line) a missing folder or one without class subfolders."""
+    _layout(root)
+
+
+def list_images(root: str | Path) -> tuple[list[str], dict[str, list[tuple[Path, str]]]]:
+    """``(classes, {split: [(file, class)]})`` of an image folder; a missing folder, one without
+    class subfolders, or one without files is a one-line ValueError."""
+    root, split_roots, classes = _layout(root)
     files: dict[str, list[tuple[Path, str]]] = {}
     for split, base in (split_roots or {"train": root}).items():
         files[split] = [(f, c) for c in classes if (base / c).is_dir()
-                        for f in sorted((base / c).rglob("*")) if _is_image_name(f)]
+                        for f in sorted((base / c).rglob("*"))
+                        if f.is_file() and not f.name.startswith(".")]
     if not split_roots or "test" not in split_roots:  # a fixed share of each class is the test
         pool = files.pop("train")
         is_test = [zlib.crc32(str(f.relative_to(root)).encode()) % 1000 < TEST_FRACTION * 1000
@@ -104,7 +113,7 @@ class ImageFolder(tfds.core.GeneratorBasedBuilder):
 
     def _info(self) -> tfds.core.DatasetInfo:
         c = self.builder_config
-        classes = list_images(c.root)[0] if c.root else ["none"]
+        classes = _layout(c.root)[2] if c.root else ["none"]
         s = c.image_size
         return tfds.core.DatasetInfo(
             builder=self, description=c.description,

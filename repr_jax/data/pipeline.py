@@ -72,22 +72,30 @@ def _preparing():
         random.setstate(py_state)
 
 
+def _prepared(lock_name: str, make_builder, data_dir: str):
+    """``make_builder()``, prepared. One preparer at a time (concurrent runs on one data dir): the
+    others wait on the lock, then read what it prepared (a builder made before that would see no
+    splits)."""
+    with files.exclusive(Path(data_dir) / f".{lock_name}.prepare.lock"), _preparing():
+        builder = make_builder()
+        builder.download_and_prepare()
+    return builder
+
+
 def _builder(name: str, data_dir: str, **config_kwargs: Any):
     from repr_jax.data import builders
     if name.startswith(IMAGE_FOLDER):
         from repr_jax.data import image_folder
         image_size = config_kwargs.pop("image_size", 0)
         root = name[len(IMAGE_FOLDER):]
-        image_folder.list_images(root)  # a missing or empty folder: one line, before any lock
+        image_folder.check_layout(root)  # a missing or empty folder: one line, before any lock
         if config_kwargs:
             raise ValueError(f"{IMAGE_FOLDER}DIR takes data.image_size only; set "
                              + ", ".join(f"data.{k}=0" for k in sorted(config_kwargs)))
         config = image_folder.config_for(root, image_size)
-        with files.exclusive(Path(data_dir) / f".imagefolder.{config.name}.prepare.lock"), \
-                _preparing():
-            builder = image_folder.ImageFolder(data_dir=data_dir, config=config)
-            builder.download_and_prepare()
-        return builder
+        return _prepared(f"imagefolder.{config.name}",
+                         lambda: image_folder.ImageFolder(data_dir=data_dir, config=config),
+                         data_dir)
     if name in builders.BUILDERS:
         cls = builders.BUILDERS[name]
         config = None
@@ -103,12 +111,8 @@ def _builder(name: str, data_dir: str, **config_kwargs: Any):
                                  ) from None
             if config.name in {c.name for c in cls.BUILDER_CONFIGS}:
                 config = config.name  # TFDS refuses a custom config named like a predefined one
-        # One preparer at a time (concurrent runs on one data dir): the others wait, then read
-        # what it prepared (a builder made before that would see no splits).
-        with files.exclusive(Path(data_dir) / f".{name}.prepare.lock"), _preparing():
-            builder = cls(data_dir=data_dir, config=config) if config else cls(data_dir=data_dir)
-            builder.download_and_prepare()
-        return builder
+        return _prepared(name, lambda: cls(data_dir=data_dir, config=config) if config
+                         else cls(data_dir=data_dir), data_dir)
     # A user's own dataset: a prepared TFDS directory, or a name inside data_dir.
     import tensorflow_datasets as tfds
     path = Path(name)
@@ -118,14 +122,14 @@ def _builder(name: str, data_dir: str, **config_kwargs: Any):
         except Exception as e:  # noqa: BLE001 - a damaged directory: name the file
             raise ValueError(f"{path / 'dataset_info.json'} (or the files it lists) cannot be read "
                              f"as a prepared TFDS dataset ({type(e).__name__}: "
-                             f"{_first_line(e)}); prepare the dataset again") from None
+                             f"{files.first_line(e)}); prepare the dataset again") from None
     try:
         builder = tfds.builder(name, data_dir=data_dir, try_gcs=False)
     except Exception as e:  # noqa: BLE001 - tfds raises several kinds; turn them into one message
         raise ValueError(
             f"unknown dataset {name!r}: not a built-in ({', '.join(builders.BUILDERS)}) and not a "
             f"prepared TFDS dataset in data_dir={data_dir!r} ({type(e).__name__}: "
-            f"{_first_line(e)})") from None
+            f"{files.first_line(e)})") from None
     if not builder.is_prepared():
         raise ValueError(
             f"TFDS dataset {name!r} is not prepared in data_dir={data_dir!r} (nothing is downloaded "
@@ -133,11 +137,6 @@ def _builder(name: str, data_dir: str, **config_kwargs: Any):
             f"--data_dir DIR`), copy DIR here and pass data.data_dir=DIR, or pass data.name=<the "
             f"prepared version directory>")
     return builder
-
-
-def _first_line(e: BaseException) -> str:
-    lines = str(e).strip().splitlines()
-    return lines[0][:300] if lines else ""
 
 
 def _read_split(builder, split: str, input_key: str, label_key: str) -> dict[str, np.ndarray]:

@@ -12,6 +12,8 @@ from typing import Callable
 import jax
 import jax.numpy as jnp
 
+from repr_jax.data import augment as recipes
+
 
 def _shift_1d(key, x_BxL, max_shift: int):
     """Shifts each signal by an integer in [-max_shift, max_shift], filling with zeros."""
@@ -59,7 +61,6 @@ def augment(key: jax.Array, x: jax.Array, *, shift: int = 0, scale: float = 0.0,
                              "(shift, scale, noise, mask, crop_pad, flip, preset) do not apply")
         return x
     if preset:
-        from repr_jax.data import augment as recipes
         if x.ndim != 4:
             raise ValueError(f"views: preset={preset!r} needs images [B, H, W, C]; got shape "
                              f"{x.shape}")

@@ -83,8 +83,7 @@ def _read_tensors(path: Path) -> dict[str, np.ndarray]:
         tensors = load_file(str(path))
     except Exception as e:  # noqa: BLE001 - safetensors raises its own error types
         raise ValueError(f"{path} is not a readable safetensors file "
-                         f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
-                         ) from None
+                         f"({type(e).__name__}: {files.first_line(e)})") from None
     for name, t in tensors.items():
         if np.issubdtype(t.dtype, np.inexact) and not np.isfinite(t).all():
             raise ValueError(f"{path}: tensor {name!r} holds {np.size(t) - np.isfinite(t).sum()} "

@@ -27,6 +27,7 @@ import orbax.checkpoint as ocp
 
 from repr_jax import files
 from repr_jax.config import ConfigError
+from repr_jax.train import costs
 
 CHECKSUM_KIND = "uint32 word sum, odd-weighted word sum"
 MANIFEST = "files.json"  # {file: [size, crc32]} of a finished checkpoint, written by process 0
@@ -47,12 +48,19 @@ def _words(x: jax.Array) -> jax.Array:
     if x.dtype == jnp.bool_:
         x = x.astype(jnp.uint8)
     size = x.dtype.itemsize
-    if size == 4:
+    if size in (4, 8):  # 64-bit: a trailing axis of two words
         return jax.lax.bitcast_convert_type(x, jnp.uint32).ravel()
-    if size == 8:
-        return jax.lax.bitcast_convert_type(x, jnp.uint32).ravel()  # [..., 2]
     unsigned = {1: jnp.uint8, 2: jnp.uint16}[size]
     return jax.lax.bitcast_convert_type(x, unsigned).astype(jnp.uint32).ravel()
+
+
+def _finite(tree: Any) -> jax.Array:
+    finite = [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)
+              if jnp.issubdtype(x.dtype, jnp.inexact)]
+    return jnp.all(jnp.stack(finite)) if finite else jnp.bool_(True)
+
+
+_all_finite = jax.jit(_finite)
 
 
 @jax.jit
@@ -63,9 +71,7 @@ def _summarize(tree: Any) -> tuple[Any, jax.Array]:
         w = _words(x)
         weights = jnp.arange(w.size, dtype=jnp.uint32) * jnp.uint32(2) + jnp.uint32(1)
         return jnp.stack([jnp.sum(w, dtype=jnp.uint32), jnp.sum(w * weights, dtype=jnp.uint32)])
-    finite = [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)
-              if jnp.issubdtype(x.dtype, jnp.inexact)]
-    return jax.tree.map(sums, tree), jnp.all(jnp.stack(finite)) if finite else jnp.bool_(True)
+    return jax.tree.map(sums, tree), _finite(tree)
 
 
 def _host(x: jax.Array) -> np.ndarray:
@@ -83,7 +89,7 @@ def summarize(tree: Any) -> tuple[dict[str, list[int]], bool]:
 
 def all_finite(tree: Any) -> bool:
     """Whether every floating array of ``tree`` is finite (computed where the arrays live)."""
-    return summarize(tree)[1]
+    return bool(_host(_all_finite(tree)))
 
 
 @jax.jit
@@ -153,7 +159,7 @@ class Checkpointer:
                 state, saved = restored["state"], restored["checksums"]
         except Exception as e:  # noqa: BLE001 - any failure to read is damage, reported in one line
             raise CheckpointDamaged(f"checkpoint step {step} ({path}) does not restore: "
-                                    f"{type(e).__name__}: {_first_line(e)}") from None
+                                    f"{type(e).__name__}: {files.first_line(e)}") from None
         if legacy:
             print(f"repr-jax: warning: checkpoint step {step} ({path}) predates checksums; "
                   f"restored unverified", file=sys.stderr)
@@ -181,7 +187,7 @@ class Checkpointer:
                       file=sys.stderr)
         return None
 
-    def move_aside(self, step: int, why: str) -> Path | None:
+    def move_aside(self, step: int, why: str) -> Path:
         """Moves checkpoint ``step`` to ``<directory>.<why>/<step>`` (process 0 only; never
         deletes), so later restores skip it."""
         self.wait()
@@ -224,8 +230,7 @@ class Checkpointer:
 def _check_space(directory: Path, state: Any) -> None:
     """Refuses (one line) a save the disk has no room for, before orbax starts writing: its
     background writers would fail with pages of tracebacks and a late error."""
-    leaves = jax.tree.leaves(state)
-    need = sum(x.nbytes for x in leaves) + (64 << 10) + (2 << 10) * len(leaves)
+    need = costs.nbytes(state) + (64 << 10) + (2 << 10) * len(jax.tree.leaves(state))
     free = shutil.disk_usage(directory).free
     if free < need:
         raise files.StorageError(errno.ENOSPC, f"writing a checkpoint to {directory} needs about "
@@ -268,11 +273,6 @@ def _check_files(step: int, path: Path) -> None:
         if actual[name][1] != crc:
             raise CheckpointDamaged(f"checkpoint step {step}: {path / name} fails its CRC32 "
                                     f"check (its contents changed after it was written)")
-
-
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    return text[0][:300] if text else ""
 
 
 def restore_latest(workdir: str | Path, like_state, *, keep: int = 2):

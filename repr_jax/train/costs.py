@@ -50,13 +50,18 @@ def _gib(n: float) -> str:
     return f"{n / 2**30:,.1f} GiB"
 
 
-def check_state_fits(abstract_state: Any, params: Any, shards: int = 1) -> None:
-    """Refuses, before anything is allocated, a state whose arrays (parameters, optimizer
-    moments, gradients) alone exceed one device's memory; ``shards``: the fsdp axis size."""
+def nbytes(tree: Any) -> int:
+    """The bytes of a tree's arrays (concrete or abstract, ``jax.eval_shape``'s)."""
+    return sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(tree))
+
+
+def check_state_fits(abstract_state: Any, shards: int = 1) -> None:
+    """Refuses, before anything is allocated, a state (``jax.eval_shape``'s) whose arrays
+    (parameters, optimizer moments) and gradients alone exceed one device's memory; ``shards``:
+    the fsdp axis size."""
     limit, what = device_memory()
-    n = param_counts(params)["params"]
-    need = (sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(abstract_state))
-            + sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(params))) / shards
+    n = param_counts(abstract_state.params)["params"]
+    need = (nbytes(abstract_state) + nbytes(abstract_state.params)) / shards
     if need > limit:
         raise ConfigError(f"the model has {n:,} parameters: its state and gradients need about "
                           f"{_gib(need)} per device, and {what} is {_gib(limit)}; make the encoder "

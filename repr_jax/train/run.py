@@ -159,7 +159,7 @@ def init_state(cfg: Config, method: Method, sample: dict[str, np.ndarray], mesh)
     """The initial state, created directly with its sharding (replicated, or split over fsdp)."""
     init_fn, key = state_init_fn(cfg, method), jax.random.PRNGKey(cfg.seed)
     abstract = jax.eval_shape(init_fn, key, sample)
-    costs.check_state_fits(abstract, abstract.params, shards=cfg.train.fsdp)
+    costs.check_state_fits(abstract, shards=cfg.train.fsdp)
     shardings = sharding.state_sharding(abstract, mesh)
     return jax.jit(init_fn, out_shardings=shardings)(key, sample)
 

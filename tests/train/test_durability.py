@@ -12,10 +12,10 @@ import sys
 import time
 from pathlib import Path
 
+import jax
 import numpy as np
+import orbax.checkpoint as ocp
 import pytest
-
-from repr_jax.train.checkpoint import Checkpointer
 
 RUN = ["train", "--no-progress", "--set", "data.num_examples=1000", "--set", "train.steps=24",
        "--set", "train.ckpt_every=4", "--set", "train.eval_every=12", "--set", "train.log_every=1",
@@ -53,12 +53,7 @@ def _kill_when(proc: subprocess.Popen, ready, timeout: float = 240) -> str:
 
 def _final_state(workdir: Path):
     """The arrays of the final checkpoint (step 24), on the host."""
-    import jax
-    ckpt = Checkpointer(workdir / "checkpoints")
-    path = workdir / "checkpoints" / "24" / "state"
-    import orbax.checkpoint as ocp
-    state = ocp.StandardCheckpointer().restore(path)
-    ckpt.close()
+    state = ocp.StandardCheckpointer().restore(workdir / "checkpoints" / "24" / "state")
     return jax.tree.map(np.asarray, state)
 
 
@@ -99,7 +94,6 @@ def test_kill_9_at_many_moments_resumes_bitwise(tmp_path):
     assert len(seen) >= 5 and any("checkpoint write" in s for s in seen), seen
 
     a, b = _final_state(full), _final_state(killed)
-    import jax
     for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
         np.testing.assert_array_equal(x, y)  # bitwise
     rows = [json.loads(line) for line in (killed / "metrics.jsonl").open()]
@@ -122,11 +116,12 @@ def _unshare_available() -> bool:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not _unshare_available(), reason="needs unshare -rm to mount a small tmpfs")
 def test_a_full_disk_is_one_line_and_the_run_resumes_once_space_is_freed(tmp_path):
     """A real full disk: the run directory is on a tmpfs of a few MiB, filled before the run's
     first checkpoint; the error is one line naming the path and the free space; after the filler
     is removed, the same command resumes and finishes (a torn metrics line, if any, dropped)."""
+    if not _unshare_available():
+        pytest.skip("needs unshare -rm to mount a small tmpfs")
     mount = tmp_path / "disk"
     mount.mkdir()
     cli = shlex.join([sys.executable, "-m", "repr_jax.cli", *RUN, "--workdir", str(mount / "run")])

@@ -224,10 +224,27 @@ class ViewsConfig:
     crop_pad: int = static(0, ">=0", "2-D: pad by this many pixels, then random crop back")
     flip: bool = static(False, doc="2-D: random horizontal flip")
     preset: str = static("", ("", "simclr", "simclr_no_color", "simclr_no_crop", "moco_v2",
-                              "byol"),
+                              "byol", "dino"),
                          "2-D: a published SSL image recipe (torchvision semantics, "
                          "repr_jax/data/augment.py) at the input's size, applied before the "
                          "options above")
+    # A preset's parameters, overridden in every view (-1 / () = the preset's).
+    crop_scale: tuple[float, ...] = static((), doc="preset: RandomResizedCrop scale (lo, hi)")
+    crop_ratio: tuple[float, ...] = static((), doc="preset: RandomResizedCrop ratio (lo, hi)")
+    flip_p: float = static(-1.0, doc="preset: horizontal flip probability")
+    jitter: tuple[float, ...] = static((), doc="preset: ColorJitter (brightness, contrast, "
+                                                "saturation, hue)")
+    jitter_p: float = static(-1.0, doc="preset: probability of colour jitter")
+    grayscale_p: float = static(-1.0, doc="preset: RandomGrayscale probability")
+    blur_p: float = static(-1.0, doc="preset: Gaussian blur probability")
+    blur_sigma: tuple[float, ...] = static((), doc="preset: Gaussian blur sigma range (lo, hi)")
+    solarize_p: float = static(-1.0, doc="preset: RandomSolarize probability")
+    local_crops: int = static(-1, doc="preset: multi-crop local views besides the two global "
+                                      "ones (-1 = the preset's: dino 6, others 0)")
+    local_size: float = static(0.0, ">=0", "preset: local views' side, a fraction of the input's "
+                                           "(0 = 96/224, DINO's)")
+    local_scale: tuple[float, ...] = static((), doc="preset: local views' crop scale "
+                                                    "(() = (0.05, 0.4))")
 
 
 @config
@@ -249,6 +266,13 @@ class DataConfig:
     image_size: int = static(0, ">=0", "imagefolder:DIR: images resized (shorter side) and "
                                        "centre-cropped to this square size (0 = 64); shapes: "
                                        "its image size (0 = 32)")
+    in_memory_mb: float = static(1024.0, ">=0", "a split whose arrays would exceed this many MiB "
+                                                "is read by index from its array_record files "
+                                                "(decoded per batch) instead of loaded; 0 = stream "
+                                                "every split")
+    workers: int = static(2, ">=0", "background threads that read, decode and assemble batches "
+                                    "ahead of the step (0 = in the training loop)")
+    prefetch: int = static(4, ">0", "batches read ahead")
     views: ViewsConfig = _section(ViewsConfig)
 
 

@@ -178,8 +178,9 @@ def color_jitter(key, img, brightness: float, contrast: float, saturation: float
 
 @dataclasses.dataclass(frozen=True)
 class Recipe:
-    """One view's augmentation, in torchvision's terms. ``size=0``: the input's size."""
-    size: int = 0
+    """One view's augmentation, in torchvision's terms. ``size``: the output side in pixels, a
+    fraction of the input's side when below 1 (multi-crop's local views), 0 = the input's."""
+    size: float = 0
     scale: tuple[float, float] = (0.08, 1.0)
     ratio: tuple[float, float] = (3 / 4, 4 / 3)
     flip_p: float = 0.5
@@ -201,7 +202,7 @@ def view(key: jax.Array, img: jax.Array, recipe: Recipe) -> jax.Array:
     """One random view of one image ``[H, W, C]`` under ``recipe`` (grayscale images skip the
     colour ops, as torchvision does)."""
     h, w, c = img.shape
-    size = (recipe.size or h, recipe.size or w)
+    size = (output_side(recipe, h), output_side(recipe, w))
     ks = jax.random.split(key, 8)
     top, left, ch, cw = crop_box(ks[0], h, w, recipe.scale, recipe.ratio)
     img = resized_crop(img, top, left, ch, cw, size)
@@ -222,6 +223,13 @@ def view(key: jax.Array, img: jax.Array, recipe: Recipe) -> jax.Array:
     return img
 
 
+def output_side(recipe: Recipe, side: int) -> int:
+    """The side of ``recipe``'s output for an input side of ``side`` pixels."""
+    if not recipe.size:
+        return side
+    return max(1, round(recipe.size * side)) if recipe.size < 1 else int(recipe.size)
+
+
 def views(key: jax.Array, images: jax.Array, recipe: Recipe) -> jax.Array:
     """One view of each image of ``[B, H, W, C]``: one key per example."""
     return jax.vmap(lambda k, x: view(k, x, recipe))(jax.random.split(key, images.shape[0]),
@@ -240,4 +248,51 @@ PRESETS: dict[str, tuple[Recipe, ...]] = {
     # BYOL (Grill et al. 2020, table 6): asymmetric blur and solarisation.
     "byol": (Recipe(jitter=(0.4, 0.4, 0.2, 0.1), blur_p=1.0),
              Recipe(jitter=(0.4, 0.4, 0.2, 0.1), blur_p=0.1, solarize_p=0.2)),
+    # DINO (Caron et al. 2021, its main_dino.py DataAugmentationDINO): BYOL's two global views at
+    # crop scale (0.4, 1), and LOCAL_CROPS[preset] small views.
+    "dino": (Recipe(scale=(0.4, 1.0), jitter=(0.4, 0.4, 0.2, 0.1), blur_p=1.0),
+             Recipe(scale=(0.4, 1.0), jitter=(0.4, 0.4, 0.2, 0.1), blur_p=0.1, solarize_p=0.2)),
 }
+
+# Multi-crop: the recipe of the local views and how many a preset makes by default (DINO: 6 views of
+# 96 px for 224 px inputs at crop scale (0.05, 0.4)). Any preset takes local views via
+# data.views.local_crops; the others' default is none.
+LOCAL = Recipe(size=96 / 224, scale=(0.05, 0.4), jitter=(0.4, 0.4, 0.2, 0.1), blur_p=0.5)
+LOCAL_CROPS = {"dino": 6}
+
+# Recipe fields that data.views.* can override in every view of a preset (the names are the
+# config's; data.views.crop_scale is Recipe.scale, and so on).
+OVERRIDABLE = {"crop_scale": "scale", "crop_ratio": "ratio", "flip_p": "flip_p",
+               "jitter": "jitter", "jitter_p": "jitter_p", "grayscale_p": "grayscale_p",
+               "blur_p": "blur_p", "blur_sigma": "blur_sigma", "solarize_p": "solarize_p"}
+
+
+def recipes(preset: str, *, local_crops: int = -1, local_size: float = 0.0,
+            local_scale: tuple[float, ...] = (), **overrides) -> tuple[tuple[Recipe, ...], int]:
+    """``(per-view recipes, number of local views)`` of ``preset`` with ``overrides`` (the config's
+    names, :data:`OVERRIDABLE`; ``-1``/``()`` = the preset's) applied to every view. The last recipe
+    is the local views' when there are any."""
+    unknown = sorted(set(overrides) - set(OVERRIDABLE))
+    if unknown:
+        raise ValueError(f"views: unknown recipe options {unknown}; choose from "
+                         f"{sorted(OVERRIDABLE)}")
+    changes = {OVERRIDABLE[k]: tuple(v) if isinstance(v, (tuple, list)) else v
+               for k, v in overrides.items() if v != -1 and v != ()}
+    if local_scale:
+        changes_local = {"scale": tuple(local_scale)}
+    else:
+        changes_local = {}
+    for name, value in list(changes.items()) + list(changes_local.items()):
+        want = getattr(Recipe(), name)
+        if isinstance(want, tuple) and len(value) != len(want):
+            key = next((k for k, v in OVERRIDABLE.items() if v == name), name)
+            raise ValueError(f"data.views.{'local_scale' if name in changes_local else key} takes "
+                             f"{len(want)} numbers (like {want}), not {value}")
+    per_view = tuple(dataclasses.replace(r, **changes) for r in PRESETS[preset])
+    n_local = LOCAL_CROPS.get(preset, 0) if local_crops < 0 else local_crops
+    if n_local:
+        local = dataclasses.replace(LOCAL, **changes)
+        local = dataclasses.replace(local, **changes_local, **({"size": local_size}
+                                                               if local_size else {}))
+        per_view = (per_view if len(per_view) > 1 else per_view * 2) + (local,)
+    return per_view, n_local

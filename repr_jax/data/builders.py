@@ -441,8 +441,8 @@ class Shapes(tfds.core.GeneratorBasedBuilder):
     """Procedural RGB images of 8 shapes (:func:`shapes_example`), any number and size, each made
     from its index alone; the last sixth of the indices is the test split."""
 
-    VERSION = tfds.core.Version("1.0.0")
-    RELEASE_NOTES = {"1.0.0": "First release."}
+    VERSION = tfds.core.Version("2.0.0")
+    RELEASE_NOTES = {"1.0.0": "First release.", "2.0.0": "Images stored as PNG."}
     BUILDER_CONFIGS = [ShapesConfig()]
 
     def __init__(self, **kwargs):
@@ -454,7 +454,7 @@ class Shapes(tfds.core.GeneratorBasedBuilder):
         return tfds.core.DatasetInfo(
             builder=self, description=self.__doc__,
             features=tfds.core.features.FeaturesDict({
-                "x": tfds.features.Tensor(shape=(s, s, 3), dtype=np.uint8),
+                "x": tfds.features.Image(shape=(s, s, 3), encoding_format="png"),
                 "label": tfds.features.ClassLabel(names=list(SHAPES))}),
             supervised_keys=("x", "label"))
 
@@ -466,10 +466,12 @@ class Shapes(tfds.core.GeneratorBasedBuilder):
                 "test": self._generate_examples(range(n - n_test, n))}
 
     def _generate_examples(self, indices):
+        from PIL import Image
         c = self.builder_config
         for i in indices:
             image, label = shapes_example(i, seed=c.seed, size=c.image_size)
-            yield i, {"x": image, "label": label}
+            # PNG-encoded by PIL (TFDS encodes numpy images with TensorFlow, which is not installed)
+            yield i, {"x": Image.fromarray(image), "label": label}
 
 
 BUILDERS = {"digits": Digits, "shapes": Shapes, "mnist1d": Mnist1d, "latent_classes": LatentClasses,

@@ -103,8 +103,8 @@ def load_image(path: Path, size: int) -> np.ndarray:
 class ImageFolder(tfds.core.GeneratorBasedBuilder):
     """A folder of class subfolders of images (see the module docstring)."""
 
-    VERSION = tfds.core.Version("1.0.0")
-    RELEASE_NOTES = {"1.0.0": "First release."}
+    VERSION = tfds.core.Version("2.0.0")
+    RELEASE_NOTES = {"1.0.0": "First release.", "2.0.0": "Images stored as PNG."}
     BUILDER_CONFIGS = [ImageFolderConfig(name="unset")]
 
     def __init__(self, **kwargs):
@@ -118,7 +118,7 @@ class ImageFolder(tfds.core.GeneratorBasedBuilder):
         return tfds.core.DatasetInfo(
             builder=self, description=c.description,
             features=tfds.features.FeaturesDict({
-                "x": tfds.features.Tensor(shape=(s, s, 3), dtype=np.uint8),
+                "x": tfds.features.Image(shape=(s, s, 3), encoding_format="png"),
                 "label": tfds.features.ClassLabel(names=classes)}),
             supervised_keys=("x", "label"),
             metadata=tfds.core.MetadataDict(root=c.root))
@@ -130,6 +130,7 @@ class ImageFolder(tfds.core.GeneratorBasedBuilder):
                 for split, items in files.items()}
 
     def _generate_examples(self, split: str, items, classes):
+        from PIL import Image
         from tqdm.auto import tqdm
         index = {c: i for i, c in enumerate(classes)}
         skipped = []
@@ -140,7 +141,7 @@ class ImageFolder(tfds.core.GeneratorBasedBuilder):
             except Exception as e:  # noqa: BLE001 - PIL raises many kinds for a bad file
                 skipped.append(f"{path} ({type(e).__name__})")
                 continue
-            yield n, {"x": image, "label": index[cls]}
+            yield n, {"x": Image.fromarray(image), "label": index[cls]}  # PNG-encoded by PIL
         if skipped:
             warnings.warn(f"imagefolder: skipped {len(skipped)} unreadable file(s) of split "
                           f"{split}: " + "; ".join(skipped[:10])

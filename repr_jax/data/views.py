@@ -6,8 +6,6 @@ is per example and comes from the key, so the same key gives the same views.
 
 from __future__ import annotations
 
-import functools
-from typing import Callable
 
 import jax
 import jax.numpy as jnp
@@ -44,7 +42,7 @@ def _crop_2d(key, x_BxHxWxC, pad: int):
 
 def augment(key: jax.Array, x: jax.Array, *, shift: int = 0, scale: float = 0.0,
             noise: float = 0.0, mask: float = 0.0, crop_pad: int = 0, flip: bool = False,
-            preset: str = "", view: int = 0) -> jax.Array:
+            preset: str = "", view: int = 0, **recipe_options) -> jax.Array:
     """One random view of each example of ``x`` (``[B, L]`` or ``[B, H, W, C]``); same shape out.
 
     1-D: shift (zero fill), mask (one zeroed segment). 2-D: crop after padding, horizontal flip.
@@ -53,8 +51,13 @@ def augment(key: jax.Array, x: jax.Array, *, shift: int = 0, scale: float = 0.0,
 
     ``preset``: a published image recipe (:data:`repr_jax.data.augment.PRESETS`: random resized
     crop back to the input's size, flip, colour jitter, grayscale, blur, solarise), applied first;
-    ``view`` picks the recipe of a preset whose views differ (BYOL's second view).
+    ``view`` picks the recipe of a preset whose views differ (BYOL's second view; from 2 on,
+    multi-crop's local views); ``recipe_options`` override the preset's parameters
+    (:func:`repr_jax.data.augment.recipes`).
     """
+    if not preset and any(v != -1 and v != () and v != 0 for v in recipe_options.values()):
+        raise ValueError(f"views: {sorted(recipe_options)} change a preset's recipe; set "
+                         f"data.views.preset")
     if jnp.issubdtype(x.dtype, jnp.integer):
         if shift or scale or noise or mask or crop_pad or flip or preset:
             raise ValueError("views: inputs are integer token ids; signal/image augmentations "
@@ -64,7 +67,7 @@ def augment(key: jax.Array, x: jax.Array, *, shift: int = 0, scale: float = 0.0,
         if x.ndim != 4:
             raise ValueError(f"views: preset={preset!r} needs images [B, H, W, C]; got shape "
                              f"{x.shape}")
-        per_view = recipes.PRESETS[preset]
+        per_view, _ = recipes.recipes(preset, **recipe_options)
         key, k_preset = jax.random.split(key)
         x = recipes.views(k_preset, x, per_view[min(view, len(per_view) - 1)])
     if (shift or mask) and x.ndim != 2 or (crop_pad or flip) and x.ndim != 4:
@@ -91,6 +94,29 @@ def augment(key: jax.Array, x: jax.Array, *, shift: int = 0, scale: float = 0.0,
     return x
 
 
-def make_views_fn(**options) -> Callable[[jax.Array, jax.Array], jax.Array]:
-    """``augment`` with its options fixed: ``views_fn(key, x) -> view``."""
-    return functools.partial(augment, **options)
+class ViewMaker:
+    """``augment`` with its options fixed: ``views(key, x, view=0) -> view``. ``local_crops``: how
+    many small local views (multi-crop) a method that takes them adds to its two global views."""
+
+    def __init__(self, **options):
+        self.options = options
+        preset = options.get("preset", "")
+        recipe_options = {k: v for k, v in options.items() if k.startswith("local_")
+                          or k in recipes.OVERRIDABLE}
+        self.local_crops = recipes.recipes(preset, **recipe_options)[1] if preset else 0
+
+    def __call__(self, key: jax.Array, x: jax.Array, view: int = 0) -> jax.Array:
+        return augment(key, x, view=view, **self.options)
+
+    def global_only(self) -> "ViewMaker":
+        """The same views without local ones (what a method's two global views come from)."""
+        return ViewMaker(**dict(self.options, local_crops=0))
+
+    def local_views(self, key: jax.Array, x: jax.Array) -> list[jax.Array]:
+        """The ``local_crops`` local views of each example (each ``[B, h, w, C]``, h < H)."""
+        return [self(k, x, view=2) for k in jax.random.split(key, self.local_crops)]
+
+
+def make_views_fn(**options) -> ViewMaker:
+    """The views of a config's ``data.views`` options (see :func:`augment`)."""
+    return ViewMaker(**options)

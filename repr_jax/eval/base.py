@@ -18,6 +18,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from repr_jax.data.source import chunks, is_lazy
+
 PredictFn = Callable[[Any, jax.Array], Any]  # (variables, x_BxS) -> embedding_BxE (or a tuple)
 
 
@@ -27,7 +29,8 @@ class Embedder:
     compared, e.g. a dual encoder's two projections; default ``predict_fn``) or ``layers_fn``
     (``"layers"``: a tuple of ``[B, D_l]``), caching results per variables.
 
-    ``splits`` maps split names to ``{"x", "label", ...}`` arrays; ``embedder(variables)`` gives
+    ``splits`` maps split names to ``{"x", "label", ...}`` arrays (or streamed splits, whose rows are
+    read chunk by chunk); ``embedder(variables)`` gives
     ``{split: (features [N, E], labels [N])}``. ``eval_sets`` are extra evaluation sets
     (:mod:`repr_jax.data.eval_sets`) that evaluators pick by ``kind``.
     """
@@ -59,9 +62,8 @@ class Embedder:
             raise ValueError(f"this embedder has no {which!r} function")
         if which not in self._jitted:
             self._jitted[which] = jax.jit(self._fns[which])
-        n, bs = len(x), self.batch_size
-        for start in range(0, n, bs):
-            chunk = x[start:start + bs]
+        bs = self.batch_size
+        for chunk in chunks(x, bs):  # a streamed split's chunks are read ahead in threads
             pad = bs - len(chunk)  # every batch has one shape: one compilation for all inputs
             if pad:
                 chunk = np.concatenate([chunk, np.zeros((pad,) + chunk.shape[1:], chunk.dtype)])
@@ -74,7 +76,7 @@ class Embedder:
             self._variables, self._cache = variables, {}
         key = (id(x), which)
         if key not in self._cache:
-            outs = list(self._batches(variables, np.asarray(x), which))
+            outs = list(self._batches(variables, x if is_lazy(x) else np.asarray(x), which))
             if not outs:
                 raise ValueError("nothing to embed: an empty input")
             self._cache[key] = (jax.tree.map(

@@ -72,7 +72,14 @@ def siamese(name: str, encoder, views_fn: Callable, objective: PairObjective | N
         cached = grad_cache_loss(name, (embed, embed), lambda params, aux, z1, z2: _mean(
             objective(z1, z2, *aux)), grad_cache_chunk, objective is None or bool(matryoshka_dims))
 
+    n_local = getattr(views_fn, "local_crops", 0)
+    if n_local and (cached is not None or nested is not None or predictor_loss is not None):
+        raise ValueError(f"method {name!r}: multi-crop (data.views.local_crops={n_local}) does not "
+                         f"combine with grad_cache_chunk, Matryoshka or a predictor")
+
     def loss(params, model_state, extra, batch, key, hp):
+        if n_local:
+            return multi_crop_loss(params, model_state, extra, batch, key, hp)
         v1, v2 = two_views(views_fn, key, batch)
         if cached is not None:
             return hp.loss_weight * cached(params, model_state, (v1, v2), (batch, hp)), (
@@ -88,6 +95,22 @@ def siamese(name: str, encoder, views_fn: Callable, objective: PairObjective | N
             value = predictor_loss(z[:b], z[b:], p[:b], p[b:], hp)
         else:
             value = _mean(objective(z[:b], z[b:], batch, hp))
+        return hp.loss_weight * value, (model_state, extra, {"emb_std": normalized_std(emb)})
+
+    def multi_crop_loss(params, model_state, extra, batch, key, hp):
+        """Two global views and ``n_local`` small ones (Caron et al. 2020, SwAV's multi-crop): the
+        objective's mean over the pairs (global, any other view), 1 + 2 * n_local of them."""
+        k_global, k_local = jax.random.split(key)
+        g1, g2 = two_views(views_fn.global_only(), k_global, batch)
+        b = g1.shape[0]
+        (emb, _, z, _), model_state = apply_train(model, params, model_state,
+                                                  jnp.concatenate([g1, g2], axis=0))
+        (_, _, z_local, _), model_state = apply_train(
+            model, params, model_state,
+            jnp.concatenate(views_fn.local_views(k_local, batch["x"]), axis=0))
+        zs = [z[:b], z[b:]] + [z_local[i * b:(i + 1) * b] for i in range(n_local)]
+        pairs = [(0, 1)] + [(g, j) for g in (0, 1) for j in range(2, 2 + n_local)]
+        value = sum(_mean(objective(zs[i], zs[j], batch, hp)) for i, j in pairs) / len(pairs)
         return hp.loss_weight * value, (model_state, extra, {"emb_std": normalized_std(emb)})
 
     return Method(name, model, loss)

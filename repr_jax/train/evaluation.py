@@ -23,6 +23,7 @@ from repr_jax import config as config_lib
 from repr_jax import files
 from repr_jax.config import Config, ConfigError
 from repr_jax.data import Dataset
+from repr_jax.data.source import subset
 from repr_jax.eval import EVALUATORS, Embedder, Estimate
 from repr_jax.methods import Method
 from repr_jax.train.log import format_table, plot_eval
@@ -95,11 +96,10 @@ def eval_splits(dataset: Dataset, max_examples: int) -> dict[str, dict[str, np.n
     if not max_examples:
         return dataset.splits
     out = {}
-    for name, arrays in dataset.splits.items():
-        n = len(arrays["label"])
-        keep = (slice(None) if n <= max_examples else
-                np.sort(np.random.default_rng(0).permutation(n)[:max_examples]))
-        out[name] = {k: v[keep] for k, v in arrays.items()}
+    for name, split in dataset.splits.items():
+        n = len(split["label"])
+        out[name] = split if n <= max_examples else subset(
+            split, np.sort(np.random.default_rng(0).permutation(n)[:max_examples]))
     return out
 
 

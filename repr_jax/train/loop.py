@@ -40,6 +40,7 @@ from repr_jax import config as config_lib
 from repr_jax import files
 from repr_jax.config import Config, ConfigError
 from repr_jax.data import BatchStream, Dataset
+from repr_jax.data.source import Prefetcher
 from repr_jax.host_memory import keep_host_memory
 from repr_jax.train import sharding
 from repr_jax.train.checkpoint import Checkpointer, finite_members
@@ -75,6 +76,7 @@ class Trainee:
     stacked: bool
     workdir: Path  # the checkpoints' home (and a population's combined metrics.jsonl)
     records: Sequence[Callable[[], Any]] = ()  # the run's first writes (config.json, run.json)
+    close: Callable[[], Any] = lambda: None  # stops the input's read-ahead threads
 
 
 def train_members(trainee: Trainee, *, progress: bool, desc: str = "train"
@@ -112,7 +114,7 @@ def _loop(trainee: Trainee, *, progress: bool, desc: str
     diverged: dict[str, int] = {}
     bar = tqdm(total=t.steps, initial=start, unit="step", dynamic_ncols=True, desc=desc,
                disable=not (progress and lead))
-    window = [time.perf_counter(), 0]  # start time, examples since
+    window = [time.perf_counter(), 0, 0.0]  # start time, examples since, seconds waiting for input
 
     def stop(what: str, first_bad: int) -> None:
         """Raises TrainingDiverged after moving aside the checkpoints from ``first_bad`` on."""
@@ -150,12 +152,17 @@ def _loop(trainee: Trainee, *, progress: bool, desc: str
         if (step + 1) % t.log_every and step + 1 != t.steps:
             return
         now = time.perf_counter()
-        rate, window[:] = window[1] / max(now - window[0], 1e-9), [now, 0]
-        bar.set_postfix(loss=f"{np.nanmean(m['loss']):.4f}", ex_per_s=f"{rate:,.0f}")
+        elapsed = max(now - window[0], 1e-9)
+        rate, waiting = window[1] / elapsed, min(window[2] / elapsed, 1.0)
+        window[:] = [now, 0, 0.0]
+        # The share of wall time the loop sat waiting for the next batch: input-bound when high.
+        bar.set_postfix(loss=f"{np.nanmean(m['loss']):.4f}", ex_per_s=f"{rate:,.0f}",
+                        input_wait=f"{waiting:.0%}")
         if lead:
             for i, writer in enumerate(writers):
                 writer.write(dict(step=step + 1, **{k: float(v[i]) for k, v in m.items()},
-                                  examples_per_sec=rate, examples_seen=(step + 1) * t.batch_size))
+                                  examples_per_sec=rate, examples_seen=(step + 1) * t.batch_size,
+                                  input_wait_frac=waiting))
             if combined is not None:
                 combined.write(dict(step=step + 1, **{k: v.tolist() for k, v in m.items()}))
 
@@ -175,7 +182,10 @@ def _loop(trainee: Trainee, *, progress: bool, desc: str
     pending = None
     try:
         for step in range(start, t.steps):
-            state, metrics = trainee.step_fn(state, trainee.batch_at(step), trainee.hp)
+            t0 = time.perf_counter()
+            batch = trainee.batch_at(step)
+            window[2] += time.perf_counter() - t0
+            state, metrics = trainee.step_fn(state, batch, trainee.hp)
             if pending is not None:  # step t+1 is dispatched before step t's metrics are fetched
                 finish_step(*pending)
             pending, done = (step, metrics), step + 1
@@ -197,6 +207,7 @@ def _loop(trainee: Trainee, *, progress: bool, desc: str
         check_finite(state, t.steps)
         ckpt.save(state, require_finite=not trainee.stacked)
     finally:
+        trainee.close()
         bar.close()
         ckpt.close()
 
@@ -230,12 +241,19 @@ def train_and_evaluate(cfg: Config, workdir: str | Path, *, progress: bool = Tru
     eval_sets = load_eval_sets(cfg, dataset)
     stream = stream or BatchStream(dataset.splits["train"], batch_size=t.batch_size, seed=cfg.seed)
 
+    def host_batch(step: int):
+        return stream.batch(step, process_index=jax.process_index(),
+                            process_count=jax.process_count())
+
+    read_ahead = Prefetcher(host_batch, stop=t.steps, workers=cfg.data.workers,
+                            buffer=cfg.data.prefetch)
+
     def batch_at(step: int):
-        return sharding.global_batch(stream.batch(step, process_index=jax.process_index(),
-                                                  process_count=jax.process_count()), mesh)
+        return sharding.global_batch(read_ahead(step), mesh)
 
     # Compiled for the first batch's shapes; the resumed state has the fresh state's shapes.
-    step_fn, run_costs = compile_step(cfg, method, mesh, state, batch_at(0))
+    step_fn, run_costs = compile_step(cfg, method, mesh, state,
+                                      sharding.global_batch(host_batch(0), mesh))
     records = [lambda: config_lib.save_json(cfg, workdir / "config.json"),
                lambda: write_run_info(workdir / "run.json", run_costs, batch_size=t.batch_size,
                                       steps=t.steps, num_devices=mesh.size,
@@ -254,7 +272,7 @@ def train_and_evaluate(cfg: Config, workdir: str | Path, *, progress: bool = Tru
     # ---------------------------------------------------------------- train, evaluate
     trainee = Trainee(members=[Member("", cfg, workdir)], state=state, step_fn=step_fn,
                       batch_at=batch_at, hp=hyperparams(cfg), evaluate=evaluate, stacked=False,
-                      workdir=workdir, records=records)
+                      workdir=workdir, records=records, close=read_ahead.close)
     state, rows, _ = train_members(trainee, progress=progress)
     eval_rows = rows[""]
     if jax.process_index() == 0:

@@ -39,6 +39,7 @@ from repr_jax import config as config_lib
 from repr_jax import files
 from repr_jax.config import Config, ConfigError
 from repr_jax.data import BatchStream
+from repr_jax.data.source import Prefetcher
 from repr_jax.train import sharding
 from repr_jax.backend import cpu_tuned
 from repr_jax.host_memory import keep_host_memory
@@ -199,9 +200,15 @@ def train_population(configs: Sequence[Config], workdir: str | Path, *,
     streams = [BatchStream(dataset.splits["train"], batch_size=t.batch_size, seed=c.seed)
                for c in (configs[:1] if shared_batches else configs)]
 
-    def batch_at(step: int):
-        local = [s.batch(step, process_index=jax.process_index(),
-                         process_count=jax.process_count()) for s in streams]
+    def host_batches(step: int):
+        return [s.batch(step, process_index=jax.process_index(),
+                        process_count=jax.process_count()) for s in streams]
+
+    read_ahead = Prefetcher(host_batches, stop=t.steps, workers=cfg.data.workers,
+                            buffer=cfg.data.prefetch)
+
+    def batch_at(step: int, local=None):
+        local = read_ahead(step) if local is None else local
         if shared_batches:
             return sharding.global_batch(local[0], mesh)
         stacked = {k: np.stack([b[k] for b in local]) for k in local[0]}
@@ -209,7 +216,7 @@ def train_population(configs: Sequence[Config], workdir: str | Path, *,
             None, (sharding.DATA, sharding.FSDP)))
         return {k: jax.make_array_from_process_local_data(spec, v) for k, v in stacked.items()}
 
-    first = batch_at(0)
+    first = batch_at(0, host_batches(0))
     step_fn = make_population_step(cfg, method, mesh, shared_batches=shared_batches)
     compiled = step_fn.lower(state, first, hp).compile()
     # A member's costs are its separate run's: XLA counts a loop's body once, so the population
@@ -234,7 +241,8 @@ def train_population(configs: Sequence[Config], workdir: str | Path, *,
 
     # ---------------------------------------------------------------- train, evaluate
     trainee = Trainee(members=members, state=state, step_fn=compiled, batch_at=batch_at, hp=hp,
-                      evaluate=evaluate, stacked=True, workdir=workdir, records=records)
+                      evaluate=evaluate, stacked=True, workdir=workdir, records=records,
+                      close=read_ahead.close)
     state, rows, diverged = train_members(trainee, progress=progress,
                                           desc=f"population x{len(configs)}")
     return {"state": state, "eval_rows": rows, "names": names, "diverged": diverged}

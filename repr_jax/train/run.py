@@ -19,6 +19,7 @@ import numpy as np
 from repr_jax import config as config_lib
 from repr_jax import data, encoders, methods
 from repr_jax.config import Config, ConfigError, unknown_choice
+from repr_jax.data.source import subset, take
 from repr_jax.methods import Method
 from repr_jax.train import costs, sharding
 from repr_jax.train.checkpoint import all_finite, restore_latest
@@ -28,7 +29,8 @@ from repr_jax.train.step import configured_step, hyperparams
 
 # Keys that change bookkeeping only, never the trained numbers: a resumed run may change them.
 RESUMABLE_CHANGES = ("eval.", "train.eval_every", "train.ckpt_every", "train.log_every",
-                     "train.keep_checkpoints", "train.num_devices")
+                     "train.keep_checkpoints", "train.num_devices", "data.in_memory_mb",
+                     "data.workers", "data.prefetch")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -40,7 +42,7 @@ def load_dataset(cfg: Config) -> data.Dataset:
     sizes = {k: v for k, v in (("num_examples", d.num_examples), ("num_classes", d.num_classes),
                                ("pairs", d.pairs), ("image_size", d.image_size)) if v}
     dataset = data.load(d.name, data_dir=d.data_dir, tokenizer=d.tokenizer, max_len=d.max_len,
-                        **sizes)
+                        in_memory_mb=d.in_memory_mb, **sizes)
     return subset_train(dataset, d.train_examples) if d.train_examples else dataset
 
 
@@ -53,8 +55,7 @@ def subset_train(dataset: data.Dataset, n: int) -> data.Dataset:
         raise ConfigError(f"data.train_examples={n} but {dataset.name!r} has {available} training "
                           f"examples (raise data.num_examples for generated data)")
     keep = np.sort(np.random.default_rng(0).permutation(available)[:n])
-    return dataclasses.replace(dataset, splits={**dataset.splits,
-                                                "train": {k: v[keep] for k, v in train.items()}})
+    return dataclasses.replace(dataset, splits={**dataset.splits, "train": subset(train, keep)})
 
 
 def load_eval_sets(cfg: Config, dataset: data.Dataset) -> list:
@@ -80,7 +81,7 @@ def load_eval_sets(cfg: Config, dataset: data.Dataset) -> list:
 
 def sample_batch(dataset: data.Dataset, n: int = 2) -> dict[str, np.ndarray]:
     """The first ``n`` training examples: what ``init`` traces shapes from."""
-    return {k: v[:n] for k, v in dataset.splits["train"].items()}
+    return take(dataset.splits["train"], np.arange(n))
 
 
 # --------------------------------------------------------------------------------------------------

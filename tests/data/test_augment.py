@@ -2,6 +2,7 @@
 (``tests/reference_impls.py``), and against torchvision itself where it is installed; the random
 parameters against torchvision's sampling rules; views per example, keyed, shaped."""
 
+import dataclasses
 import importlib.util
 
 import jax
@@ -143,3 +144,77 @@ def test_presets_reach_the_views_and_per_view_recipes_differ():
         C.override(C.Config(), ["data.views.preset=simclr_v9"])
     with pytest.raises(ValueError, match="preset='simclr' needs images"):
         make_views_fn(preset="simclr")(key, jnp.zeros((2, 40)))
+
+
+def test_multi_crop_makes_two_global_and_n_local_views_of_their_own_sizes():
+    from repr_jax.data.views import make_views_fn
+    images = jnp.asarray(np.stack([_image(32, 32)] * 4))
+    dino = make_views_fn(preset="dino")
+    assert dino.local_crops == A.LOCAL_CROPS["dino"] == 6
+    key = jax.random.PRNGKey(0)
+    local = dino.local_views(key, images)
+    assert len(local) == 6 and {v.shape for v in local} == {(4, 14, 14, 3)}  # 96/224 of 32 px
+    assert dino(key, images, view=1).shape == images.shape  # the global views keep the size
+    assert len({np.asarray(v).tobytes() for v in local}) == 6  # each local view its own draw
+    custom = make_views_fn(preset="simclr", local_crops=2, local_size=0.5, local_scale=(0.2, 0.5))
+    per_view, n = A.recipes("simclr", local_crops=2, local_size=0.5, local_scale=(0.2, 0.5))
+    assert n == custom.local_crops == 2 and len(per_view) == 3
+    assert per_view[2].scale == (0.2, 0.5) and per_view[2].size == 0.5
+    assert {v.shape for v in custom.local_views(key, images)} == {(4, 16, 16, 3)}
+    assert make_views_fn(preset="dino", local_crops=0).local_crops == 0
+
+
+def test_each_view_and_each_example_draws_its_own_parameters():
+    """Brightness-only views of one flat grey image: each view's factor is the view's mean over the
+    image's, so the factors of two views (and of two examples) must be uncorrelated."""
+    from repr_jax.data.views import make_views_fn
+    grey = jnp.full((512, 4, 4, 3), 0.25)
+    views = make_views_fn(preset="simclr", crop_scale=(1.0, 1.0), crop_ratio=(1.0, 1.0),
+                          flip_p=0.0, jitter=(0.5, 0.0, 0.0, 0.0), jitter_p=1.0, grayscale_p=0.0,
+                          blur_p=0.0)
+    from repr_jax.methods.base import two_views
+    v1, v2 = two_views(views, jax.random.PRNGKey(1), {"x": grey})  # as every siamese method does
+    f1, f2 = (np.asarray(v).mean(axis=(1, 2, 3)) / 0.25 for v in (v1, v2))
+    assert 0.5 <= f1.min() and f1.max() <= 1.5 and f1.std() > 0.2  # U(0.5, 1.5), per example
+    assert abs(np.corrcoef(f1, f2)[0, 1]) < 0.15
+    assert abs(np.corrcoef(f1[:256], f1[256:])[0, 1]) < 0.2  # examples: independent draws too
+    local = make_views_fn(preset="simclr", local_crops=2, crop_scale=(1.0, 1.0),
+                          jitter=(0.5, 0.0, 0.0, 0.0), jitter_p=1.0, grayscale_p=0.0,
+                          blur_p=0.0).local_views(jax.random.PRNGKey(2), grey)
+    l1, l2 = (np.asarray(v).mean(axis=(1, 2, 3)) for v in local)
+    assert abs(np.corrcoef(l1, l2)[0, 1]) < 0.15
+
+
+def test_data_views_options_override_every_view_of_a_preset():
+    from repr_jax import config as C
+    from repr_jax.data.views import make_views_fn
+    per_view, _ = A.recipes("byol", blur_p=0.0, jitter=(0.1, 0.2, 0.3, 0.05), crop_scale=(0.5, 1))
+    assert all(r.blur_p == 0.0 and r.jitter == (0.1, 0.2, 0.3, 0.05) and r.scale == (0.5, 1)
+               for r in per_view)
+    assert per_view[1].solarize_p == 0.2  # what is not overridden stays the preset's
+    cfg = C.override(C.Config(), ["data.views.preset=byol", "data.views.solarize_p=0.0"])
+    assert A.recipes("byol", **{k: v for k, v in dataclasses.asdict(cfg.data.views).items()
+                                if k in A.OVERRIDABLE})[0][1].solarize_p == 0.0
+    with pytest.raises(ValueError, match="data.views.jitter takes 4 numbers"):
+        A.recipes("simclr", jitter=(0.1, 0.2))
+    with pytest.raises(ValueError, match="data.views.local_scale takes 2"):
+        A.recipes("dino", local_scale=(0.1,))
+    with pytest.raises(ValueError, match="set data.views.preset"):
+        make_views_fn(blur_p=0.5)(jax.random.PRNGKey(0), jnp.zeros((2, 8, 8, 3)))
+
+
+def test_multi_crop_trains_the_siamese_family_and_is_refused_by_two_view_methods(tmp_path):
+    from conftest import tiny_config
+    from repr_jax.config import DataConfig, EncoderConfig, MethodConfig, TrainConfig, ViewsConfig
+    from repr_jax.train import train_and_evaluate
+    cfg = tiny_config(
+        data=DataConfig(name="shapes", num_examples=300, image_size=16, data_dir=str(tmp_path),
+                        views=ViewsConfig(preset="dino", local_crops=2)),
+        encoder=EncoderConfig(name="cnn", widths=(8,), kernel_size=3),
+        train=TrainConfig(batch_size=32, steps=2, ckpt_every=0, log_every=1, num_devices=1))
+    out = train_and_evaluate(cfg, tmp_path / "simclr", progress=False, verbose=False)
+    assert np.isfinite(out["eval_rows"][0]["value"])
+    byol = dataclasses.replace(cfg, method=MethodConfig(name="byol", proj_hidden=16,
+                                                        proj_dim=8, pred_hidden=16))
+    with pytest.raises(ValueError, match="takes two views.*local_crops=0"):
+        train_and_evaluate(byol, tmp_path / "byol", progress=False, verbose=False)

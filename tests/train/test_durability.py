@@ -24,8 +24,13 @@ RUN = ["train", "--no-progress", "--set", "data.num_examples=1000", "--set", "tr
 ENV = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=1")
 
 
+# The killed run reads its data by index from the array_record files (the streaming path); the
+# uninterrupted one holds it in memory: the same batches either way, so bitwise the same states.
+STREAMED = ["--set", "data.in_memory_mb=0"]
+
+
 def _start(workdir: Path) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "repr_jax.cli", *RUN, "--workdir",
+    return subprocess.Popen([sys.executable, "-m", "repr_jax.cli", *RUN, *STREAMED, "--workdir",
                              str(workdir)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env=ENV)
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 import argparse
 import json
 import resource
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -36,10 +38,15 @@ def main() -> None:
                                  TrainConfig)
     from repr_jax.train import train_and_evaluate
 
+    # Prepared in a child process: TFDS holds up to 1 GB of a split while writing it, which would
+    # count in this process's peak RSS.
     t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-c", "import sys; from repr_jax import data; data.load("
+                    "'shapes', num_examples=int(sys.argv[1]), image_size=64, data_dir=sys.argv[2])",
+                    str(args.examples), args.data_dir], check=True)
+    prepare_s = time.perf_counter() - t0
     ds = data.load("shapes", num_examples=args.examples, image_size=64, data_dir=args.data_dir,
                    in_memory_mb=0)
-    prepare_s = time.perf_counter() - t0
     train = ds.splits["train"]
     files = list(Path(args.data_dir).glob(f"shapes/n{args.examples}_64px_seed0/*/*array_record*"))
     on_disk = sum(f.stat().st_size for f in files)

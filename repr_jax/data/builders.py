@@ -467,8 +467,10 @@ class Shapes(tfds.core.GeneratorBasedBuilder):
 
     def _generate_examples(self, indices):
         from PIL import Image
+        from tqdm.auto import tqdm
         c = self.builder_config
-        for i in indices:
+        for i in tqdm(indices, desc="shapes: generating", unit="image", leave=False,
+                      dynamic_ncols=True, disable=len(indices) < 50_000):
             image, label = shapes_example(i, seed=c.seed, size=c.image_size)
             # PNG-encoded by PIL (TFDS encodes numpy images with TensorFlow, which is not installed)
             yield i, {"x": Image.fromarray(image), "label": label}

@@ -59,18 +59,42 @@ def default_data_dir() -> str:
     return os.environ.get("REPR_JAX_DATA_DIR") or str(Path.home() / ".cache" / "repr_jax" / "tfds")
 
 
+class _LocalFiles:
+    """What TFDS's example shuffler needs of TensorFlow, on local files. A split of more than 1 GB
+    spills to bucket files through ``tf.io.gfile``; without TensorFlow installed that import fails,
+    so while preparing, the shuffler gets this instead."""
+
+    class io:  # noqa: N801 - mirrors tf.io.gfile
+        class gfile:  # noqa: N801
+            GFile = staticmethod(open)
+            exists = staticmethod(os.path.exists)
+            remove = staticmethod(os.remove)
+
+    class errors:
+        class ResourceExhaustedError(OSError):
+            pass
+
+
 @contextlib.contextmanager
 def _preparing():
-    """Quiet, side-effect-free preparation: no TFDS progress bars, and numpy's and Python's global
-    RNGs restored afterwards (``mnist1d.make_dataset`` reseeds both; TFDS draws from ``random``)."""
+    """Quiet, side-effect-free preparation: no TFDS progress bars, numpy's and Python's global RNGs
+    restored afterwards (``mnist1d.make_dataset`` reseeds both; TFDS draws from ``random``), and
+    splits larger than TFDS's in-memory shuffle buffer written without TensorFlow."""
+    import importlib.util
+
     import tensorflow_datasets as tfds
+    from tensorflow_datasets.core import shuffle
     from tensorflow_datasets.core.utils import tqdm_utils
     was_active = tqdm_utils._active  # noqa: SLF001 - TFDS exposes only a setter
     np_state, py_state = np.random.get_state(), random.getstate()
+    tf = shuffle.tf
+    if importlib.util.find_spec("tensorflow") is None:
+        shuffle.tf = _LocalFiles
     tfds.display_progress_bar(False)
     try:
         yield
     finally:
+        shuffle.tf = tf
         tfds.display_progress_bar(was_active)
         np.random.set_state(np_state)
         random.setstate(py_state)

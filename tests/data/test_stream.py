@@ -164,3 +164,19 @@ def test_training_on_a_streamed_split_keeps_memory_far_below_its_size(tmp_path):
     measured = dict(two_steps=two_steps, epoch=epoch, held=held, split=split_mb)
     assert epoch - two_steps < 0.15 * split_mb, measured
     assert held - two_steps > 0.8 * split_mb, measured  # the measurement can see a held split
+
+
+def test_a_split_larger_than_tfds_shuffle_buffer_is_prepared_without_tensorflow(tmp_path,
+                                                                             monkeypatch):
+    """TFDS spills a split over its 1 GB in-memory shuffle buffer to bucket files through
+    tf.io.gfile; with the buffer shrunk to 64 KiB, a split spills here, and reads back whole."""
+    from tensorflow_datasets.core import shuffle
+    monkeypatch.setattr(shuffle, "MAX_MEM_BUFFER_SIZE", 64 << 10)
+    ds = data.load("shapes", data_dir=str(tmp_path), num_examples=300, image_size=16,
+                   in_memory_mb=0)
+    from repr_jax.data.builders import shapes_example
+    train = ds.splits["train"]
+    assert len(train) + len(ds.splits["validation"]) == 250
+    want = {shapes_example(i, size=16)[0].tobytes() for i in range(250)}
+    got = np.round(np.asarray(train["x"]) * 255).astype(np.uint8)
+    assert {g.tobytes() for g in got} <= want and len(got) == len(train)

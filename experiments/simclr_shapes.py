@@ -20,10 +20,10 @@ Expected (test split, 2,000 images; chance 0.125; ± is the bootstrap 95% half-w
     SimCLR, no crop (RandomResizedCrop), 800  3.94       0.294 ±0.021   0.200 ±0.018
 Outcome: half reproduced. Colour distortion matters most: without it the loss falls to 1.56 (two
 views share their colours, so colour alone tells them apart) and the probe drops below the
-random-init encoder's (0.185 vs 0.234). Dropping the crop did not hurt at 800 steps (0.294 vs 0.264 with
-it; the intervals overlap). A likely reason: at 32 px and crop scale down to 0.08 many crops miss
-the small shape, so the crop's positives are often background; the paper's ImageNet objects fill
-the frame.
+random-init encoder's (0.185 vs 0.234). Dropping the crop did not hurt at 800 steps (0.294 vs 0.264
+with it; the intervals overlap). A likely reason: at 32 px and crop scale down to 0.08 many crops
+miss the small shape, so the crop's positives are often background; the paper's ImageNet objects
+fill the frame.
 """
 
 from repr_jax.config import (Config, DataConfig, EncoderConfig, MethodConfig, OptimConfig,

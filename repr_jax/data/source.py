@@ -13,7 +13,6 @@ the consumer on grain's thread pool, so reading and decoding overlap the device 
 from __future__ import annotations
 
 import collections.abc
-import time
 from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
@@ -202,27 +201,22 @@ def prefetched(fn: Callable[[int], Any], start: int, stop: int, *, workers: int,
 class Prefetcher:
     """``fn(step)`` as a function of the step, computed ahead for consecutive steps: a call for the
     step after the last one takes the next prefetched result; any other step restarts the read-ahead
-    there. ``waited`` accumulates the seconds callers blocked (the input pipeline's wait)."""
+    there (the training loop times how long each call blocks: its input wait)."""
 
     def __init__(self, fn: Callable[[int], Any], *, stop: int, workers: int, buffer: int = 0):
         self.fn, self.stop, self.workers, self.buffer = fn, stop, workers, buffer
         self._it: Iterator[Any] | None = None
         self._next = -1
-        self.waited = 0.0
 
     def __call__(self, step: int) -> Any:
-        t0 = time.perf_counter()
         if not self.workers or step >= self.stop:
-            out = self.fn(step)
-        else:
-            if step != self._next or self._it is None:
-                self.close()
-                self._it = prefetched(self.fn, step, self.stop, workers=self.workers,
-                                      buffer=self.buffer)
-            out = next(self._it)
-            self._next = step + 1
-        self.waited += time.perf_counter() - t0
-        return out
+            return self.fn(step)
+        if step != self._next or self._it is None:
+            self.close()
+            self._it = prefetched(self.fn, step, self.stop, workers=self.workers,
+                                  buffer=self.buffer)
+        self._next = step + 1
+        return next(self._it)
 
     def close(self) -> None:
         """Stops the read-ahead threads."""

@@ -90,7 +90,6 @@ def test_prefetcher_keeps_order_restarts_anywhere_and_stops_its_threads():
     while threading.active_count() > before and time.monotonic() < end:
         time.sleep(0.01)  # the threads finish the reads they had started
     assert threading.active_count() == before
-    assert p.waited > 0
     direct = Prefetcher(fn, stop=50, workers=0)
     assert direct(4)["step"] == 4 and threading.active_count() == before
 

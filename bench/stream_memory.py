@@ -22,6 +22,10 @@ from pathlib import Path
 
 
 def peak_rss_mb() -> float:
+    """This process image's peak RSS (VmHWM; ru_maxrss would carry over a forking parent's)."""
+    status = Path("/proc/self/status")
+    if status.exists():
+        return int(status.read_text().split("VmHWM:")[1].split()[0]) / 1024
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 

@@ -276,23 +276,21 @@ def recipes(preset: str, *, local_crops: int = -1, local_size: float = 0.0,
     if unknown:
         raise ValueError(f"views: unknown recipe options {unknown}; choose from "
                          f"{sorted(OVERRIDABLE)}")
-    changes = {OVERRIDABLE[k]: tuple(v) if isinstance(v, (tuple, list)) else v
-               for k, v in overrides.items() if v != -1 and v != ()}
+    given = {k: v for k, v in overrides.items() if v != -1 and v != ()}
     if local_scale:
-        changes_local = {"scale": tuple(local_scale)}
-    else:
-        changes_local = {}
-    for name, value in list(changes.items()) + list(changes_local.items()):
-        want = getattr(Recipe(), name)
+        given["local_scale"] = local_scale
+    for key, value in given.items():
+        want = getattr(Recipe(), OVERRIDABLE.get(key, "scale"))
         if isinstance(want, tuple) and len(value) != len(want):
-            key = next((k for k, v in OVERRIDABLE.items() if v == name), name)
-            raise ValueError(f"data.views.{'local_scale' if name in changes_local else key} takes "
-                             f"{len(want)} numbers (like {want}), not {value}")
+            raise ValueError(f"data.views.{key} takes {len(want)} numbers (like {want}), not "
+                             f"{value}")
+    changes = {OVERRIDABLE[k]: tuple(v) if isinstance(v, (tuple, list)) else v
+               for k, v in given.items() if k in OVERRIDABLE}
     per_view = tuple(dataclasses.replace(r, **changes) for r in PRESETS[preset])
     n_local = LOCAL_CROPS.get(preset, 0) if local_crops < 0 else local_crops
     if n_local:
         local = dataclasses.replace(LOCAL, **changes)
-        local = dataclasses.replace(local, **changes_local, **({"size": local_size}
-                                                               if local_size else {}))
+        local = dataclasses.replace(local, **({"scale": tuple(local_scale)} if local_scale else {}),
+                                    **({"size": local_size} if local_size else {}))
         per_view = (per_view if len(per_view) > 1 else per_view * 2) + (local,)
     return per_view, n_local

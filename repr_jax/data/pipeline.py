@@ -2,11 +2,12 @@
 
 ``load(name, ...)`` prepares (once) a TFDS dataset — built in, or a user's own from a data dir — and
 gives a :class:`Dataset` of splits: numpy arrays, or, for a split larger than ``in_memory_mb``, a
-:class:`~repr_jax.data.source.SourceSplit` read by index from its array_record files. :class:`BatchStream` turns a split into batches that are a
-pure function of ``(seed, step)``: epoch ``e`` visits the examples in the order
-``default_rng([seed, e]).permutation(n)``, and the global batch at ``step`` is the consecutive slice
-``[step * B, (step + 1) * B)`` of that endless stream. A resumed run therefore sees exactly the batches
-the uninterrupted run would have, and each process of a multi-host run reads only its rows.
+:class:`~repr_jax.data.source.SourceSplit` read by index from its array_record files.
+:class:`BatchStream` turns a split into batches that are a pure function of ``(seed, step)``: epoch
+``e`` visits the examples in the order ``default_rng([seed, e]).permutation(n)``, and the global
+batch at ``step`` is the consecutive slice ``[step * B, (step + 1) * B)`` of that endless stream. A
+resumed run therefore sees exactly the batches the uninterrupted run would have, and each process of
+a multi-host run reads only its rows.
 """
 
 from __future__ import annotations

@@ -145,18 +145,24 @@ class Column:
         out = out.reshape(rows.shape + self.row_shape)
         return out[(slice(None),) * rows.ndim + rest] if rest else out
 
+    def chunks(self, size: int, *, workers: int = 2) -> Iterator[np.ndarray]:
+        """``self[i:i + size]`` for consecutive ``i``, read ahead by ``workers`` threads (what the
+        evaluators' :class:`~repr_jax.eval.Embedder` iterates a streamed split with)."""
+        it = prefetched(lambda i: self[i * size:(i + 1) * size], 0, -(-len(self) // size),
+                        workers=workers)
+        try:
+            yield from it
+        finally:
+            it.close()
+
     def __array__(self, dtype=None, copy=None):
         """All rows, read in chunks (what a probe or metric over the whole split needs)."""
         del copy
-        out = np.concatenate(list(chunks(self, 4096))) if len(self) else self[:0]
+        out = np.concatenate(list(self.chunks(4096))) if len(self) else self[:0]
         return out if dtype is None else out.astype(dtype)
 
     def __repr__(self) -> str:
         return f"Column({self.key!r}, shape={self.shape}, dtype={np.dtype(self.dtype).name})"
-
-
-def is_lazy(x) -> bool:
-    return isinstance(x, Column)
 
 
 def take(split, idx) -> Arrays:
@@ -171,21 +177,6 @@ def subset(split, idx):
     if isinstance(split, SourceSplit):
         return split.subset(idx)
     return {k: v[idx] for k, v in split.items()}
-
-
-def chunks(x, size: int, *, workers: int = 2) -> Iterator[np.ndarray]:
-    """``x[i:i + size]`` for consecutive ``i``: read ahead in background threads when ``x`` is a
-    :class:`Column`, plain slices of an array."""
-    n = len(x)
-    if not is_lazy(x) or workers == 0:
-        for start in range(0, n, size):
-            yield x[start:start + size]
-        return
-    it = prefetched(lambda i: x[i * size:(i + 1) * size], 0, -(-n // size), workers=workers)
-    try:
-        yield from it
-    finally:
-        it.close()
 
 
 def prefetched(fn: Callable[[int], Any], start: int, stop: int, *, workers: int,

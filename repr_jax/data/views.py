@@ -6,7 +6,6 @@ is per example and comes from the key, so the same key gives the same views.
 
 from __future__ import annotations
 
-
 import jax
 import jax.numpy as jnp
 
@@ -107,10 +106,6 @@ class ViewMaker:
 
     def __call__(self, key: jax.Array, x: jax.Array, view: int = 0) -> jax.Array:
         return augment(key, x, view=view, **self.options)
-
-    def global_only(self) -> "ViewMaker":
-        """The same views without local ones (what a method's two global views come from)."""
-        return ViewMaker(**dict(self.options, local_crops=0))
 
     def local_views(self, key: jax.Array, x: jax.Array) -> list[jax.Array]:
         """The ``local_crops`` local views of each example (each ``[B, h, w, C]``, h < H)."""

@@ -18,9 +18,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from repr_jax.data.source import chunks, is_lazy
-
 PredictFn = Callable[[Any, jax.Array], Any]  # (variables, x_BxS) -> embedding_BxE (or a tuple)
+
+
+def _streamed(x) -> bool:
+    """A streamed split's column (:class:`repr_jax.data.source.Column`): indexing reads rows from
+    disk and ``x.chunks(n)`` reads them ahead, so it is never converted whole."""
+    return callable(getattr(x, "chunks", None))
 
 
 class Embedder:
@@ -63,7 +67,8 @@ class Embedder:
         if which not in self._jitted:
             self._jitted[which] = jax.jit(self._fns[which])
         bs = self.batch_size
-        for chunk in chunks(x, bs):  # a streamed split's chunks are read ahead in threads
+        for chunk in (x.chunks(bs) if _streamed(x) else
+                      (x[start:start + bs] for start in range(0, len(x), bs))):
             pad = bs - len(chunk)  # every batch has one shape: one compilation for all inputs
             if pad:
                 chunk = np.concatenate([chunk, np.zeros((pad,) + chunk.shape[1:], chunk.dtype)])
@@ -76,7 +81,7 @@ class Embedder:
             self._variables, self._cache = variables, {}
         key = (id(x), which)
         if key not in self._cache:
-            outs = list(self._batches(variables, x if is_lazy(x) else np.asarray(x), which))
+            outs = list(self._batches(variables, x if _streamed(x) else np.asarray(x), which))
             if not outs:
                 raise ValueError("nothing to embed: an empty input")
             self._cache[key] = (jax.tree.map(

@@ -47,6 +47,7 @@ class Method:
     loss: LossFn
     init_extra: Callable[[jax.Array, dict], dict] = _no_extra  # (key, variables) -> extra
     after_update: Callable[[dict, Any, Any], dict] | None = None
+    local_views: bool = False  # its loss takes multi-crop's local views (data.views.local_crops)
 
     def init(self, key: jax.Array, batch: Batch) -> dict:
         """All variables (``params`` and e.g. ``batch_stats``) for batches shaped like ``batch``."""
@@ -155,10 +156,6 @@ def apply_train(model: nn.Module, params: Any, model_state: dict, *args, **kwarg
 def two_views(views_fn: Callable, key: jax.Array, batch: Batch) -> tuple[jax.Array, jax.Array]:
     """Two augmented views of each example; a paired dataset's ``x_pos`` is the second view's source.
     Methods that take multi-crop's local views too make them with ``views_fn.local_views``."""
-    if getattr(views_fn, "local_crops", 0):
-        raise ValueError(f"this method takes two views, not {views_fn.local_crops} local views "
-                         f"more (multi-crop is for simclr, supcon, vicreg, barlow_twins): set "
-                         f"data.views.local_crops=0")
     k1, k2 = jax.random.split(key)
     second = batch.get("x_pos", batch["x"])
     if second.shape != batch["x"].shape:

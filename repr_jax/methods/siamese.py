@@ -101,7 +101,7 @@ def siamese(name: str, encoder, views_fn: Callable, objective: PairObjective | N
         """Two global views and ``n_local`` small ones (Caron et al. 2020, SwAV's multi-crop): the
         objective's mean over the pairs (global, any other view), 1 + 2 * n_local of them."""
         k_global, k_local = jax.random.split(key)
-        g1, g2 = two_views(views_fn.global_only(), k_global, batch)
+        g1, g2 = two_views(views_fn, k_global, batch)
         b = g1.shape[0]
         (emb, _, z, _), model_state = apply_train(model, params, model_state,
                                                   jnp.concatenate([g1, g2], axis=0))
@@ -113,7 +113,7 @@ def siamese(name: str, encoder, views_fn: Callable, objective: PairObjective | N
         value = sum(_mean(objective(zs[i], zs[j], batch, hp)) for i, j in pairs) / len(pairs)
         return hp.loss_weight * value, (model_state, extra, {"emb_std": normalized_std(emb)})
 
-    return Method(name, model, loss)
+    return Method(name, model, loss, local_views=bool(n_local))
 
 
 def simclr(encoder, views_fn, *, proj_hidden: int, proj_dim: int, **options) -> Method:

@@ -96,9 +96,14 @@ def build_method(cfg: Config, dataset: data.Dataset, *, population: bool = False
                                 input_shape=dataset.input_shape, vocab=dataset.vocab,
                                 dataset_name=dataset.name, population=population)
     views_fn = data.make_views_fn(**dataclasses.asdict(cfg.data.views))
-    return methods.build_method(cfg.method, methods.BuildContext(
+    method = methods.build_method(cfg.method, methods.BuildContext(
         encoder=encoder, views_fn=views_fn, dataset=dataset,
         grad_cache_chunk=cfg.train.grad_cache_chunk, trained=_trained_params))
+    if views_fn.local_crops and not method.local_views:
+        raise ConfigError(f"method {cfg.method.name!r} takes two views, not "
+                          f"{views_fn.local_crops} local views more (multi-crop is for simclr, "
+                          f"supcon, vicreg, barlow_twins): set data.views.local_crops=0")
+    return method
 
 
 def _trained_params(run_dir: str) -> tuple[str, Any]:

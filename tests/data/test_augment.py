@@ -203,6 +203,7 @@ def test_data_views_options_override_every_view_of_a_preset():
         make_views_fn(blur_p=0.5)(jax.random.PRNGKey(0), jnp.zeros((2, 8, 8, 3)))
 
 
+@pytest.mark.slow
 def test_multi_crop_trains_the_siamese_family_and_is_refused_by_two_view_methods(tmp_path):
     from conftest import tiny_config
     from repr_jax.config import DataConfig, EncoderConfig, MethodConfig, TrainConfig, ViewsConfig

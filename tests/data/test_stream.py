@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from repr_jax import data
-from repr_jax.data.source import Column, Prefetcher, SourceSplit, chunks, subset, take
+from repr_jax.data.source import Column, Prefetcher, SourceSplit, subset, take
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +54,7 @@ def test_column_indexing_reads_just_those_rows(shapes_pair):
     # subsets compose and keep order; take() reads each row once for every feature
     sub = subset(subset(b, np.array([9, 3, 50, 1])), np.array([2, 0]))
     np.testing.assert_array_equal(take(sub, [0, 1])["x"], a["x"][[50, 9]])
-    chunked = np.concatenate(list(chunks(b["x"], 7)))
+    chunked = np.concatenate(list(b["x"].chunks(7)))
     np.testing.assert_array_equal(chunked, a["x"])
 
 
@@ -108,6 +108,7 @@ def test_a_failing_read_surfaces_at_its_own_step():
     p.close()
 
 
+@pytest.mark.slow
 def test_the_run_records_how_long_it_waits_for_input(tmp_path):
     from conftest import tiny_config
     from repr_jax.config import DataConfig, ViewsConfig

@@ -219,3 +219,6 @@ def test_multi_crop_trains_the_siamese_family_and_is_refused_by_two_view_methods
                                                         proj_dim=8, pred_hidden=16))
     with pytest.raises(ValueError, match="takes two views.*local_crops=0"):
         train_and_evaluate(byol, tmp_path / "byol", progress=False, verbose=False)
+    supervised = dataclasses.replace(cfg, method=MethodConfig(name="supervised"))
+    with pytest.raises(ValueError, match="'supervised' takes two views"):  # not ignored silently
+        train_and_evaluate(supervised, tmp_path / "supervised", progress=False, verbose=False)

@@ -483,6 +483,19 @@ _FLAT_EVAL_KEYS = {
 
 
 @config
+class LogConfig:
+    """Where a run's metrics, evaluation rows and plots go besides ``metrics.jsonl`` and
+    ``eval/`` (which are always written): TensorBoard event files in the run directory, and a
+    Weights & Biases run. Only process 0 writes."""
+    tensorboard: bool = static(True, doc="TensorBoard event files in the run directory "
+                                         "(tensorboard --logdir DIR)")
+    wandb: str = static("", doc="Weights & Biases project to log to ('' = none); the run id is "
+                                "kept in the run directory, so a resumed run continues it")
+    wandb_mode: str = static("offline", ("offline", "online"),
+                             "offline: written under DIR/wandb/ for `wandb sync`; online: sent")
+
+
+@config
 class Config:
     seed: int = static(0, ">=0")
     data: DataConfig = _section(DataConfig)
@@ -491,6 +504,7 @@ class Config:
     optim: OptimConfig = _section(OptimConfig)
     train: TrainConfig = _section(TrainConfig)
     eval: EvalConfig = _section(EvalConfig)
+    log: LogConfig = _section(LogConfig)
 
     def check_devices(self, num_devices: int) -> None:
         """Checks what depends on the device count, before anything compiles."""

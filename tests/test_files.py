@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from repr_jax import files
-from repr_jax.train.log import MetricsWriter
+from repr_jax.train.writers import JsonlWriter
 
 
 def test_write_is_atomic_and_leaves_no_temporary_file(tmp_path, monkeypatch):
@@ -56,8 +56,8 @@ def test_a_resumed_metrics_log_drops_its_torn_line(tmp_path):
     path = tmp_path / "metrics.jsonl"
     path.write_text('{"step": 1, "loss": 1.0}\n{"step": 2, "loss": 0.5}\n{"step": 3, "lo')
     with pytest.warns(UserWarning, match="torn last line"):
-        writer = MetricsWriter(path, resume_step=2)
-    writer.write({"step": 3, "loss": 0.25})
+        writer = JsonlWriter(path, resume_step=2)
+    writer.write_scalars(3, {"loss": 0.25})
     assert [json.loads(line)["step"] for line in path.read_text().splitlines()] == [1, 2, 3]
 
 

@@ -1,30 +1,13 @@
-"""Run outputs: metrics.jsonl, evaluation tables (printed and JSON), and the loss plot."""
+"""Run outputs: reading metrics.jsonl, evaluation tables (printed), and the run's plots."""
 
 from __future__ import annotations
 
 import io
-import json
 import math
 from pathlib import Path
 from typing import Any, Iterable
 
 from repr_jax import files
-
-
-class MetricsWriter:
-    """Appends one JSON object per line to ``metrics.jsonl`` (each line fsynced); a resumed run
-    first drops the rows past the restored step — and a torn last line, with a warning — so the
-    file never holds steps the resumed run will log again."""
-
-    def __init__(self, path: str | Path, *, resume_step: int = 0):
-        self.path = Path(path)
-        if self.path.exists():
-            kept = [row for row in files.read_jsonl(self.path, drop_torn_tail=True)
-                    if row.get("step", 0) <= resume_step]
-            files.write_text(self.path, "".join(json.dumps(row) + "\n" for row in kept))
-
-    def write(self, row: dict[str, Any]) -> None:
-        files.append_line(self.path, json.dumps(row))
 
 
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:

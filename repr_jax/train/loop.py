@@ -45,9 +45,10 @@ from repr_jax.host_memory import keep_host_memory
 from repr_jax.train import sharding
 from repr_jax.train.checkpoint import Checkpointer, finite_members
 from repr_jax.train.evaluation import make_upstream_loss, run_evaluation
-from repr_jax.train.log import MetricsWriter, format_table, plot_metrics
+from repr_jax.train.log import format_table, plot_metrics
 from repr_jax.train.run import build_run, check_resumable, compile_step, load_eval_sets
 from repr_jax.train.step import hyperparams
+from repr_jax.train.writers import JsonlWriter, RunLog
 
 
 class TrainingDiverged(RuntimeError):
@@ -56,10 +57,12 @@ class TrainingDiverged(RuntimeError):
 
 @dataclasses.dataclass(frozen=True)
 class Member:
-    """One run the loop trains: its name, config and directory (a single run's is the workdir)."""
+    """One run the loop trains: its name, config and directory (a single run's is the workdir);
+    ``hparams``: what TensorBoard's HParams view and W&B compare it by (default: its config)."""
     name: str
     cfg: Config
     workdir: Path
+    hparams: dict[str, Any] | None = None
 
 
 @dataclasses.dataclass
@@ -89,16 +92,24 @@ def train_members(trainee: Trainee, *, progress: bool, desc: str = "train"
     with files.WorkdirLock(trainee.workdir, process=jax.process_index()):
         for write in trainee.records if lead else ():
             write()
-        state, rows, diverged = _loop(trainee, progress=progress, desc=desc)
-        for m in trainee.members if lead else ():
-            if (m.workdir / "metrics.jsonl").exists():
-                plot_metrics(m.workdir / "metrics.jsonl", m.workdir / "plots" / "loss.png")
+        logs: list[RunLog] = []  # _loop opens them; closed here whatever happens (flushing them)
+        try:
+            state, rows, diverged = _loop(trainee, logs, progress=progress, desc=desc)
+            for m, log in zip(trainee.members, logs) if lead else ():
+                if (m.workdir / "metrics.jsonl").exists():
+                    plot_metrics(m.workdir / "metrics.jsonl", m.workdir / "plots" / "loss.png")
+                if m.name in rows:
+                    log.finish(m.cfg.train.steps, rows[m.name])
+        finally:
+            for log in logs:
+                log.close()
     return state, rows, diverged
 
 
-def _loop(trainee: Trainee, *, progress: bool, desc: str
+def _loop(trainee: Trainee, logs: list[RunLog], *, progress: bool, desc: str
           ) -> tuple[Any, dict[str, list], dict[str, int]]:
-    """The loop itself: resume, train, checkpoint, evaluate."""
+    """The loop itself: resume, train, checkpoint, evaluate; opens each member's log into
+    ``logs`` (the caller closes them)."""
     from tqdm.auto import tqdm
     t, members, lead = trainee.members[0].cfg.train, trainee.members, jax.process_index() == 0
     # ---------------------------------------------------------------- resume
@@ -106,8 +117,12 @@ def _loop(trainee: Trainee, *, progress: bool, desc: str
     found = ckpt.restore_verified(trainee.state)  # damaged checkpoints are moved aside
     state = trainee.state if found is None else found[0]
     start = int(np.asarray(jax.device_get(state.step)).flat[0])
-    writers = [MetricsWriter(m.workdir / "metrics.jsonl", resume_step=start) for m in members]
-    combined = (MetricsWriter(trainee.workdir / "metrics.jsonl", resume_step=start)
+    if found is not None and lead:
+        print(f"resuming from step {start} ({ckpt.directory})", flush=True)
+    logs += [RunLog(m.workdir, m.cfg.log, resume_step=start, lead=lead,
+                   hparams=m.hparams if m.hparams is not None else config_lib.flatten(m.cfg),
+                   trained=f"{m.cfg.method.name} encoder") for m in members]
+    combined = (JsonlWriter(trainee.workdir / "metrics.jsonl", resume_step=start)
                 if trainee.stacked else None)
 
     # ---------------------------------------------------------------- metrics of one step
@@ -159,12 +174,13 @@ def _loop(trainee: Trainee, *, progress: bool, desc: str
         bar.set_postfix(loss=f"{np.nanmean(m['loss']):.4f}", ex_per_s=f"{rate:,.0f}",
                         input_wait=f"{waiting:.0%}")
         if lead:
-            for i, writer in enumerate(writers):
-                writer.write(dict(step=step + 1, **{k: float(v[i]) for k, v in m.items()},
-                                  examples_per_sec=rate, examples_seen=(step + 1) * t.batch_size,
-                                  input_wait_frac=waiting))
+            for i, log in enumerate(logs):
+                log.train(step + 1, dict(**{k: float(v[i]) for k, v in m.items()},
+                                         examples_per_sec=rate,
+                                         examples_seen=(step + 1) * t.batch_size,
+                                         input_wait_frac=waiting))
             if combined is not None:
-                combined.write(dict(step=step + 1, **{k: v.tolist() for k, v in m.items()}))
+                combined.write_scalars(step + 1, {k: v.tolist() for k, v in m.items()})
 
     def check_finite(state, done: int) -> None:
         """Members whose parameters after step ``done`` are not finite have diverged."""
@@ -175,8 +191,12 @@ def _loop(trainee: Trainee, *, progress: bool, desc: str
             stop(f"the parameters after step {done} are not finite", first_bad=done)
 
     def evaluate(state, final: bool) -> dict[str, list]:
-        return {m.name: trainee.evaluate(state, m, i, final) for i, m in enumerate(members)
-                if m.name not in diverged}
+        out = {m.name: trainee.evaluate(state, m, i, final) for i, m in enumerate(members)
+               if m.name not in diverged}
+        for m, log in zip(members, logs):
+            if m.name in out and not final:  # the final rows go with the plots, once written
+                log.evaluation(out[m.name])
+        return out
 
     # ---------------------------------------------------------------- train
     pending = None
@@ -221,11 +241,13 @@ def write_run_info(path: Path, run_costs: dict, **info) -> None:
 
 def train_and_evaluate(cfg: Config, workdir: str | Path, *, progress: bool = True,
                        verbose: bool = True, dataset: Dataset | None = None,
-                       stream: BatchStream | None = None) -> dict[str, Any]:
+                       stream: BatchStream | None = None,
+                       hparams: dict[str, Any] | None = None) -> dict[str, Any]:
     """Trains ``cfg`` in ``workdir`` (resuming from its latest checkpoint), evaluates, returns
     ``{"state", "eval_rows", "workdir"}``. ``progress`` shows the bar, ``verbose`` prints the final
-    table; ``dataset``/``stream`` override the configured data (tests inject faults this way).
-    Keeps freed host memory for XLA's CPU steps (:mod:`repr_jax.host_memory`) when called before
+    table; ``dataset``/``stream`` override the configured data (tests inject faults this way);
+    ``hparams``: what the writers compare the run by (a sweep point's grid values; default: the
+    flattened config). Keeps freed host memory for XLA's CPU steps (:mod:`repr_jax.host_memory`) when called before
     JAX's backend has started."""
     keep_host_memory()
     workdir, t = Path(workdir), cfg.train
@@ -270,7 +292,7 @@ def train_and_evaluate(cfg: Config, workdir: str | Path, *, progress: bool = Tru
                               upstream_loss=upstream_loss)
 
     # ---------------------------------------------------------------- train, evaluate
-    trainee = Trainee(members=[Member("", cfg, workdir)], state=state, step_fn=step_fn,
+    trainee = Trainee(members=[Member("", cfg, workdir, hparams)], state=state, step_fn=step_fn,
                       batch_at=batch_at, hp=hyperparams(cfg), evaluate=evaluate, stacked=False,
                       workdir=workdir, records=records, close=read_ahead.close)
     state, rows, _ = train_members(trainee, progress=progress)

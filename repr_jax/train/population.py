@@ -157,13 +157,14 @@ def load_population(workdir: str | Path) -> dict[str, Any]:
 
 def train_population(configs: Sequence[Config], workdir: str | Path, *,
                      shared_batches: bool = True, progress: bool = True,
-                     names: Sequence[str] | None = None) -> dict[str, Any]:
+                     names: Sequence[str] | None = None,
+                     hparams: Sequence[dict[str, Any]] | None = None) -> dict[str, Any]:
     """Trains the members in one compiled step (resuming from ``workdir``'s latest checkpoint),
     evaluates each, and returns ``{"state" (stacked), "eval_rows" ({name: rows}), "names",
     "diverged" ({name: step})}``. The loop's NaN policy holds: a member whose loss becomes
     non-finite is recorded (its step), trained on harmlessly and left out of evaluation; the
     others are unaffected. ``names``: the members' directory names (default: from the keys they
-    differ in)."""
+    differ in); ``hparams``: what the writers compare each member by (default: its config)."""
     keep_host_memory()
     configs = list(configs)
     varying = member_differences(configs)
@@ -195,7 +196,8 @@ def train_population(configs: Sequence[Config], workdir: str | Path, *,
     dataset = load_dataset(cfg)
     eval_sets = load_eval_sets(cfg, dataset)
     method, state = _init_population(configs, dataset, mesh)
-    members = [Member(n, c, workdir / "members" / n) for n, c in zip(names, configs)]
+    members = [Member(n, c, workdir / "members" / n, None if hparams is None else dict(h))
+               for n, c, h in zip(names, configs, hparams or [None] * len(configs))]
     hp = stack([hyperparams(c) for c in configs])
     streams = [BatchStream(dataset.splits["train"], batch_size=t.batch_size, seed=c.seed)
                for c in (configs[:1] if shared_batches else configs)]

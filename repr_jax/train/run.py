@@ -30,7 +30,7 @@ from repr_jax.train.step import configured_step, hyperparams
 # Keys that change bookkeeping only, never the trained numbers: a resumed run may change them.
 RESUMABLE_CHANGES = ("eval.", "train.eval_every", "train.ckpt_every", "train.log_every",
                      "train.keep_checkpoints", "train.num_devices", "data.in_memory_mb",
-                     "data.workers", "data.prefetch")
+                     "data.workers", "data.prefetch", "log.")
 
 
 # --------------------------------------------------------------------------------------------------

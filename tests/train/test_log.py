@@ -3,15 +3,16 @@
 import json
 import math
 
-from repr_jax.train.log import MetricsWriter, format_rows, format_table, plot_metrics, read_jsonl
+from repr_jax.train.log import format_rows, format_table, plot_metrics, read_jsonl
+from repr_jax.train.writers import JsonlWriter
 
 
 def test_metrics_writer_drops_rows_past_the_resumed_step(tmp_path):
     path = tmp_path / "metrics.jsonl"
-    writer = MetricsWriter(path)
+    writer = JsonlWriter(path)
     for step in (1, 2, 3, 4):
-        writer.write({"step": step, "loss": 1.0 / step})
-    MetricsWriter(path, resume_step=2).write({"step": 3, "loss": 0.5})
+        writer.write_scalars(step, {"loss": 1.0 / step})
+    JsonlWriter(path, resume_step=2).write_scalars(3, {"loss": 0.5})
     assert [(r["step"], r["loss"]) for r in read_jsonl(path)] == [(1, 1.0), (2, 0.5), (3, 0.5)]
 
 

@@ -34,6 +34,11 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--print-config", action="store_true",
                    help="print the resolved config as JSON and exit")
     t.add_argument("--no-progress", action="store_true", help="no progress bar or table")
+    t.add_argument("--distributed", choices=("auto", "yes", "no"), default="auto",
+                   help="call jax.distributed.initialize() first: auto (default) when launched as "
+                        "one of several processes (srun, mpirun, a multi-host TPU slice, "
+                        "$JAX_COORDINATOR_ADDRESS); yes: always (e.g. where only JAX can "
+                        "detect the pod); no: never")
 
     e = sub.add_parser("eval", help="evaluate the latest checkpoint of a run",
                        description="Evaluate the latest checkpoint in --workdir with the run's "
@@ -44,6 +49,11 @@ def _parser() -> argparse.ArgumentParser:
                    help="override an eval.* value, e.g. --set \"eval.sets=('latent_sts',)\" or "
                         "--set eval.linear_probe.kind=logistic (repeatable)")
     e.add_argument("--no-progress", action="store_true", help="no progress bar or table")
+    e.add_argument("--distributed", choices=("auto", "yes", "no"), default="auto",
+                   help="call jax.distributed.initialize() first: auto (default) when launched as "
+                        "one of several processes (srun, mpirun, a multi-host TPU slice, "
+                        "$JAX_COORDINATOR_ADDRESS); yes: always (e.g. where only JAX can "
+                        "detect the pod); no: never")
 
     s = sub.add_parser("sweep", help="train a grid of runs into one results table (resumable)",
                        description="Train every point of a sweep file's grid (several at once "
@@ -108,10 +118,68 @@ def _grid_options(parser, what: str) -> None:
                         metavar="KEY=VALUE", help="override a config value of every run "
                         "(repeatable)")
     parser.add_argument("--jobs", type=int, default=None, help="runs trained at once (default: "
-                        "one per CPU core on CPU, 1 on an accelerator)")
+                        "one per CPU core on CPU, 1 on an accelerator; slurm: the array's "
+                        "parallelism)")
+    ex = parser.add_argument_group(
+        "executors", "where the runs' processes go. The workdir (and the data dir) must be on "
+        "storage every node mounts at the same path.")
+    ex.add_argument("--executor", choices=("local", "ray", "slurm"), default="local",
+                    help="local: processes here (default); ray: one Ray task per run on a Ray "
+                         "cluster; slurm: SLURM array jobs through submitit")
+    ex.add_argument("--ray-address", default=None, metavar="ADDR",
+                    help="ray: the cluster to join (default: $RAY_ADDRESS, else a Ray instance "
+                         "started here)")
+    ex.add_argument("--point-cpus", type=float, default=None, metavar="N",
+                    help="ray/slurm: CPUs each run asks for (default 1)")
+    ex.add_argument("--point-gpus", type=float, default=None, metavar="N",
+                    help="ray/slurm: GPUs each run asks for (default 0)")
+    ex.add_argument("--point-resource", action="append", default=[], metavar="NAME=N",
+                    help="ray: a custom resource each run asks for, e.g. a TPU slice head "
+                         "TPU-v4-16-head=1 (repeatable)")
+    ex.add_argument("--max-retries", type=int, default=None, metavar="N",
+                    help="ray/slurm: times a run whose process or node died is started again "
+                         "(it resumes from its checkpoints; default 2)")
+    ex.add_argument("--slurm-partition", default=None, help="slurm: the partition")
+    ex.add_argument("--slurm-time", type=int, default=None, metavar="MIN",
+                    help="slurm: each job's time limit in minutes (default 60)")
+    ex.add_argument("--slurm-cluster", default=None, choices=("auto", "slurm", "local", "debug"),
+                    help="slurm: submitit's cluster (local: processes here, for trying it out)")
     parser.add_argument("--retry-failed", action="store_true",
                         help="rerun runs that failed before")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def _executor_options(args) -> dict:
+    """The executor flags given, as the chosen executor's options; flags of another executor
+    are refused (they would be ignored)."""
+    from repr_jax.config import ConfigError
+    given = {k: v for k, v in dict(
+        address=args.ray_address, point_cpus=args.point_cpus, point_gpus=args.point_gpus,
+        resources=dict(_resource(r) for r in args.point_resource) or None,
+        max_retries=args.max_retries, partition=args.slurm_partition,
+        time_min=args.slurm_time, cluster=args.slurm_cluster).items() if v is not None}
+    takes = {"local": (), "ray": ("address", "point_cpus", "point_gpus", "resources",
+                                  "max_retries"),
+             "slurm": ("point_cpus", "point_gpus", "max_retries", "partition", "time_min",
+                       "cluster")}[args.executor]
+    wrong = [k for k in given if k not in takes]
+    if wrong:
+        raise ConfigError(f"--executor {args.executor} takes no {', '.join(wrong)} (its flags: "
+                          f"{', '.join(takes) or 'none'})")
+    if args.executor == "slurm":
+        for k in ("point_cpus", "point_gpus"):
+            if k in given:
+                given[k] = int(given[k])
+    return given
+
+
+def _resource(text: str) -> tuple[str, float]:
+    from repr_jax.config import ConfigError
+    name, sep, value = text.partition("=")
+    try:
+        return name, float(value) if sep else 1.0
+    except ValueError:
+        raise ConfigError(f"--point-resource {text!r}: expected NAME=N") from None
 
 
 def _fit(args) -> int:
@@ -130,23 +198,27 @@ def _sweep(args) -> int:
         rows = sweep_lib.collect(args.workdir)
         print(f"{len(rows)} rows -> {Path(args.workdir) / 'results.csv'}")
         return 0
+    options = _executor_options(args)  # wrong flags fail before anything loads
     sweep = sweep_lib.load_sweep(args.sweep)
     if args.dry_run:
         for p in sweep.points(args.overrides):
             print(p.name)
         return 0
     rows = sweep_lib.run_sweep(sweep, args.workdir, jobs=args.jobs, overrides=args.overrides,
-                               retry_failed=args.retry_failed, progress=not args.no_progress)
+                               retry_failed=args.retry_failed, progress=not args.no_progress,
+                               executor=args.executor, executor_options=options)
     return 0 if all(r["status"] == sweep_lib.FINISHED for r in rows) else 1
 
 
 def _study(args) -> int:
     from repr_jax.scaling.study import load_study, run_study
     from repr_jax.train.log import format_rows
+    options = _executor_options(args)
     try:
         rows = run_study(load_study(args.study), args.workdir, jobs=args.jobs,
                          overrides=args.overrides, retry_failed=args.retry_failed,
-                         progress=not args.no_progress)
+                         progress=not args.no_progress, executor=args.executor,
+                         executor_options=options)
     except RuntimeError as e:  # some runs failed: their status.json files say why
         print(f"repr-jax: {e}", file=sys.stderr)
         return 1
@@ -159,6 +231,7 @@ def _train(args) -> int:
     import json
 
     from repr_jax import config as config_lib
+    from repr_jax.config import ConfigError
     cfg = config_lib.override(config_lib.load(args.config), args.overrides)
     if args.print_config:
         print(json.dumps(config_lib.to_dict(cfg), indent=2))
@@ -166,6 +239,10 @@ def _train(args) -> int:
     workdir = args.workdir or os.path.join(
         "runs", f"{Path(args.config.partition(':')[0]).stem}-"
                 f"{datetime.datetime.now():%Y%m%d-%H%M%S}")
+    from repr_jax.train.sharding import initialize_distributed
+    if initialize_distributed(args.distributed) and not args.workdir:
+        raise ConfigError("a multi-host run needs --workdir (the same path, on shared storage, "
+                          "for every process)")
     print(f"workdir: {workdir}", flush=True)
     from repr_jax.train import train_and_evaluate
     train_and_evaluate(cfg, workdir, progress=not args.no_progress)
@@ -174,6 +251,8 @@ def _train(args) -> int:
 
 def _eval(args) -> int:
     from repr_jax.train import evaluate_workdir
+    from repr_jax.train.sharding import initialize_distributed
+    initialize_distributed(args.distributed)
     evaluate_workdir(args.workdir, overrides=args.overrides, progress=not args.no_progress)
     return 0
 

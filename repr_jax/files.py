@@ -70,7 +70,9 @@ def first_line(exc: BaseException, limit: int = 300) -> str:
 
 
 class WorkdirBusy(RuntimeError):
-    """Another process holds the run directory; the message names its pid and host."""
+    """Another process holds the run directory; the message (and ``holder``) names its pid and
+    host."""
+    holder: str = "another process"
 
 
 def write_text(path: str | Path, text: str) -> Path:
@@ -168,8 +170,8 @@ class WorkdirLock:
     process per run directory. The OS releases it when the process dies, so a killed run never
     leaves a stale lock. Each process of a multi-host run locks its own file (``process``)."""
 
-    def __init__(self, workdir: str | Path, *, process: int = 0):
-        self.path = Path(workdir) / (".lock" if process == 0 else f".lock.{process}")
+    def __init__(self, workdir: str | Path, *, process: int = 0, name: str = ".lock"):
+        self.path = Path(workdir) / (name if process == 0 else f"{name}.{process}")
         self._file = None
 
     def acquire(self) -> "WorkdirLock":
@@ -182,8 +184,10 @@ class WorkdirLock:
             f.seek(0)
             holder = f.read().strip() or "another process"
             f.close()
-            raise WorkdirBusy(f"{self.path.parent} is in use by {holder}; wait for it to finish, "
-                              f"or use another --workdir") from None
+            busy = WorkdirBusy(f"{self.path.parent} is in use by {holder}; wait for it to "
+                               f"finish, or use another --workdir")
+            busy.holder = holder
+            raise busy from None
         f.seek(0)
         f.truncate()
         f.write(f"pid {os.getpid()} on {socket.gethostname()}\n")

@@ -103,13 +103,16 @@ def probe_accuracy(feats: dict[str, tuple[Any, Any]], transform: Callable = lamb
 
 def run_study(study: Study, workdir: str | Path, *, jobs: int | None = None,
               overrides: Sequence[str] = (), retry_failed: bool = False,
-              progress: bool = True) -> Rows:
-    """Trains the study's sweep (resuming), analyses it, writes ``study.csv``/``.json``."""
+              progress: bool = True, executor: str = "local",
+              executor_options: dict[str, Any] | None = None) -> Rows:
+    """Trains the study's sweep (resuming; its points placed by ``executor``, as
+    :func:`run_sweep`'s), analyses it, writes ``study.csv``/``.json``."""
     workdir = Path(workdir)
     table: Rows = []
     if study.sweep is not None:
         table = run_sweep(study.sweep, workdir, jobs=jobs, overrides=overrides,
-                          retry_failed=retry_failed, progress=progress)
+                          retry_failed=retry_failed, progress=progress, executor=executor,
+                          executor_options=executor_options)
         failed = sorted({r["point"] for r in table if r["status"] != FINISHED})
         if failed:
             raise RuntimeError(f"study: {len(failed)} run(s) did not finish ({', '.join(failed)}); "

@@ -32,8 +32,6 @@ import itertools
 import json
 import math
 import os
-import signal
-import subprocess
 import sys
 import time
 import warnings
@@ -48,7 +46,8 @@ from repr_jax.scaling.table import write_table
 FINISHED, FAILED, RUNNING, PENDING = "finished", "failed", "running", "pending"
 # Leading columns of results.csv; then the metrics, then the grid's keys, then every config key.
 RUN_COLUMNS = ("point", "status", "step", "final", "examples_seen", "epochs", "train_examples",
-               "params", "non_embedding_params", "flops_per_step", "flops", "train/loss", "error")
+               "params", "non_embedding_params", "flops_per_step", "flops", "train/loss", "error",
+               "node")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -181,40 +180,6 @@ def point_status(run_dir: Path) -> dict[str, Any]:
     return _read_json(run_dir / "status.json", {"status": PENDING})
 
 
-def _has_accelerator_plugin() -> bool:
-    """Whether JAX would find a GPU/TPU here, without initialising a backend (which would take
-    the accelerator's memory away from the points' processes)."""
-    import importlib.util
-    import pkgutil
-    platforms = os.environ.get("JAX_PLATFORMS", "")
-    if platforms:
-        return platforms.split(",")[0] not in ("cpu", "")
-    if importlib.util.find_spec("libtpu") is not None:
-        return True
-    try:
-        import jax_plugins
-    except ImportError:
-        return False
-    return any(True for _ in pkgutil.iter_modules(jax_plugins.__path__))
-
-
-def default_jobs() -> int:
-    """Points trained at once: one per CPU core on CPU (small models train faster side by side on
-    one core each than one after another on all of them: bench/README.md), one on an
-    accelerator."""
-    return 1 if _has_accelerator_plugin() else max(1, len(os.sched_getaffinity(0)))
-
-
-def _core_slots(jobs: int) -> list[str | None]:
-    """Disjoint CPU core sets, one per concurrent point (None: no pinning)."""
-    if jobs <= 1 or _has_accelerator_plugin():
-        return [None] * max(jobs, 1)
-    cores = sorted(os.sched_getaffinity(0))
-    per = max(1, len(cores) // jobs)
-    return [",".join(map(str, cores[(i * per) % len(cores):(i * per) % len(cores) + per]))
-            for i in range(jobs)]
-
-
 def _prepare_data(points: Sequence[Point]) -> None:
     """Prepares each distinct dataset (and its eval sets) once, here, so concurrent points only
     read them: two processes preparing one TFDS dataset would race."""
@@ -256,14 +221,18 @@ def _log_tail(path: Path, lines: int = 15) -> str:
 
 
 def run_sweep(sweep: Sweep, workdir: str | Path, *, jobs: int | None = None,
-              overrides: Sequence[str] = (), retry_failed: bool = False, progress: bool = True
+              overrides: Sequence[str] = (), retry_failed: bool = False, progress: bool = True,
+              executor: str = "local", executor_options: Mapping[str, Any] | None = None
               ) -> list[dict[str, Any]]:
-    """Trains every point not finished yet (``jobs`` processes at a time: a point, or a population
-    of points), then writes and returns the results table (:func:`collect`). Ctrl-C stops the
-    running processes (each resumes next time from its latest checkpoint) and still writes the
-    table of what finished."""
+    """Trains every point not finished yet, then writes and returns the results table
+    (:func:`collect`). ``executor`` places the points' processes (:mod:`.executors`: ``local``,
+    ``jobs`` at a time; ``ray``; ``slurm``) with ``executor_options`` (its flags). Ctrl-C stops
+    the running processes (each resumes next time from its latest checkpoint) and still writes
+    the table of what finished. A point whose process is still running from an earlier, killed
+    sweep is waited for, not started twice."""
     from tqdm.auto import tqdm
 
+    from repr_jax.scaling.executors import EX_DUPLICATE, make_executor, running_elsewhere
     from repr_jax.train.run import check_resumable
     workdir = Path(workdir)
     runs = workdir / "runs"
@@ -283,18 +252,24 @@ def run_sweep(sweep: Sweep, workdir: str | Path, *, jobs: int | None = None,
         if sweep.population:
             _write_json(runs / job / "members.json", dict(
                 shared_batches=sweep.shared_batches,
-                members=[dict(name=p.run.split("/members/")[1],
+                members=[dict(name=p.run.split("/members/")[1], values=p.values,
                               config=config_lib.to_dict(p.config)) for p in members]))
         else:
             config_lib.save_json(members[0].config, runs / job / "config.json")
-    jobs = max(1, min(jobs or default_jobs(), len(todo) or 1))
+            _write_json(runs / job / "point.json", dict(name=members[0].name,
+                                                        values=members[0].values))
+    elsewhere = {job: who for job in todo if (who := running_elsewhere(runs / job))}
     before = [st for job, st in statuses.items() if job not in todo]
     n_finished, n_failed = before.count(FINISHED), before.count(FAILED)
     what = "populations" if sweep.population else "points"
-    print(f"sweep: {len(points)} points in {len(groups)} {what}; {len(groups) - len(todo)} done "
-          f"or failed before, {len(todo)} to run, {jobs} at a time -> {workdir}", flush=True)
     if todo:
         _prepare_data([groups[job][0] for job in todo])
+    place = make_executor(executor, workdir, jobs=jobs and min(jobs, len(todo) or 1),
+                          options=dict(executor_options or {}))
+    print(f"sweep: {len(points)} points in {len(groups)} {what}; {len(groups) - len(todo)} done "
+          f"or failed before, {len(todo)} to run {place.describe()}"
+          + (f" ({len(elsewhere)} still running from before: waited for)" if elsewhere else "")
+          + f" -> {workdir}", flush=True)
 
     def steps_done(job: str) -> int:  # from the metrics its (first) run has logged
         return _last_step(runs / groups[job][0].run)
@@ -304,31 +279,39 @@ def run_sweep(sweep: Sweep, workdir: str | Path, *, jobs: int | None = None,
     bar = tqdm(total=sum(steps.values()), initial=sum(done_steps.values()), unit="step",
                desc="sweep", disable=not progress, dynamic_ncols=True,
                mininterval=0.5 if sys.stderr.isatty() else 30)
-    slots = _core_slots(jobs)
-    free = list(range(jobs))
-    running: dict[str, tuple[subprocess.Popen, int]] = {}
-    queue = list(todo)
+    running: dict[str, Any] = {job: _Watch(runs / job) for job in elsewhere}
+    queue = [job for job in todo if job not in elsewhere]
     try:
         while queue or running:
-            while queue and free:
-                job, slot = queue.pop(0), free.pop(0)
-                running[job] = (_launch(runs / job, slots[slot]), slot)
+            room = place.room()
+            if queue and room > 0:
+                n = int(min(room, len(queue)))
+                batch, queue = queue[:n], queue[n:]
+                running.update(zip(batch, place.submit([runs / job for job in batch])))
             time.sleep(0.5)
-            for job, (proc, slot) in list(running.items()):
-                if proc.poll() is None:
+            for job, handle in list(running.items()):
+                outcome = handle.poll()
+                if outcome is None:
                     done_steps[job] = steps_done(job)
                     continue
                 del running[job]
-                free.append(slot)
                 status = point_status(runs / job)
-                if proc.returncode == 0 and status["status"] == FINISHED:
+                if outcome.returncode == EX_DUPLICATE or isinstance(handle, _Watch) and (
+                        status["status"] not in (FINISHED, FAILED)):
+                    if running_elsewhere(runs / job):  # another process runs it: wait for that
+                        running[job] = _Watch(runs / job)
+                    else:  # it stopped (killed with its old sweep) without an outcome: resume
+                        queue.append(job)
+                    continue
+                if outcome.returncode == 0 and status["status"] == FINISHED:
                     n_finished += 1
                     done_steps[job] = steps[job]
                 else:
                     if status["status"] != FAILED:  # died without saying why (killed, OOM)
-                        status = dict(status=FAILED, returncode=proc.returncode,
-                                      error=f"the process exited with code {proc.returncode}: "
-                                            + _log_tail(runs / job / "log.txt", 3))
+                        tail = _log_tail(runs / job / "log.txt", 3)
+                        status = dict(status=FAILED, returncode=outcome.returncode,
+                                      error=outcome.error or f"the process exited with code "
+                                                             f"{outcome.returncode}: {tail}")
                         _write_json(runs / job / "status.json", status)
                     n_failed += 1
                     bar.write(f"sweep: {job} failed: {status['error'].splitlines()[0]} "
@@ -338,60 +321,56 @@ def run_sweep(sweep: Sweep, workdir: str | Path, *, jobs: int | None = None,
             bar.update(sum(done_steps.values()) - bar.n)
     except KeyboardInterrupt:
         bar.write("sweep: interrupted; stopping the running points (rerun to resume them)")
-        for proc, _ in running.values():
-            try:  # a terminal's Ctrl-C reached them too; a lone SIGINT to the sweep did not
-                proc.wait(timeout=2)
-            except subprocess.TimeoutExpired:
-                proc.send_signal(signal.SIGINT)
-                try:
-                    proc.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
+        for handle in running.values():
+            handle.cancel()
         raise
     finally:
         bar.close()
+        place.close()
         rows = collect(workdir)
     print(f"sweep: {n_finished} {what} finished, {n_failed} failed; table: "
           f"{workdir / 'results.csv'}")
     return rows
 
 
-# A point's process starts here, before anything imports JAX: it dies with the sweep (even when the
-# sweep is SIGKILLed: PR_SET_PDEATHSIG), and is pinned to its cores before XLA sizes its threads.
-_PRELUDE = """
-import os, signal, sys
-if sys.platform.startswith("linux"):
-    import ctypes
-    ctypes.CDLL(None).prctl(1, signal.SIGKILL)
-    if os.getppid() != {ppid}:
-        sys.exit(1)
-cores = {cores!r}
-if cores:
-    os.sched_setaffinity(0, cores)
-import runpy
-runpy.run_module("repr_jax.scaling.sweep", run_name="__main__", alter_sys=True)
-"""
+class _Watch:
+    """A point whose process this sweep did not start (an earlier sweep's, still running):
+    done when its lock is released."""
 
+    def __init__(self, run_dir: Path):
+        self.run_dir = run_dir
 
-def _launch(run_dir: Path, cores: str | None) -> subprocess.Popen:
-    env = dict(os.environ)
-    env.setdefault("OPENBLAS_NUM_THREADS", "1")
-    prelude = _PRELUDE.format(ppid=os.getpid(),
-                              cores={int(c) for c in cores.split(",")} if cores else None)
-    log = (run_dir / "log.txt").open("ab")
-    try:
-        return subprocess.Popen([sys.executable, "-c", prelude, str(run_dir)], stdout=log,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
-    finally:
-        log.close()
+    def poll(self):
+        from repr_jax.scaling.executors import Outcome, running_elsewhere
+        if running_elsewhere(self.run_dir):
+            return None
+        return Outcome(0 if point_status(self.run_dir)["status"] == FINISHED else -1)
+
+    def cancel(self) -> None:
+        pass  # not ours to stop
 
 
 def _run_point(run_dir: Path) -> int:
     """A point's process: trains ``run_dir/config.json`` (or the population of
     ``run_dir/members.json``) in ``run_dir`` and records the outcome in ``status.json`` (a
-    population's members each get theirs: finished, or failed where they diverged)."""
+    population's members each get theirs: finished, or failed where they diverged). Holds the
+    point's lock while it runs: a second process for the point exits with EX_DUPLICATE, and a
+    finished point is not trained again."""
+    import socket
     import traceback
-    _write_json(run_dir / "status.json", {"status": RUNNING, "pid": os.getpid()})
+
+    from repr_jax.files import WorkdirBusy
+    from repr_jax.scaling.executors import EX_DUPLICATE, point_lock
+    try:
+        lock = point_lock(run_dir).acquire()
+    except WorkdirBusy as e:
+        print(f"sweep point {run_dir.name}: already running ({e.holder}); this process exits",
+              flush=True)
+        return EX_DUPLICATE
+    if point_status(run_dir)["status"] == FINISHED:
+        return 0
+    node = os.environ.get("REPR_JAX_NODE") or socket.gethostname()
+    _write_json(run_dir / "status.json", {"status": RUNNING, "pid": os.getpid(), "node": node})
     started = time.time()
     try:
         if (run_dir / "members.json").exists():
@@ -400,24 +379,31 @@ def _run_point(run_dir: Path) -> int:
             names = [m["name"] for m in spec["members"]]
             result = train_population([config_lib.from_dict(m["config"]) for m in spec["members"]],
                                       run_dir, shared_batches=spec["shared_batches"],
-                                      progress=False, names=names)
+                                      progress=False, names=names,
+                                      hparams=[m.get("values", {}) for m in spec["members"]])
             for name in names:
                 step = result["diverged"].get(name)
                 _write_json(run_dir / "members" / name / "status.json", dict(
-                    status=FINISHED) if step is None else dict(
-                    status=FAILED, error=f"TrainingDiverged: the loss became non-finite by step "
-                                         f"{step} (the population's other members went on)"))
+                    status=FINISHED, node=node) if step is None else dict(
+                    status=FAILED, node=node,
+                    error=f"TrainingDiverged: the loss became non-finite by step "
+                          f"{step} (the population's other members went on)"))
         else:
             from repr_jax.train import train_and_evaluate
             cfg = config_lib.load_json(run_dir / "config.json")
-            train_and_evaluate(cfg, run_dir, progress=False, verbose=False)
+            point = _read_json(run_dir / "point.json", {})
+            train_and_evaluate(cfg, run_dir, progress=False, verbose=False,
+                               hparams=point.get("values"))
+        _write_json(run_dir / "status.json", dict(status=FINISHED, node=node,
+                                                  seconds=time.time() - started))
+        return 0
     except Exception as e:  # noqa: BLE001 - recorded for the table; the sweep goes on
         traceback.print_exc()
         _write_json(run_dir / "status.json", dict(status=FAILED, error=f"{type(e).__name__}: {e}",
-                                                  seconds=time.time() - started))
+                                                  node=node, seconds=time.time() - started))
         return 1
-    _write_json(run_dir / "status.json", dict(status=FINISHED, seconds=time.time() - started))
-    return 0
+    finally:
+        lock.release()  # after status.json: a waiting sweep reads the outcome once it is free
 
 
 # --------------------------------------------------------------------------------------------------
@@ -446,7 +432,7 @@ def _point_rows(run_dir: Path, name: str, values: Mapping[str, Any], job_dir: Pa
     for step in steps:
         row: dict[str, Any] = dict(point=name, status=status["status"], step=step,
                                    final=step is not None and step == flat.get("train.steps"),
-                                   error=status.get("error", ""))
+                                   error=status.get("error", ""), node=status.get("node", ""))
         if step is not None:
             n = info.get("train_examples")
             seen = step * flat["train.batch_size"]

@@ -64,3 +64,42 @@ def global_batch(local: dict[str, np.ndarray], mesh: Mesh) -> dict[str, jax.Arra
     """This process's rows → global arrays sharded along ``data`` (one process: the whole batch)."""
     sharding = batch_sharding(mesh)
     return {k: jax.make_array_from_process_local_data(sharding, v) for k, v in local.items()}
+
+
+def multihost_launcher(env: dict[str, str]) -> str | None:
+    """What started this process as one of several of a multi-host run, judged from ``env``
+    (None: a single process): an explicit coordinator, a SLURM step of several tasks (``srun``),
+    Open MPI, or a multi-host TPU slice — the environments ``jax.distributed.initialize()``
+    configures itself from (an explicit coordinator with ``JAX_NUM_PROCESSES`` and
+    ``JAX_PROCESS_ID``)."""
+    def count(key: str) -> int:
+        try:
+            return int(env.get(key, "1").split("(")[0])
+        except ValueError:
+            return 1
+    if env.get("JAX_COORDINATOR_ADDRESS"):
+        return "JAX_COORDINATOR_ADDRESS"
+    if env.get("SLURM_STEP_ID") is not None and count("SLURM_STEP_NUM_TASKS") > 1:
+        return "SLURM (srun)"
+    if count("OMPI_COMM_WORLD_SIZE") > 1:
+        return "Open MPI"
+    if "," in env.get("TPU_WORKER_HOSTNAMES", ""):
+        return "a multi-host TPU slice"
+    return None
+
+
+def initialize_distributed(mode: str = "auto", env: dict[str, str] | None = None) -> bool:
+    """Calls ``jax.distributed.initialize()`` (before anything touches a device) when ``mode`` is
+    "yes", or "auto" and :func:`multihost_launcher` recognises the environment; returns whether it
+    did. JAX reads the coordinator, process count and id from that environment."""
+    import os
+    env = dict(os.environ if env is None else env)
+    if mode not in ("auto", "yes", "no"):
+        raise ValueError(f"distributed mode {mode!r}: choose auto, yes or no")
+    if mode == "no" or (mode == "auto" and multihost_launcher(env) is None):
+        return False
+    # With an explicit coordinator, the process count and id come from these two as well.
+    explicit = {k: int(env[v]) for k, v in (("num_processes", "JAX_NUM_PROCESSES"),
+                                            ("process_id", "JAX_PROCESS_ID")) if env.get(v)}
+    jax.distributed.initialize(**explicit)
+    return True

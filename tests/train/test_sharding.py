@@ -88,3 +88,17 @@ def test_fsdp_step_equals_one_device(mnist1d_small, fsdp):
         assert bool(split) == (f > 1)
         results[n] = jax.device_get((state.params, state.batch_stats, metrics))
     chex.assert_trees_all_close(results[1], results[8], atol=1e-5, rtol=1e-5)
+
+
+def test_multihost_launchers_are_recognised_from_the_environment():
+    from repr_jax.train.sharding import initialize_distributed, multihost_launcher
+    assert multihost_launcher({}) is None
+    assert multihost_launcher({"SLURM_JOB_ID": "7", "SLURM_NTASKS": "4"}) is None  # sbatch shell
+    assert multihost_launcher({"SLURM_STEP_ID": "0", "SLURM_STEP_NUM_TASKS": "4"}) == "SLURM (srun)"
+    assert multihost_launcher({"SLURM_STEP_ID": "0", "SLURM_STEP_NUM_TASKS": "1"}) is None
+    assert multihost_launcher({"OMPI_COMM_WORLD_SIZE": "2"}) == "Open MPI"
+    assert multihost_launcher({"TPU_WORKER_HOSTNAMES": "t-0,t-1"}) == "a multi-host TPU slice"
+    assert multihost_launcher({"TPU_WORKER_HOSTNAMES": "localhost"}) is None  # one TPU VM
+    assert multihost_launcher({"JAX_COORDINATOR_ADDRESS": "h:1234"}) == "JAX_COORDINATOR_ADDRESS"
+    assert initialize_distributed("auto", env={}) is False
+    assert initialize_distributed("no", env={"OMPI_COMM_WORLD_SIZE": "2"}) is False

@@ -31,6 +31,9 @@ from repr_jax import files
 from repr_jax.config import ConfigError
 
 EXECUTORS = ("local", "ray", "slurm")
+# A point's status.json says one of these (written by the point's process; "running" left behind
+# by a killed process means interrupted).
+FINISHED, FAILED, RUNNING, PENDING = "finished", "failed", "running", "pending"
 EX_DUPLICATE = 75  # a point's process that found the point already running (EX_TEMPFAIL)
 POINT_LOCK = ".point.lock"
 TOKEN_FILE = ".executor-token"
@@ -234,8 +237,11 @@ def run_remote_point(run_dir: str, token: str, env: dict[str, str], node: str) -
         _stop(proc)
         raise
     if returncode < 0:
-        from repr_jax.scaling.sweep import FAILED, FINISHED, point_status
-        if point_status(path)["status"] not in (FINISHED, FAILED):
+        try:
+            recorded = files.read_json(path / "status.json").get("status")
+        except (FileNotFoundError, files.DamagedFile, AttributeError):
+            recorded = None
+        if recorded not in (FINISHED, FAILED):
             raise PointKilled(f"{path.name}: the process on node {node} was killed by signal "
                               f"{-returncode}")
     return returncode
@@ -409,16 +415,17 @@ class SlurmExecutor:
         pass
 
 
-def make_executor(name: str, workdir: Path, *, jobs: int | None = None,
+def make_executor(name: str, workdir: Path, *, jobs: int | None = None, processes: int = 0,
                   options: dict[str, Any] | None = None):
-    """The executor called ``name`` (local | ray | slurm) with its options (the CLI's flags)."""
+    """The executor called ``name`` (local | ray | slurm) with its options (the CLI's flags), for
+    ``processes`` points' processes, at most ``jobs`` at once."""
     options = {k: v for k, v in (options or {}).items() if v is not None}
     if name == "local":
         if options:
             raise ConfigError(f"--executor local takes none of {sorted(options)}")
-        return LocalExecutor(jobs)
+        return LocalExecutor(min(jobs or default_jobs(), max(processes, 1)))
     if name == "ray":
         return RayExecutor(workdir, **options)
     if name == "slurm":
-        return SlurmExecutor(workdir, jobs=jobs, **options)
+        return SlurmExecutor(workdir, jobs=jobs and min(jobs, max(processes, 1)), **options)
     raise ConfigError(f"unknown executor {name!r}; choose from {', '.join(EXECUTORS)}")

@@ -41,9 +41,9 @@ from typing import Any, Iterable, Mapping, Sequence
 from repr_jax import config as config_lib
 from repr_jax import files
 from repr_jax.config import Config, ConfigError, point_name
+from repr_jax.scaling.executors import FAILED, FINISHED, PENDING, RUNNING
 from repr_jax.scaling.table import write_table
 
-FINISHED, FAILED, RUNNING, PENDING = "finished", "failed", "running", "pending"
 # Leading columns of results.csv; then the metrics, then the grid's keys, then every config key.
 RUN_COLUMNS = ("point", "status", "step", "final", "examples_seen", "epochs", "train_examples",
                "params", "non_embedding_params", "flops_per_step", "flops", "train/loss", "error",
@@ -264,7 +264,7 @@ def run_sweep(sweep: Sweep, workdir: str | Path, *, jobs: int | None = None,
     what = "populations" if sweep.population else "points"
     if todo:
         _prepare_data([groups[job][0] for job in todo])
-    place = make_executor(executor, workdir, jobs=jobs and min(jobs, len(todo) or 1),
+    place = make_executor(executor, workdir, jobs=jobs, processes=len(todo),
                           options=dict(executor_options or {}))
     print(f"sweep: {len(points)} points in {len(groups)} {what}; {len(groups) - len(todo)} done "
           f"or failed before, {len(todo)} to run {place.describe()}"

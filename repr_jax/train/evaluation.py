@@ -30,6 +30,7 @@ from repr_jax.train.log import format_table, plot_eval
 from repr_jax.train.run import load_eval_sets, load_trained, run_config_path, sample_batch
 from repr_jax.train.state import TrainState
 from repr_jax.train.step import hyperparams
+from repr_jax.train.writers import RunLog
 
 
 class NonFiniteModel(ConfigError):
@@ -270,6 +271,13 @@ def evaluate_workdir(workdir: str | Path, *, overrides: Sequence[str] = (),
                               reference=cfg.eval.reference_rows,
                               eval_sets=load_eval_sets(cfg, dataset), progress=progress,
                               require_finite=True)
+        if jax.process_index() == 0:  # the run's TensorBoard / W&B logs get the new rows
+            log = RunLog(workdir, cfg.log, resume_step=None, lead=True,
+                         hparams=config_lib.flatten(cfg), trained=f"{cfg.method.name} encoder")
+            try:
+                log.evaluation(rows)
+            finally:
+                log.close()
     if progress:
         print(format_table(rows))
     return rows

@@ -160,12 +160,16 @@ class RunLog:
     """One run directory's writers: ``metrics.jsonl`` always, and on process 0 (``lead``) the
     TensorBoard and W&B writers ``log_cfg`` asks for. ``hparams``: the values the run is compared
     by (a sweep point's grid values; a single run's flattened config); ``trained``: the name of
-    the trained representation in evaluation rows (the rest are reference rows)."""
+    the trained representation in evaluation rows (the rest are reference rows);
+    ``resume_step``: the step training starts from (logs past it are dropped), or None to only
+    add evaluation rows."""
 
-    def __init__(self, workdir: str | Path, log_cfg, *, resume_step: int, lead: bool,
+    def __init__(self, workdir: str | Path, log_cfg, *, resume_step: int | None, lead: bool,
                  hparams: Mapping[str, Any], trained: str):
         self.workdir, self.trained, self.hparams = Path(workdir), trained, dict(hparams)
-        self.jsonl = JsonlWriter(self.workdir / "metrics.jsonl", resume_step=resume_step)
+        # resume_step None: only add evaluation rows (repr-jax eval), touching no earlier log.
+        self.jsonl = (JsonlWriter(self.workdir / "metrics.jsonl", resume_step=resume_step)
+                      if resume_step is not None else None)
         self.writers: list[Any] = []
         if not lead:
             return

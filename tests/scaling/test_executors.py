@@ -129,7 +129,7 @@ def test_local_slurm_and_ray_executors_write_the_same_table(tmp_path):
         test = f"{Path(__file__)}::test_local_slurm_and_ray_executors_write_the_same_table"
         inner = subprocess.run(
             ["unshare", "-n", "sh", "-c", 'ip link set lo up && exec "$0" -m pytest -q -n 0 '
-             f'-p no:cacheprovider --basetemp "$1" "$2"', sys.executable,
+             '-p no:cacheprovider --basetemp "$1" "$2"', sys.executable,
              str(tmp_path / "netns"), test],
             env=dict(os.environ, REPR_JAX_IN_NETNS="1"), capture_output=True, text=True,
             timeout=1500)
@@ -146,6 +146,13 @@ def test_local_slurm_and_ray_executors_write_the_same_table(tmp_path):
     run_sweep(sweep, tmp_path / "local", jobs=2, progress=False)
     local = _table(tmp_path / "local" / "results.csv")
     assert len(local) == 6 and {r["status"] for r in local} == {"finished"}
+    # Each point tags its grid values (only those) for TensorBoard's HParams view.
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    events = EventAccumulator(str(tmp_path / "local" / "runs" / "lr=0.001,train_examples=200"))
+    events.Reload()
+    start = events.PluginTagToContent("hparams")["_hparams_/session_start_info"]
+    assert b"optim.lr" in start and b"data.train_examples" in start
+    assert b"encoder.widths" not in start
     run_sweep(sweep, tmp_path / "slurm", jobs=2, progress=False, executor="slurm",
               executor_options={"cluster": "local"})
     assert _table(tmp_path / "slurm" / "results.csv") == local

@@ -87,13 +87,19 @@ def test_a_resumed_run_continues_its_tensorboard_and_wandb_logs_without_repeats(
     shutil.rmtree(run / "checkpoints" / "40")  # as if killed between its logs and this save
     train_and_evaluate(cfg, run, progress=False, verbose=False)
     _assert_tensorboard_equals_jsonl(run)
-    assert len(list(run.glob("events.out.tfevents.*"))) == 2
+    assert len(list(run.glob("events.out.tfevents.*"))) == 2  # the first run's, the resumed one's
     assert _scalars(_events(run), "train/loss") == first  # deterministic, and nothing twice
     assert [s for s, _ in _scalars(_events(run), "eval/knn/accuracy")] == [20, 40]
 
+    # repr-jax eval adds its rows to the same logs, leaving the training rows as they were.
+    from repr_jax.train import evaluate_workdir
+    evaluate_workdir(run, overrides=["eval.evaluators=('linear_probe',)"], progress=False)
+    _assert_tensorboard_equals_jsonl(run)
+    assert [s for s, _ in _scalars(_events(run), "eval/linear_probe/accuracy")] == [40]
+
     run_id = files.read_json(run / "wandb.json")["id"]
     offline = sorted((run / "wandb").glob("offline-run-*"))
-    assert len(offline) == 2 and all(d.name.endswith(f"-{run_id}") for d in offline)
+    assert len(offline) == 3 and all(d.name.endswith(f"-{run_id}") for d in offline)
     assert all((d / f"run-{run_id}.wandb").stat().st_size > 0 for d in offline)
     listed = subprocess.run([sys.executable, "-m", "wandb", "sync", "--dry-run"], cwd=run,
                             capture_output=True, text=True, timeout=120)

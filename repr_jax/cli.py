@@ -76,6 +76,19 @@ def _parser() -> argparse.ArgumentParser:
                     "path) defining get_study(); append :quick for a smoke-test length")
     _grid_options(st, "study")
 
+    x = sub.add_parser("export", help="export a run's encoder for other tools",
+                       description="Write the encoder of the latest checkpoint in --workdir (a "
+                       "dual encoder's first tower) in a format other tools load, with a "
+                       "README.md model card (config, data, evaluation with intervals, the "
+                       "command that reproduces it).")
+    x.add_argument("--workdir", required=True, help="a run directory written by `repr-jax train`")
+    x.add_argument("--format", required=True, choices=("sentence-transformers", "safetensors"),
+                   help="sentence-transformers: a directory SentenceTransformer(OUT) loads "
+                        "(text_transformer, mean or CLS pooling); safetensors: any encoder's "
+                        "parameters and batch statistics, rebuilt by "
+                        "repr_jax.encoders.load_exported(OUT)")
+    x.add_argument("--out", required=True, help="output directory")
+
     f = sub.add_parser("fit", help="fit a scaling law to a results table",
                        description="Fit a scaling law (with bootstrap intervals) to columns of a "
                        "results CSV; writes fit_<law>.json and fit_<law>.png next to the table.")
@@ -182,6 +195,13 @@ def _resource(text: str) -> tuple[str, float]:
         raise ConfigError(f"--point-resource {text!r}: expected NAME=N") from None
 
 
+def _export(args) -> int:
+    from repr_jax.train.export import export_run
+    out = export_run(args.workdir, args.format, args.out)
+    print(f"{args.format} export of {args.workdir} -> {out}")
+    return 0
+
+
 def _fit(args) -> int:
     from repr_jax.scaling.table import fit_table, format_fit
     result = fit_table(args.table, law=args.law, x=args.x.split(","), y=args.y,
@@ -275,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
     from repr_jax.train import TrainingDiverged
     try:
         return {"train": _train, "eval": _eval, "sweep": _sweep, "study": _study,
-                "fit": _fit}[args.command](args)
+                "fit": _fit, "export": _export}[args.command](args)
     except (ConfigError, TrainingDiverged, WorkdirBusy, StorageError, FileNotFoundError) as e:
         print(f"repr-jax: error: {e}", file=sys.stderr)
         return 2

@@ -62,6 +62,7 @@ _CHECKS: dict[str, tuple[Callable[[Any, Any], bool], str]] = {
     ">=0": (lambda v, _: v >= 0, "must be >= 0"),
     "[0,1)": (lambda v, _: 0 <= v < 1, "must be in [0, 1)"),
     "[0,1]": (lambda v, _: 0 <= v <= 1, "must be in [0, 1]"),
+    "(0,1]": (lambda v, _: 0 < v <= 1, "must be in (0, 1]"),
 }
 
 
@@ -296,6 +297,11 @@ class EncoderConfig:
     pooling: str = static("mean", ("mean", "max", "cls", "last_token", "attention", "multi_layer",
                                    "landmark"), "token pooling (text encoders)")
     landmark_chunk: int = static(16, ">0", "landmark pooling: tokens per chunk")
+    init_from: str = static("", doc="start from pretrained weights: a sentence-transformers/BERT "
+                                    "directory, a `repr-jax export` output, or a repr_jax run "
+                                    "directory (its latest checkpoint)")
+    init_strict: bool = static(True, doc="init_from: refuse weights with missing or extra "
+                                         "tensors (False: load what matches, list the rest)")
     remat: bool = static(False, doc="rematerialise each block (its activations are recomputed in "
                                     "the backward pass: memory for ~1/3 more compute); "
                                     "vit, text_transformer, resnet, mixer")
@@ -337,6 +343,13 @@ class OptimConfig:
     b1: float = static(0.9, "[0,1)")
     b2: float = static(0.999, "[0,1)")
     clip_norm: float = static(0.0, ">=0", "global gradient-norm clip (0 = off)")
+    freeze: tuple[str, ...] = static((), doc="parameters not trained: fnmatch patterns over their "
+                                             "paths ('tower_a/encoder/layer_0/query/kernel'), "
+                                             "matched at any depth, e.g. ('*embeddings*',)")
+    layer_decay: float = hyper(1.0, "(0,1]", "layer-wise lr decay: encoder layer i of L trains at "
+                                             "lr * decay^(L-i), embeddings at decay^(L+1)")
+    head_lr_mult: float = hyper(1.0, ">=0", "lr multiplier for parameters outside the encoder "
+                                            "(heads, projectors, logit scales)")
 
 
 @config
@@ -737,7 +750,10 @@ def load_from(name_or_path: str, function: str, returns: type) -> Any:
 
 
 def load(name_or_path: str) -> Config:
-    """Reads ``get_config(arg)`` from an experiment file (``name[:arg]`` or a path)."""
+    """Reads ``get_config(arg)`` from an experiment file (``name[:arg]`` or a path), or a saved
+    ``config.json`` (a run's: the config that reproduces it)."""
+    if name_or_path.endswith(".json") and Path(name_or_path).is_file():
+        return load_json(name_or_path)
     return load_from(name_or_path, "get_config", Config)
 
 

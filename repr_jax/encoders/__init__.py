@@ -131,5 +131,12 @@ def from_section(e, *, input_shape: tuple[int, ...], vocab: tuple[str, ...] | No
     return build(e.name, e.variant or default_variant, **kwargs)
 
 
+def load_exported(path):
+    """``(module, variables)`` of an encoder exported with ``repr-jax export --format
+    safetensors`` (:func:`repr_jax.encoders.pretrained.load_exported`)."""
+    from repr_jax.encoders.pretrained import load_exported as load
+    return load(path)
+
+
 __all__ = ["FAMILIES", "IMAGE_FAMILIES", "MLPHead", "REMAT_FAMILIES", "TOKEN_FAMILIES", "build",
-           "check_section", "from_section"]
+           "check_section", "from_section", "load_exported"]

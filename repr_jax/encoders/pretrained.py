@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Mapping, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -225,5 +225,174 @@ def encode(loaded: LoadedModel, texts: Sequence[str], *, normalize: bool | None 
     return emb
 
 
-__all__ = ["LoadedModel", "SentenceTransformerConfig", "encode", "load_sentence_transformer"]
+# --------------------------------------------------------------------------------------------------
+# Weights for encoder.init_from, and exports
+# --------------------------------------------------------------------------------------------------
+
+EXPORT_CONFIG = "repr_jax_config.json"
+
+
+@dataclasses.dataclass(frozen=True)
+class EncoderWeights:
+    """An encoder's weights read from files: ``tensors`` by path relative to the encoder
+    (``params/layer_0/query/kernel``, ``batch_stats/...``), the sizes that must agree with the
+    encoder they initialise (``fields``: name, width, depth, num_heads, mlp_dim, vocab_size where
+    known) and the token vocabulary (text encoders)."""
+    tensors: dict[str, np.ndarray]
+    fields: dict
+    vocab: tuple[str, ...] | None
+    source: str
+
+
+def flatten_tree(tree, prefix: str = "", *, as_arrays: bool = True) -> dict[str, Any]:
+    """``{"a/b/c": leaf}`` of a nested dict (leaves as numpy arrays when ``as_arrays``)."""
+    out = {}
+    for key, value in tree.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            out.update(flatten_tree(value, name + "/", as_arrays=as_arrays))
+        else:
+            out[name] = np.asarray(value) if as_arrays else value
+    return out
+
+
+def unflatten_tree(flat: dict[str, np.ndarray]) -> dict:
+    tree: dict = {}
+    for name, value in flat.items():
+        *parents, leaf = name.split("/")
+        node = tree
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[leaf] = value
+    return tree
+
+
+def read_encoder_weights(path: str | Path) -> EncoderWeights:
+    """A sentence-transformers / BERT directory (``model.safetensors`` + ``config.json``), or an
+    export of :func:`export_safetensors` (its directory or its ``model.safetensors``)."""
+    path = Path(path)
+    exported = path if path.is_dir() else path.parent
+    if (exported / EXPORT_CONFIG).exists():
+        meta = _read_json(exported / EXPORT_CONFIG)
+        weights = exported / "model.safetensors"
+        if not weights.is_file():
+            raise FileNotFoundError(f"missing model.safetensors beside {exported / EXPORT_CONFIG}")
+        vocab = meta.get("vocab")
+        return EncoderWeights(_read_tensors(weights), dict(meta.get("fields", {})),
+                              tuple(vocab) if vocab else None, str(exported))
+    if path.is_dir() and (path / "config.json").exists() and (path / "model.safetensors").exists():
+        loaded = load_sentence_transformer(path)
+        c = loaded.config
+        return EncoderWeights(flatten_tree({"params": jax.device_get(loaded.params)}),
+                              dict(name="text_transformer", width=c.width, depth=c.depth,
+                                   num_heads=c.num_heads, mlp_dim=c.mlp_dim,
+                                   vocab_size=c.vocab_size),
+                              tuple(loaded.tokenizer.vocab), str(path))
+    raise FileNotFoundError(f"encoder.init_from={str(path)!r}: not a sentence-transformers/BERT "
+                            f"directory (config.json + model.safetensors), a repr_jax export "
+                            f"({EXPORT_CONFIG} + model.safetensors) or a repr_jax run directory")
+
+
+def export_safetensors(tensors: dict[str, np.ndarray], meta: dict, out_dir: str | Path) -> Path:
+    """Writes ``model.safetensors`` (``tensors`` by flattened name) and ``repr_jax_config.json``
+    (``meta``: the encoder section, its sizes, vocabulary) atomically into ``out_dir``."""
+    from safetensors.numpy import save
+    out_dir = Path(out_dir)
+    files.write_bytes(out_dir / "model.safetensors",
+                      save({k: np.ascontiguousarray(v) for k, v in tensors.items()}))
+    files.write_json(out_dir / EXPORT_CONFIG, meta)
+    return out_dir
+
+
+def load_exported(path: str | Path):
+    """``(module, variables)`` of an encoder written by ``repr-jax export --format safetensors``:
+    the flax module rebuilt from its config, and its parameters (and batch statistics)."""
+    from repr_jax import config as config_lib
+    from repr_jax.encoders import from_section
+    weights = read_encoder_weights(path)
+    meta = _read_json(Path(weights.source) / EXPORT_CONFIG)
+    section = config_lib.from_dict(meta["encoder"], config_lib.EncoderConfig, "encoder.")
+    module = from_section(section, input_shape=tuple(meta["input_shape"]), vocab=weights.vocab)
+    variables = unflatten_tree(weights.tensors)
+    return module, jax.tree.map(jnp.asarray, variables)
+
+
+def _bert_tensors(params: dict, c: SentenceTransformerConfig) -> dict[str, np.ndarray]:
+    """TextTransformer parameters under Hugging Face BERT names (the inverse of
+    :func:`_bert_params`)."""
+    p = jax.tree.map(lambda a: np.asarray(a, np.float32), jax.device_get(params))
+    out = {"embeddings.word_embeddings.weight": p["word_embeddings"]["embedding"],
+           "embeddings.position_embeddings.weight": p["position_embeddings"],
+           "embeddings.token_type_embeddings.weight": p["token_type_embeddings"]["embedding"],
+           "embeddings.LayerNorm.weight": p["embeddings_ln"]["scale"],
+           "embeddings.LayerNorm.bias": p["embeddings_ln"]["bias"]}
+    names = {"query": "attention.self.query", "key": "attention.self.key",
+             "value": "attention.self.value", "attention_out": "attention.output.dense",
+             "attention_ln": "attention.output.LayerNorm", "intermediate": "intermediate.dense",
+             "output": "output.dense", "output_ln": "output.LayerNorm"}
+    for i in range(c.depth):
+        for ours, theirs in names.items():
+            leaf = p[f"layer_{i}"][ours]
+            prefix = f"encoder.layer.{i}.{theirs}"
+            if "kernel" in leaf:
+                out[f"{prefix}.weight"] = leaf["kernel"].T
+            else:
+                out[f"{prefix}.weight"] = leaf["scale"]
+            out[f"{prefix}.bias"] = leaf["bias"]
+    return {k: np.ascontiguousarray(v) for k, v in out.items()}
+
+
+def export_sentence_transformer(loaded: LoadedModel, out_dir: str | Path, *,
+                                card: str | None = None) -> Path:
+    """Writes a directory that ``SentenceTransformer(out_dir)`` loads offline (and
+    :func:`load_sentence_transformer` reads back): BERT weights in ``model.safetensors``,
+    ``config.json``, the WordPiece tokenizer's files, ``modules.json``, ``1_Pooling`` and, when the
+    model normalises, ``2_Normalize``; ``card`` becomes its ``README.md``. ``loaded`` is what
+    :func:`load_sentence_transformer` returns, or a trained text encoder in that shape."""
+    from safetensors.numpy import save
+    c, out = loaded.config, Path(out_dir)
+    modes = {v: k for k, v in _POOLING_MODES.items()}
+    if c.pooling not in modes:
+        raise ValueError(f"sentence-transformers has no {c.pooling!r} pooling (it pools by "
+                         f"{', '.join(sorted(modes))}); this encoder cannot be exported as one")
+    files.write_bytes(out / "model.safetensors", save(_bert_tensors(loaded.params, c),
+                                                      metadata={"format": "pt"}))
+    files.write_json(out / "config.json", {
+        "architectures": ["BertModel"], "model_type": "bert", "vocab_size": c.vocab_size,
+        "hidden_size": c.width, "num_hidden_layers": c.depth, "num_attention_heads": c.num_heads,
+        "intermediate_size": c.mlp_dim, "hidden_act": "gelu",
+        "max_position_embeddings": c.max_position, "type_vocab_size": c.type_vocab_size,
+        "layer_norm_eps": c.eps, "hidden_dropout_prob": 0.0,
+        "attention_probs_dropout_prob": 0.0, "initializer_range": 0.02, "pad_token_id": 0,
+        "position_embedding_type": "absolute"})
+    files.write_text(out / "vocab.txt", "".join(t + "\n" for t in loaded.tokenizer.vocab))
+    files.write_json(out / "tokenizer_config.json", {
+        "tokenizer_class": "BertTokenizer", "do_lower_case": c.lower_case,
+        "model_max_length": c.max_seq_length, "unk_token": "[UNK]", "sep_token": "[SEP]",
+        "pad_token": "[PAD]", "cls_token": "[CLS]", "mask_token": "[MASK]",
+        "strip_accents": loaded.tokenizer.strip_accents})
+    files.write_json(out / "special_tokens_map.json", {
+        "unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]", "cls_token": "[CLS]",
+        "mask_token": "[MASK]"})
+    files.write_json(out / "sentence_bert_config.json",
+                     {"max_seq_length": c.max_seq_length, "do_lower_case": False})
+    files.write_json(out / "1_Pooling" / "config.json", {
+        "word_embedding_dimension": c.width,
+        **{key: mode == c.pooling for mode, key in modes.items()}})
+    modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+               {"idx": 1, "name": "1", "path": "1_Pooling",
+                "type": "sentence_transformers.models.Pooling"}]
+    if c.normalize:
+        modules.append({"idx": 2, "name": "2", "path": "2_Normalize",
+                        "type": "sentence_transformers.models.Normalize"})
+        (out / "2_Normalize").mkdir(parents=True, exist_ok=True)
+    files.write_json(out / "modules.json", modules)
+    if card is not None:
+        files.write_text(out / "README.md", card)
+    return out
+
+
+__all__ = ["EncoderWeights", "LoadedModel", "SentenceTransformerConfig", "encode",
+           "export_safetensors", "export_sentence_transformer", "load_exported",
+           "load_sentence_transformer", "read_encoder_weights"]
 

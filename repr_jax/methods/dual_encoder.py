@@ -65,10 +65,10 @@ def dual_encoder(name: str, encoder_a, encoder_b, views_fn: Callable, objective,
     """``objective(a, b, log_scale, bias, batch, hp)`` on the two towers' projections (or, with
     ``matryoshka_dims``, on nested prefixes of their embeddings). ``grad_cache_chunk``: its
     gradient by a gradient cache over chunks of that many pairs."""
-    model = TwoTowers(Tower(encoder_a, head(proj_dim, 0, "none")),
-                      Tower(encoder_b, head(proj_dim, 0, "none")),
+    model = TwoTowers(Tower(encoder_a, head(proj_dim, 0, "none") if proj_dim else None),
+                      Tower(encoder_b, head(proj_dim, 0, "none") if proj_dim else None),
                       init_logit_scale, init_logit_bias,
-                      aligned="embedding" if matryoshka_dims else "projection")
+                      aligned="embedding" if matryoshka_dims or not proj_dim else "projection")
     cached = None
     if grad_cache_chunk:
         def tower(which):
@@ -168,7 +168,9 @@ def biencoder(encoder_a, encoder_b, views_fn, *, proj_dim: int, objective: str,
 @config
 class DualEncoderConfig(MatryoshkaConfig):
     """CLIP and SigLIP: a linear projection on each tower, learned scale (and bias)."""
-    proj_dim: int = static(128, ">0", "projection output width (the space pairs are compared in)")
+    proj_dim: int = static(128, ">=0", "projection output width (the space pairs are compared "
+                                       "in); 0 = none: the encoders' embeddings are compared, as "
+                                       "sentence-transformers fine-tunes")
 
 
 @config

@@ -10,13 +10,18 @@ global-norm clipping. The optimizer is constructed once from the structural fiel
     updates, opt_state = tx.update(grads, opt_state, params, learning_rate=lr,
                                    weight_decay=hp.weight_decay)
 
+``learning_rate`` may also be a tree shaped like the parameters (:func:`lr_scales` times the
+rate): frozen parameters (scale 0), layer-wise decay and a separate rate for heads.
+
 Its state has the structure of ``optax.adamw``'s (checkpoints of either restore into the other) and
 its updates are the same numbers (tested).
 """
 
 from __future__ import annotations
 
+import fnmatch
 import functools
+import re
 from typing import Any
 
 import jax
@@ -63,7 +68,11 @@ def _scale_by_learning_rate_argument() -> optax.GradientTransformationExtraArgs:
 
     def update(updates, state, params=None, *, learning_rate, **extra):
         del params, extra
-        updates = jax.tree.map(lambda g: jnp.array(-learning_rate, dtype=g.dtype) * g, updates)
+        if jax.tree.structure(learning_rate) == jax.tree.structure(updates):  # one per parameter
+            updates = jax.tree.map(lambda g, lr: jnp.array(-lr, dtype=g.dtype) * g, updates,
+                                   learning_rate)
+        else:
+            updates = jax.tree.map(lambda g: jnp.array(-learning_rate, dtype=g.dtype) * g, updates)
         return updates, optax.ScaleByScheduleState(count=optax.safe_increment(state.count))
     return optax.GradientTransformationExtraArgs(init, update)
 
@@ -88,3 +97,58 @@ def make_optimizer(*, b1: float = 0.9, b2: float = 0.999, clip_norm: float = 0.0
 def optimizer_for(optim_cfg: Any) -> optax.GradientTransformationExtraArgs:
     """:func:`make_optimizer` from an ``OptimConfig``'s structural fields."""
     return make_optimizer(b1=optim_cfg.b1, b2=optim_cfg.b2, clip_norm=optim_cfg.clip_norm)
+
+
+_LAYER = re.compile(r"^(?:layer|block|layers|blocks)_?(\d+)(?:_|$)")
+_EMBEDDING_SIDE = re.compile(r"embedding|^stem$|^cls$|^pos")
+
+
+def _path(keys) -> str:
+    return "/".join(str(getattr(k, "key", getattr(k, "name", k))) for k in keys)
+
+
+def _matches(path: str, pattern: str) -> bool:
+    """``pattern`` matches the path or any of its tails that start at a segment."""
+    parts = path.split("/")
+    return any(fnmatch.fnmatchcase("/".join(parts[i:]), pattern) for i in range(len(parts)))
+
+
+def lr_scales(params: Any, *, freeze=(), layer_decay=1.0, head_lr_mult=1.0) -> Any:
+    """A learning-rate multiplier per parameter (a tree like ``params``): 0 for those matching a
+    ``freeze`` pattern; ``head_lr_mult`` outside the encoder (no ``encoder`` path segment); inside
+    it, ``layer_decay ** (L + 1 - depth)`` where ``depth`` is 0 for the embedding side (names with
+    "embedding", ``stem``, ``cls``, ``pos*``), i + 1 for layer/block i, and L + 1 for the rest
+    (final norms, pooling, output embedding) — BEiT's layer-wise decay. ``layer_decay`` and
+    ``head_lr_mult`` may be traced (population leaves); a pattern that matches nothing is a
+    ConfigError."""
+    from repr_jax.config import ConfigError
+    leaves, treedef = jax.tree_util.tree_flatten_with_path(params)
+    paths = [_path(keys) for keys, _ in leaves]
+    unused = [p for p in freeze if not any(_matches(path, p) for path in paths)]
+    if unused:
+        sample = ", ".join(paths[:6])
+        raise ConfigError(f"optim.freeze patterns {unused} match no parameter (paths look like: "
+                          f"{sample}, ...)")
+
+    def depth(path: str) -> tuple[bool, int | None]:
+        parts = path.split("/")
+        if "encoder" not in parts:
+            return False, None
+        inner = parts[parts.index("encoder") + 1:]
+        layer = next((int(m.group(1)) for part in inner if (m := _LAYER.match(part))), None)
+        if layer is not None:
+            return True, layer + 1
+        return True, 0 if inner and _EMBEDDING_SIDE.search(inner[0]) else -1  # -1: the top
+
+    depths = [depth(p) for p in paths]
+    top = 1 + max([d for enc, d in depths if enc and d is not None and d > 0], default=0)
+    scales = []
+    for path, (in_encoder, d) in zip(paths, depths):
+        if any(_matches(path, p) for p in freeze):
+            scales.append(jnp.zeros([], jnp.float32))
+        elif not in_encoder:
+            scales.append(jnp.asarray(head_lr_mult, jnp.float32))
+        else:
+            d = top if d == -1 else d
+            scales.append(jnp.asarray(layer_decay, jnp.float32) ** (top - d))
+    return jax.tree_util.tree_unflatten(treedef, scales)

@@ -47,7 +47,8 @@ from repr_jax.train.checkpoint import restore_latest
 from repr_jax.train.evaluation import make_upstream_loss, run_evaluation
 from repr_jax.train.loop import Member, Trainee, train_members, write_run_info
 from repr_jax.train.run import (build_method, check_buildable, check_resumable, compile_step,
-                                load_dataset, load_eval_sets, sample_batch, state_init_fn)
+                                load_dataset, load_eval_sets, pretrained_for, sample_batch,
+                                state_init_fn)
 from repr_jax.train.step import configured_step, hyperparams
 
 # What members may differ in: the seed, and the numeric leaves the step reads (hyperparams()).
@@ -129,13 +130,14 @@ def member_names(configs: Sequence[Config], varying: Sequence[str]) -> list[str]
     return names
 
 
-def _init_population(configs: Sequence[Config], dataset, mesh):
-    """The population's method and its fresh stacked state (member ``i`` from ``configs[i].seed``)."""
+def _init_population(configs: Sequence[Config], dataset, mesh, *, fresh: bool = True):
+    """The population's method and its fresh stacked state (member ``i`` from ``configs[i].seed``;
+    every member from ``encoder.init_from`` when ``fresh``, not when a checkpoint follows)."""
     method = build_method(configs[0], dataset, population=members_per_chunk(configs[0]) != 1)
     keys = jnp.stack([jax.random.PRNGKey(c.seed) for c in configs])
-    init = jax.vmap(state_init_fn(configs[0], method), in_axes=(0, None))
+    init = jax.vmap(state_init_fn(configs[0], method), in_axes=(0, None, None))
     return method, jax.jit(init, out_shardings=sharding.replicated(mesh))(
-        keys, sample_batch(dataset))
+        keys, sample_batch(dataset), pretrained_for(configs[0], method, dataset) if fresh else {})
 
 
 def load_population(workdir: str | Path) -> dict[str, Any]:
@@ -149,7 +151,7 @@ def load_population(workdir: str | Path) -> dict[str, Any]:
     configs = [config_lib.from_dict(m["config"]) for m in record["members"]]
     dataset = load_dataset(configs[0])
     method, state = _init_population(configs, dataset,
-                                     sharding.make_mesh(configs[0].train.num_devices))
+                                     sharding.make_mesh(configs[0].train.num_devices), fresh=False)
     state = restore_latest(workdir, state, keep=configs[0].train.keep_checkpoints)
     return {"names": [m["name"] for m in record["members"]], "configs": configs,
             "dataset": dataset, "method": method, "state": state}

@@ -24,6 +24,7 @@ from repr_jax.methods import Method
 from repr_jax.train import costs, sharding
 from repr_jax.train.checkpoint import all_finite, restore_latest
 from repr_jax.train.optim import optimizer_for
+from repr_jax.train.pretrained import pretrained_variables, substitute
 from repr_jax.train.state import TrainState, create_train_state
 from repr_jax.train.step import configured_step, hyperparams
 
@@ -149,30 +150,43 @@ def _check_eval_section(e) -> None:
 # --------------------------------------------------------------------------------------------------
 
 def state_init_fn(cfg: Config, method: Method) -> Callable[[jax.Array, dict], TrainState]:
-    """``init(seed_key, batch) -> TrainState``: the whole initial state from ``PRNGKey(seed)``
-    (vmapped over keys, a population's)."""
+    """``init(seed_key, batch[, pretrained]) -> TrainState``: the whole initial state from
+    ``PRNGKey(seed)`` (vmapped over keys, a population's); ``pretrained`` (``{variable path:
+    array}``, :func:`repr_jax.train.pretrained.pretrained_variables`) replaces those leaves."""
     tx = optimizer_for(cfg.optim)
 
-    def init_fn(seed_key: jax.Array, batch: dict) -> TrainState:
+    def init_fn(seed_key: jax.Array, batch: dict, pretrained: dict | None = None) -> TrainState:
         init_key, loop_key = jax.random.split(seed_key)
-        variables = method.init(init_key, batch)
+        variables = substitute(method.init(init_key, batch), pretrained or {})
         extra = method.init_extra(jax.random.fold_in(init_key, 1), variables)
         return create_train_state(variables, tx, loop_key, extra)
     return init_fn
 
 
-def init_state(cfg: Config, method: Method, sample: dict[str, np.ndarray], mesh) -> TrainState:
-    """The initial state, created directly with its sharding (replicated, or split over fsdp)."""
+def init_state(cfg: Config, method: Method, sample: dict[str, np.ndarray], mesh,
+               pretrained: dict | None = None) -> TrainState:
+    """The initial state, created directly with its sharding (replicated, or split over fsdp);
+    ``pretrained`` leaves replace the fresh ones (``encoder.init_from``)."""
     init_fn, key = state_init_fn(cfg, method), jax.random.PRNGKey(cfg.seed)
-    abstract = jax.eval_shape(init_fn, key, sample)
+    abstract = jax.eval_shape(init_fn, key, sample, pretrained)
     costs.check_state_fits(abstract, shards=cfg.train.fsdp)
     shardings = sharding.state_sharding(abstract, mesh)
-    return jax.jit(init_fn, out_shardings=shardings)(key, sample)
+    return jax.jit(init_fn, out_shardings=shardings)(key, sample, pretrained)
 
 
-def build_run(cfg: Config, dataset: data.Dataset | None = None):
+def pretrained_for(cfg: Config, method: Method, dataset: data.Dataset) -> dict:
+    """``encoder.init_from``'s weights for this method's encoders (``{}`` without it)."""
+    if not cfg.encoder.init_from:
+        return {}
+    sample = sample_batch(dataset)
+    abstract = jax.eval_shape(method.init, jax.random.PRNGKey(0), sample)
+    return pretrained_variables(cfg, dataset, abstract, load_run=load_trained)
+
+
+def build_run(cfg: Config, dataset: data.Dataset | None = None, *, pretrained: bool = True):
     """Mesh, dataset, method and a fresh sharded state for ``cfg``: what training and re-evaluation
-    both start from."""
+    both start from. ``pretrained=False``: skip ``encoder.init_from`` (a checkpoint will replace
+    the state anyway)."""
     check_buildable(cfg)
     mesh = sharding.make_mesh(cfg.train.num_devices, cfg.train.fsdp)
     if dataset is None and jax.process_count() > 1:
@@ -182,7 +196,8 @@ def build_run(cfg: Config, dataset: data.Dataset | None = None):
         multihost_utils.sync_global_devices("repr_jax: dataset prepared")
     dataset = dataset or load_dataset(cfg)
     method = build_method(cfg, dataset)
-    return mesh, dataset, method, init_state(cfg, method, sample_batch(dataset), mesh)
+    weights = pretrained_for(cfg, method, dataset) if pretrained else {}
+    return mesh, dataset, method, init_state(cfg, method, sample_batch(dataset), mesh, weights)
 
 
 def make_step_fn(cfg: Config, method: Method, mesh, state: TrainState):
@@ -236,7 +251,7 @@ def load_trained(workdir: str | Path, *, overrides: Sequence[str] = (),
     checkpoint: what re-evaluation and studies that compare trained models start from."""
     workdir = Path(workdir)
     cfg = config_lib.override(config_lib.load_json(run_config_path(workdir)), list(overrides))
-    _, dataset, method, state = build_run(cfg, dataset)
+    _, dataset, method, state = build_run(cfg, dataset, pretrained=False)
     state = restore_latest(workdir, state, keep=cfg.train.keep_checkpoints)
     if not all_finite(state.params):
         raise ConfigError(f"{workdir}: the parameters of its checkpoint at step "

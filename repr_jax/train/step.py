@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import optax
 
 from repr_jax.methods import Method
-from repr_jax.train.optim import learning_rate, optimizer_for
+from repr_jax.train.optim import learning_rate, lr_scales, optimizer_for
 from repr_jax.train.state import TrainState
 
 
@@ -81,8 +81,12 @@ def train_step(state: TrainState, batch: dict, hp: Any, *, method: Method,
         grads = jax.tree.map(lambda g: g / grad_accum, grads)
         loss, metrics = losses.mean(), jax.tree.map(lambda m: m.mean(axis=0), metrics)
     lr = learning_rate(state.step, hp["optim"], total_steps=total_steps)
-    updates, opt_state = tx.update(grads, state.opt_state, state.params, learning_rate=lr,
-                                   weight_decay=hp["optim"].weight_decay)
+    o = hp["optim"]
+    scales = lr_scales(state.params, freeze=o.freeze, layer_decay=o.layer_decay,
+                       head_lr_mult=o.head_lr_mult)
+    updates, opt_state = tx.update(grads, state.opt_state, state.params,
+                                   learning_rate=jax.tree.map(lambda s: lr * s, scales),
+                                   weight_decay=o.weight_decay)
     params = optax.apply_updates(state.params, updates)
     if method.after_update is not None:
         extra = method.after_update(extra, params, hp["method"])

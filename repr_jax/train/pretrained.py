@@ -1,0 +1,146 @@
+"""``encoder.init_from``: a run's encoder(s) start from weights read from files or another run.
+
+The source (:func:`source_weights`) is a sentence-transformers/BERT directory, a ``repr-jax
+export --format safetensors`` output, or a repr_jax run directory (its latest checkpoint). Every
+encoder of the method (one, or both towers of a dual encoder) is matched against it tensor by
+tensor: the encoder's sizes must agree (the error names the field), its vocabulary must be the
+source's, and missing, extra or differently shaped tensors are listed in one table and refused
+unless ``encoder.init_strict=False``. Heads and projectors keep their fresh initialisation; a
+momentum teacher is built from the loaded encoder.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Any, Callable
+
+import jax
+import numpy as np
+
+from repr_jax.config import Config, ConfigError
+from repr_jax.encoders.pretrained import EncoderWeights, flatten_tree, read_encoder_weights
+
+SIZE_FIELDS = ("name", "width", "depth", "num_heads", "mlp_dim", "vocab_size")
+
+
+def encoder_fields(cfg: Config, module) -> dict[str, Any]:
+    """The sizes of a built encoder module that pretrained weights must agree with."""
+    out = {"name": cfg.encoder.name}
+    for field in SIZE_FIELDS[1:]:
+        if hasattr(module, field):
+            out[field] = getattr(module, field)
+    return out
+
+
+def _encoder_module(cfg: Config, dataset):
+    from repr_jax.encoders import from_section
+    return from_section(cfg.encoder, input_shape=tuple(dataset.input_shape),
+                        vocab=dataset.vocab, dataset_name=dataset.name)
+
+
+def _encoder_subtrees(flat: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """``{prefix: {relative name: leaf}}`` for every subtree under a path segment ``encoder``:
+    ``params/tower_a/encoder/layer_0/query/kernel`` is ``params/layer_0/query/kernel`` of the
+    encoder ``tower_a/encoder``."""
+    out: dict[str, dict[str, Any]] = {}
+    for name, leaf in flat.items():
+        collection, *rest = name.split("/")
+        if "encoder" not in rest:
+            continue
+        cut = rest.index("encoder") + 1
+        out.setdefault("/".join(rest[:cut]), {})["/".join([collection] + rest[cut:])] = leaf
+    return out
+
+
+def source_weights(path: str | Path, load_run: Callable) -> EncoderWeights:
+    """The weights ``encoder.init_from`` names (see the module docstring); ``load_run`` is
+    :func:`repr_jax.train.run.load_trained`."""
+    path = Path(path)
+    if (path / "config.json").is_file() and (path / "checkpoints").is_dir():  # a repr_jax run
+        cfg, dataset, _, state = load_run(path)
+        subtrees = _encoder_subtrees(flatten_tree(jax.device_get(state.variables)))
+        if not subtrees:
+            raise ConfigError(f"encoder.init_from={str(path)!r}: that run's model has no encoder")
+        first = next(iter(subtrees.values()))  # a dual encoder's first tower
+        return EncoderWeights({k: np.asarray(v) for k, v in first.items()},
+                              encoder_fields(cfg, _encoder_module(cfg, dataset)),
+                              dataset.vocab, str(path))
+    return read_encoder_weights(path)
+
+
+def pretrained_variables(cfg: Config, dataset, abstract_variables: Any, load_run: Callable
+                         ) -> dict[str, np.ndarray]:
+    """``{variable path: array}`` that replace the fresh initialisation of every encoder in
+    ``abstract_variables`` (shapes from ``jax.eval_shape`` of the method's init); ``{}`` without
+    ``encoder.init_from`` (``load_run`` reads a run directory). Raises ConfigError for disagreeing sizes or vocabularies, and for
+    missing, extra or misshapen tensors unless ``encoder.init_strict`` is False."""
+    path = cfg.encoder.init_from
+    if not path:
+        return {}
+    source = source_weights(path, load_run)
+    ours = encoder_fields(cfg, _encoder_module(cfg, dataset))
+    differ = [f"encoder.{k}: {ours[k]!r} here, {source.fields[k]!r} in the weights"
+              for k in SIZE_FIELDS if k in ours and k in source.fields
+              and ours[k] != source.fields[k]]
+    if differ:
+        raise ConfigError(f"encoder.init_from={path!r} does not fit this encoder ("
+                          + "; ".join(differ) + ")")
+    if source.vocab is not None and dataset.vocab is not None and \
+            tuple(source.vocab) != tuple(dataset.vocab):
+        raise ConfigError(f"encoder.init_from={path!r}: the data's vocabulary (data.tokenizer="
+                          f"{cfg.data.tokenizer!r}, {len(dataset.vocab)} tokens) is not the "
+                          f"weights' ({len(source.vocab)} tokens); tokenise with theirs "
+                          f"(data.tokenizer=<their vocab.txt>)")
+    flat = flatten_tree(abstract_variables, as_arrays=False)
+    targets = _encoder_subtrees(flat)
+    if not targets:
+        raise ConfigError("encoder.init_from: this method's model has no encoder to initialise")
+    out, problems = {}, []
+    for prefix, leaves in targets.items():
+        for name, leaf in leaves.items():
+            full = _full_name(name, prefix)
+            if name not in source.tensors:
+                problems.append((name, "missing from the weights", str(tuple(leaf.shape))))
+            elif _truncatable(name, source.tensors[name].shape, leaf.shape):
+                # A shorter maximum length uses the first rows of an absolute position table,
+                # exactly as the source model does for shorter inputs.
+                out[full] = np.asarray(source.tensors[name][:leaf.shape[0]], leaf.dtype)
+            elif tuple(source.tensors[name].shape) != tuple(leaf.shape):
+                problems.append((name, f"shape {tuple(source.tensors[name].shape)} in the "
+                                       f"weights", f"{tuple(leaf.shape)} here"))
+            else:
+                out[full] = np.asarray(source.tensors[name], leaf.dtype)
+    wanted = {name for leaves in targets.values() for name in leaves}
+    problems += [(name, "not in this encoder", str(tuple(t.shape)))
+                 for name, t in source.tensors.items() if name not in wanted]
+    problems = list(dict.fromkeys(problems))
+    if problems:
+        table = "\n".join(f"  {name:<48} {what:<36} {shape}" for name, what, shape in problems)
+        head = (f"encoder.init_from={path!r}: {len(problems)} tensor(s) do not match "
+                f"({len(out)} loaded)")
+        if cfg.encoder.init_strict:
+            raise ConfigError(f"{head}; set encoder.init_strict=False to load the rest:\n{table}")
+        warnings.warn(f"{head}; they keep their fresh initialisation:\n{table}", stacklevel=2)
+    return out
+
+
+def _truncatable(name: str, source_shape, shape) -> bool:
+    return (name.endswith("position_embeddings") and len(shape) == len(source_shape) == 2
+            and source_shape[1] == shape[1] and source_shape[0] > shape[0])
+
+
+def _full_name(relative: str, prefix: str) -> str:
+    collection, _, rest = relative.partition("/")
+    return f"{collection}/{prefix}/{rest}"
+
+
+def substitute(variables: Any, pretrained: dict[str, Any]) -> Any:
+    """``variables`` with the leaves ``pretrained`` names replaced (traceable)."""
+    if not pretrained:
+        return variables
+
+    def leaf(path, x):
+        name = "/".join(str(getattr(k, "key", k)) for k in path)
+        return pretrained[name].astype(x.dtype) if name in pretrained else x
+    return jax.tree_util.tree_map_with_path(leaf, variables)

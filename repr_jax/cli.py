@@ -49,6 +49,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="override an eval.* value, e.g. --set \"eval.sets=('latent_sts',)\" or "
                         "--set eval.linear_probe.kind=logistic (repeatable)")
     e.add_argument("--no-progress", action="store_true", help="no progress bar or table")
+    e.add_argument("--no-cache", action="store_true",
+                   help="encode every input again, neither reading nor writing the checkpoint's "
+                        "cached features (cache/features/ in the run directory)")
     e.add_argument("--distributed", choices=("auto", "yes", "no"), default="auto",
                    help="call jax.distributed.initialize() first: auto (default) when launched as "
                         "one of several processes (srun, mpirun, a multi-host TPU slice, "
@@ -273,7 +276,8 @@ def _eval(args) -> int:
     from repr_jax.train import evaluate_workdir
     from repr_jax.train.sharding import initialize_distributed
     initialize_distributed(args.distributed)
-    evaluate_workdir(args.workdir, overrides=args.overrides, progress=not args.no_progress)
+    overrides = args.overrides + (["eval.cache=False"] if args.no_cache else [])
+    evaluate_workdir(args.workdir, overrides=overrides, progress=not args.no_progress)
     return 0
 
 

@@ -470,6 +470,8 @@ class EvalConfig:
     bootstrap: int = static(1000, ">=0", "bootstrap resamples for intervals (0 = none)")
     reference_rows: bool = static(True, doc="also evaluate raw inputs and the random-init encoder")
     batch_size: int = static(256, ">0", "batch size of the feature pass")
+    cache: bool = static(True, doc="keep a checkpoint's features on disk (run dir cache/features/) "
+                                   "so later evaluations of it do not encode again")
     linear_probe: LinearProbeOptions = _section(LinearProbeOptions)
     knn: KNNOptions = _section(KNNOptions)
     fewshot: FewShotOptions = _section(FewShotOptions)

@@ -131,9 +131,11 @@ def wordnet_retrieval(tokenizer: str = "", max_len: int = 64, data_dir: str = ""
     """Definition → lemma-list retrieval over the first ``num_queries`` synsets of the WordNet test
     split (never trained on: WordNet runs split by synset). A lemma list shared by several
     synsets is relevant to each of their definitions."""
-    from repr_jax.data.pipeline import _builder, _read_split, default_data_dir
+    from repr_jax.data.pipeline import _builder, default_data_dir
+    from repr_jax.data.source import SourceSplit
     builder = _builder("wordnet", data_dir or default_data_dir(), pairs="definition_lemmas")
-    test = _read_split(builder, "test", "x", "label")
+    split = SourceSplit(builder, "test", input_key="x", label_key="label")
+    test = split.take(np.arange(min(num_queries, len(split))))
     defs = [t.decode() if isinstance(t, bytes) else str(t) for t in test["x"][:num_queries]]
     lemmas = [t.decode() if isinstance(t, bytes) else str(t) for t in test["x_pos"][:num_queries]]
     unique = sorted(set(lemmas))

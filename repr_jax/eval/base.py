@@ -6,12 +6,18 @@ options; ``run(variables)`` yields ``(name, value)`` pairs, where ``value`` is a
 :class:`~repr_jax.eval.stats.Estimate` carrying a bootstrap interval. The functions are un-jitted and
 supplied by the caller (the training loop, ``repr-jax eval``, a notebook); the embedder jits each once
 and pads the last batch so every batch has one shape (one compilation), and caches features so
-evaluators that share it share one feature pass.
+evaluators that share it share one feature pass. With ``cache_dir`` it also keeps the features of
+in-memory inputs on disk (one ``.npz`` per input content and view), so a later evaluation of the
+same variables — another evaluator, another set — does not encode them again.
 """
 
 from __future__ import annotations
 
 import abc
+import hashlib
+import io
+import warnings
+from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 import jax
@@ -42,8 +48,10 @@ class Embedder:
     def __init__(self, predict_fn: PredictFn, splits: dict[str, dict[str, np.ndarray]], *,
                  batch_size: int = 1024, query_fn: PredictFn | None = None,
                  pos_fn: PredictFn | None = None, layers_fn: PredictFn | None = None,
-                 eval_sets: Sequence[Any] = ()):
+                 eval_sets: Sequence[Any] = (), cache_dir: str | Path | None = None):
         self.splits = splits
+        # Features on disk belong to one variables object (the first embedded): a checkpoint's.
+        self.cache_dir, self._disk_owner = Path(cache_dir) if cache_dir else None, None
         self.batch_size = batch_size
         self.eval_sets = tuple(eval_sets)
         self._fns = {"x": predict_fn, "query": query_fn or predict_fn,
@@ -81,12 +89,32 @@ class Embedder:
             self._variables, self._cache = variables, {}
         key = (id(x), which)
         if key not in self._cache:
-            outs = list(self._batches(variables, x if _streamed(x) else np.asarray(x), which))
-            if not outs:
-                raise ValueError("nothing to embed: an empty input")
-            self._cache[key] = (jax.tree.map(
-                lambda *o: jnp.concatenate(o).reshape(len(x), -1).astype(jnp.float32), *outs), x)
+            path = self._disk_path(variables, x, which)
+            features = _read_features(path) if path is not None else None
+            if features is None:
+                outs = list(self._batches(variables, x if _streamed(x) else np.asarray(x), which))
+                if not outs:
+                    raise ValueError("nothing to embed: an empty input")
+                features = jax.tree.map(
+                    lambda *o: jnp.concatenate(o).reshape(len(x), -1).astype(jnp.float32), *outs)
+                if path is not None:
+                    _write_features(path, features)
+            self._cache[key] = (features, x)
         return self._cache[key][0]
+
+    def _disk_path(self, variables: Any, x, which: str) -> Path | None:
+        """Where ``x``'s ``which`` features of ``variables`` are kept: named by a digest of the
+        input's content (streamed inputs are not kept)."""
+        if self.cache_dir is None or _streamed(x):
+            return None
+        if self._disk_owner is None:
+            self._disk_owner = variables
+        if variables is not self._disk_owner:
+            return None
+        x = np.ascontiguousarray(np.asarray(x))
+        digest = hashlib.blake2b(x.view(np.uint8).reshape(-1), digest_size=16)
+        digest.update(f"{x.dtype}{x.shape}{self.batch_size}".encode())
+        return self.cache_dir / f"{which}-{digest.hexdigest()}.npz"
 
     def __call__(self, variables: Any) -> dict[str, tuple[jax.Array, jax.Array]]:
         """``{split: (features [N, E], labels [N])}``."""
@@ -97,6 +125,29 @@ class Embedder:
         """An embedder whose features are ``transform(features)``: one layer (``which="layers"``,
         ``transform=lambda t: t[i]``) or an embedding prefix (``lambda f: f[:, :d]``)."""
         return EmbedderView(self, transform, which)
+
+
+def _read_features(path: Path) -> Any:
+    """Features kept by :meth:`Embedder.embed` (an array, or a tuple for ``"layers"``); None when
+    absent, and when damaged (with a warning naming the file; they are computed again)."""
+    if not path.exists():
+        return None
+    try:
+        with np.load(io.BytesIO(path.read_bytes())) as z:
+            arrays = [jnp.asarray(z[f"f{i}"]) for i in range(len(z.files))]
+    except (OSError, ValueError, KeyError, EOFError) as e:
+        warnings.warn(f"{path}: damaged cached features ({type(e).__name__}); encoding again",
+                      stacklevel=3)
+        return None
+    return arrays[0] if path.name.split("-")[0] != "layers" else tuple(arrays)
+
+
+def _write_features(path: Path, features: Any) -> None:
+    from repr_jax import files
+    arrays = features if isinstance(features, tuple) else (features,)
+    buffer = io.BytesIO()
+    np.savez(buffer, **{f"f{i}": np.asarray(a) for i, a in enumerate(arrays)})
+    files.write_bytes(path, buffer.getvalue())  # atomic: a killed run leaves no partial file
 
 
 class EmbedderView(Embedder):

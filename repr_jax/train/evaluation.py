@@ -8,7 +8,9 @@ options, and ``eval/step_<N>.json``.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import inspect
+import json
 import math
 import sys
 import warnings
@@ -27,10 +29,13 @@ from repr_jax.data.source import subset
 from repr_jax.eval import EVALUATORS, Embedder, Estimate
 from repr_jax.methods import Method
 from repr_jax.train.log import format_table, plot_eval
-from repr_jax.train.run import load_eval_sets, load_trained, run_config_path, sample_batch
+from repr_jax.train.run import (RESUMABLE_CHANGES, load_eval_sets, load_trained, run_config_path,
+                                sample_batch)
 from repr_jax.train.state import TrainState
 from repr_jax.train.step import hyperparams
 from repr_jax.train.writers import RunLog
+
+RAW = "raw inputs"  # the reference row of the inputs themselves: never copied to disk
 
 
 class NonFiniteModel(ConfigError):
@@ -105,10 +110,11 @@ def eval_splits(dataset: Dataset, max_examples: int) -> dict[str, dict[str, np.n
 
 
 def evaluate(cfg: Config, dataset: Dataset, representations: dict[str, Representation],
-             *, step: int, eval_sets: Sequence[Any] = (), progress: bool = False
-             ) -> list[dict[str, Any]]:
+             *, step: int, eval_sets: Sequence[Any] = (), progress: bool = False,
+             cache_dir: Path | None = None) -> list[dict[str, Any]]:
     """Runs every configured evaluator on each representation: rows ``{step, representation,
-    evaluator, metric, value}`` (plus ``ci_low``/``ci_high`` where the protocol has an interval)."""
+    evaluator, metric, value}`` (plus ``ci_low``/``ci_high`` where the protocol has an interval).
+    ``cache_dir``: keep each representation's features there (one folder per representation)."""
     from tqdm.auto import tqdm
     rows = []
     jobs = [(r, e) for r in representations for e in cfg.eval.evaluators]
@@ -122,7 +128,9 @@ def evaluate(cfg: Config, dataset: Dataset, representations: dict[str, Represent
             embedders[rep_name] = Embedder(rep.embed, splits, batch_size=cfg.eval.batch_size,
                                            query_fn=rep.embed_query, pos_fn=rep.embed_pos,
                                            layers_fn=rep.embed_layers,
-                                           eval_sets=eval_sets)
+                                           eval_sets=eval_sets,
+                                           cache_dir=cache_dir / _slug(rep_name)
+                                           if cache_dir and rep_name != RAW else None)
         try:
             results = list(EVALUATORS[name](embedders[rep_name], **evaluator_options(cfg, name)).run(
                 rep.variables))
@@ -196,25 +204,41 @@ def reference_rows(cfg: Config, method: Method, dataset: Dataset, workdir: Path,
     random_init = method.init(jax.random.split(jax.random.PRNGKey(cfg.seed))[0],
                               sample_batch(dataset))
     raw = _bag_of_words(len(dataset.vocab)) if dataset.vocab else _raw_inputs
-    reps = {"raw inputs": Representation(raw, None),
+    reps = {RAW: Representation(raw, None),
             "random-init encoder": Representation.of(method, random_init),
             **_pretrained_reference(cfg)}
-    rows = evaluate(cfg, dataset, reps, step=0, eval_sets=eval_sets, progress=progress)
+    rows = evaluate(cfg, dataset, reps, step=0, eval_sets=eval_sets, progress=progress,
+                    cache_dir=feature_cache(cfg, workdir, 0))  # the references' features
     if jax.process_index() == 0:
         files.write_json(path, {"eval": key, "rows": rows})
     return rows
 
 
+def feature_cache(cfg: Config, workdir: Path, step: int) -> Path | None:
+    """Where a checkpoint's features are kept (``eval.cache``): named by its step and a digest of
+    every config key that shapes the model (not eval.*, log.* or other bookkeeping)."""
+    if not cfg.eval.cache:
+        return None
+    model = {k: v for k, v in config_lib.flatten(cfg).items()
+             if not k.startswith(RESUMABLE_CHANGES)}
+    digest = hashlib.sha1(json.dumps(model, sort_keys=True, default=str).encode()).hexdigest()
+    return Path(workdir) / "cache" / "features" / f"step_{step}-{digest[:12]}"
+
+
+def _slug(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
+
+
 def run_evaluation(cfg: Config, method: Method, dataset: Dataset, state: TrainState,
                    workdir: Path, *, reference: bool, eval_sets: Sequence[Any] = (),
                    progress: bool = False, upstream_loss: Callable | None = None,
-                   require_finite: bool = False) -> list[dict[str, Any]]:
+                   require_finite: bool = False, cache: bool = False) -> list[dict[str, Any]]:
     """Evaluates ``state`` (plus the reference rows when ``reference``) and returns the rows, led
     by the held-out training objective (``upstream/loss``). ``eval/step_<N>.json`` gains them: they
     replace the rows the file held for the same representations and evaluators; rows of other
     evaluators (an earlier, fuller evaluation) stay, after the new ones. ``require_finite``:
     a state whose held-out loss is not finite is refused (:class:`NonFiniteModel`), nothing
-    written."""
+    written. ``cache``: keep (and reuse) the checkpoint's features on disk (:func:`feature_cache`)."""
     step = int(jax.device_get(state.step))
     name = f"{cfg.method.name} encoder"
     upstream_loss = upstream_loss or make_upstream_loss(cfg, method)
@@ -228,7 +252,8 @@ def run_evaluation(cfg: Config, method: Method, dataset: Dataset, state: TrainSt
     rows.append(dict(step=step, representation=name, evaluator="upstream", metric="loss",
                      value=loss))
     rows = rows + evaluate(cfg, dataset, {name: Representation.of(method, state.variables)},
-                           step=step, eval_sets=eval_sets, progress=progress)
+                           step=step, eval_sets=eval_sets, progress=progress,
+                           cache_dir=feature_cache(cfg, workdir, step) if cache else None)
     if jax.process_index() == 0:
         path = workdir / "eval" / f"step_{step}.json"
         files.write_json(path, merge_rows(_saved_rows(path), rows))
@@ -259,7 +284,8 @@ def _saved_rows(path: Path) -> list[dict]:
 def evaluate_workdir(workdir: str | Path, *, overrides: Sequence[str] = (),
                      progress: bool = True) -> list[dict[str, Any]]:
     """Re-evaluates the latest checkpoint of a finished or interrupted run (``repr-jax eval``);
-    ``overrides`` (``eval.*`` keys only) change what is evaluated, never the trained model."""
+    ``overrides`` (``eval.*`` keys only) change what is evaluated, never the trained model. The
+    checkpoint's features are kept on disk and reused (``eval.cache=False``: neither)."""
     bad = [o for o in overrides if not o.strip().startswith("eval.")]
     if bad:
         raise ConfigError(f"repr-jax eval changes only eval.* keys (the model is the checkpoint's); "
@@ -270,7 +296,7 @@ def evaluate_workdir(workdir: str | Path, *, overrides: Sequence[str] = (),
         rows = run_evaluation(cfg, method, dataset, state, Path(workdir),
                               reference=cfg.eval.reference_rows,
                               eval_sets=load_eval_sets(cfg, dataset), progress=progress,
-                              require_finite=True)
+                              require_finite=True, cache=True)
         if jax.process_index() == 0:  # the run's TensorBoard / W&B logs get the new rows
             log = RunLog(workdir, cfg.log, resume_step=None, lead=True,
                          hparams=config_lib.flatten(cfg), trained=f"{cfg.method.name} encoder")

@@ -289,7 +289,7 @@ def train_and_evaluate(cfg: Config, workdir: str | Path, *, progress: bool = Tru
         return run_evaluation(cfg, method, dataset, state, member.workdir,
                               reference=final and cfg.eval.reference_rows, eval_sets=eval_sets,
                               progress=final and progress and jax.process_index() == 0,
-                              upstream_loss=upstream_loss)
+                              upstream_loss=upstream_loss, cache=final)
 
     # ---------------------------------------------------------------- train, evaluate
     trainee = Trainee(members=[Member("", cfg, workdir, hparams)], state=state, step_fn=step_fn,

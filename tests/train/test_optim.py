@@ -72,3 +72,61 @@ def test_hyperparameters_are_traced_and_vmapped_by_one_optimizer():
     for i, hp in enumerate(hps):
         chex.assert_trees_all_close(jax.tree.map(lambda x: x[i], together), update(hp),
                                     rtol=1e-6)
+
+
+def test_lr_scales_freeze_decay_layers_and_give_heads_their_own_rate():
+    import pytest
+
+    from repr_jax.config import ConfigError
+    from repr_jax.train.optim import lr_scales
+    z = jnp.zeros(2)
+    params = {"tower": {"encoder": {"word_embeddings": {"embedding": z}, "embeddings_ln": {"scale": z},
+                                    "layer_0": {"query": {"kernel": z}},
+                                    "layer_1": {"query": {"kernel": z}}, "final_ln": {"scale": z}},
+                        "projector": {"kernel": z}}, "logit_scale": z}
+    s = lr_scales(params, freeze=("embeddings_ln/*",), layer_decay=0.5, head_lr_mult=10.0)
+    enc = s["tower"]["encoder"]
+    # L = 2 layers: embeddings decay^3, layer i decay^(2 - i), the rest of the encoder 1.
+    assert float(enc["word_embeddings"]["embedding"]) == 0.125
+    assert float(enc["embeddings_ln"]["scale"]) == 0.0  # frozen
+    assert float(enc["layer_0"]["query"]["kernel"]) == 0.25
+    assert float(enc["layer_1"]["query"]["kernel"]) == 0.5
+    assert float(enc["final_ln"]["scale"]) == 1.0
+    assert float(s["tower"]["projector"]["kernel"]) == float(s["logit_scale"]) == 10.0
+    assert all(float(v) == 1.0 for v in jax.tree.leaves(lr_scales(params)))
+    with pytest.raises(ConfigError, match=r"optim.freeze patterns \['decoder/\*'\] match no "
+                                          r"parameter \(paths look like: "):
+        lr_scales(params, freeze=("decoder/*",))
+    # Traced (a population varies them): one function for every decay.
+    decayed = jax.vmap(lambda d: lr_scales(params, layer_decay=d)["tower"]["encoder"]["layer_0"]
+                       ["query"]["kernel"])(jnp.asarray([1.0, 0.5]))
+    np.testing.assert_allclose(decayed, [1.0, 0.25])
+
+
+def test_frozen_parameters_do_not_move_and_the_rest_train():
+    from repr_jax import config as config_lib
+    from repr_jax.train.run import build_run, compile_step
+    from repr_jax.train.step import hyperparams
+
+    from conftest import tiny_config
+    from repr_jax.data import BatchStream
+    from repr_jax.train import sharding
+    cfg = config_lib.override(tiny_config(), ["optim.freeze=('encoder/conv0/*',)",
+                                              "optim.head_lr_mult=0.0"])
+    mesh, dataset, method, state = build_run(cfg)
+    before = jax.device_get(state.params)
+    batch = sharding.global_batch(BatchStream(dataset.splits["train"], batch_size=32,
+                                              seed=0).batch(0), mesh)
+    step, _ = compile_step(cfg, method, mesh, state, batch)
+    for _ in range(3):
+        state, _ = step(state, batch, hyperparams(cfg))
+    after = jax.device_get(state.params)
+    enc_b, enc_a = before["tower"]["encoder"], after["tower"]["encoder"]
+    frozen = [k for k in enc_b if k == "conv0"]
+    assert frozen
+    for k in enc_b:
+        moved = not all(np.array_equal(a, b) for a, b in zip(jax.tree.leaves(enc_a[k]),
+                                                             jax.tree.leaves(enc_b[k])))
+        assert moved == (k not in frozen), k
+    jax.tree.map(np.testing.assert_array_equal, after["tower"]["projector"],
+                 before["tower"]["projector"])  # head_lr_mult=0

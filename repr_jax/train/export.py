@@ -59,7 +59,8 @@ def model_card(workdir: Path, cfg: Config, fmt: str, step: int) -> str:
                 "encoder.init_from", "method.name", "method.objective", "method.temperature",
                 "optim.lr", "optim.weight_decay", "optim.warmup_steps", "optim.freeze",
                 "optim.layer_decay", "train.batch_size", "train.steps"):
-        if key in flat and flat[key] not in ("", (), None):
+        if key in flat and flat[key] not in ("", (), None) and not (
+                key.startswith("data.") and flat[key] == 0):  # 0 = the dataset's default
             lines.append(f"| `{key}` | `{flat[key]}` |")
     lines += ["", "## Evaluation", ""]
     if rows:

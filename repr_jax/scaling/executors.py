@@ -2,8 +2,8 @@
 point on a Ray cluster) or ``slurm`` (submitit array jobs).
 
 An executor only places processes. Every point is the same process on every executor —
-``python -m repr_jax.scaling.sweep RUN_DIR`` (started through :data:`_PRELUDE`) — which trains
-the point and records its outcome in ``RUN_DIR/status.json``; the sweep
+:func:`repr_jax.scaling.sweep.run_point` on ``RUN_DIR``, started through :data:`_PRELUDE` — which
+trains the point and records its outcome in ``RUN_DIR/status.json``; the sweep
 (:func:`repr_jax.scaling.sweep.run_sweep`) reads outcomes and writes the table from there, so
 failure isolation, resume and the table are the same whichever executor ran the points.
 
@@ -71,8 +71,9 @@ if sys.platform.startswith("linux"):
 cores = {cores!r}
 if cores:
     os.sched_setaffinity(0, cores)
-import runpy
-runpy.run_module("repr_jax.scaling.sweep", run_name="__main__", alter_sys=True)
+from pathlib import Path
+from repr_jax.scaling.sweep import run_point
+sys.exit(run_point(Path(sys.argv[1])))
 """
 
 

@@ -350,7 +350,7 @@ class _Watch:
         pass  # not ours to stop
 
 
-def _run_point(run_dir: Path) -> int:
+def run_point(run_dir: Path) -> int:
     """A point's process: trains ``run_dir/config.json`` (or the population of
     ``run_dir/members.json``) in ``run_dir`` and records the outcome in ``status.json`` (a
     population's members each get theirs: finished, or failed where they diverged). Holds the
@@ -509,5 +509,5 @@ def _plot_loss_vs_flops(rows: Iterable[dict[str, Any]], path: Path) -> None:
     save_figure(fig, path)
 
 
-if __name__ == "__main__":
-    sys.exit(_run_point(Path(sys.argv[1])))
+if __name__ == "__main__":  # python -m repr_jax.scaling.sweep RUN_DIR: one point, here
+    sys.exit(run_point(Path(sys.argv[1])))

@@ -22,6 +22,7 @@ import os
 import json
 import math
 import secrets
+import sys
 import warnings
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -65,7 +66,7 @@ class TensorBoardWriter:
     a resumed run's first step; TensorBoard hides what an earlier process logged from there on."""
 
     def __init__(self, logdir: str | Path, *, purge_step: int | None = None):
-        from tensorboardX import SummaryWriter
+        SummaryWriter = _summary_writer_class()  # noqa: N806
         # The pid keeps a resumed run in the same second from overwriting the killed one's file.
         self._writer = SummaryWriter(str(logdir), purge_step=purge_step, flush_secs=30,
                                      filename_suffix=f".{os.getpid()}")
@@ -91,6 +92,20 @@ class TensorBoardWriter:
 
     def close(self) -> None:
         self._writer.close()
+
+
+def _summary_writer_class():
+    """tensorboardX's ``SummaryWriter``, imported without torch: tensorboardX imports torch when
+    it is installed, only for its PyTorch helpers, which costs a process ~1 s and ~180 MB."""
+    if "torch" in sys.modules or "tensorboardX" in sys.modules:
+        from tensorboardX import SummaryWriter
+        return SummaryWriter
+    sys.modules["torch"] = None  # its `import torch` raises ImportError, which it handles
+    try:
+        from tensorboardX import SummaryWriter
+    finally:
+        del sys.modules["torch"]
+    return SummaryWriter
 
 
 class WandbWriter:

@@ -167,7 +167,9 @@ def test_training_on_a_streamed_split_keeps_memory_far_below_its_size(tmp_path):
                          in_memory_mb=0).splits["train"].nbytes / 2**20
     assert split_mb > 150
     measured = dict(two_steps=two_steps, epoch=epoch, held=held, split=split_mb)
-    assert epoch - two_steps < 0.15 * split_mb, measured
+    # Fresh processes differ by tens of MB from the allocator alone: the bound is a quarter of
+    # the split, still far below what holding it adds.
+    assert epoch - two_steps < 0.25 * split_mb, measured
     assert held - two_steps > 0.8 * split_mb, measured  # the measurement can see a held split
 
 

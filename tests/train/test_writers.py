@@ -63,6 +63,16 @@ def test_scalars_evaluation_rows_and_hparams_reach_tensorboard(tmp_path):
     assert b"eval/knn/accuracy" in hparams["_hparams_/experiment"]  # the metric to compare by
 
 
+def test_tensorboard_logging_does_not_import_torch(tmp_path):
+    """tensorboardX would import an installed torch (~1 s, ~180 MB) for nothing repr_jax uses."""
+    probe = ("import sys; from repr_jax.train.writers import TensorBoardWriter; "
+             f"w = TensorBoardWriter({str(tmp_path)!r}); w.write_scalars(1, {{'a': 1.0}}); "
+             "w.close(); print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.split()[-1] == "False"
+    assert len(_scalars(_events(tmp_path), "a")) == 1
+
+
 def test_only_the_lead_process_writes_beside_the_jsonl(tmp_path):
     log = RunLog(tmp_path, config_lib.Config().log, resume_step=0, lead=False, hparams={},
                  trained="x")

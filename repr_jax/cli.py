@@ -166,27 +166,13 @@ def _grid_options(parser, what: str) -> None:
 
 
 def _executor_options(args) -> dict:
-    """The executor flags given, as the chosen executor's options; flags of another executor
-    are refused (they would be ignored)."""
-    from repr_jax.config import ConfigError
-    given = {k: v for k, v in dict(
+    """The executor flags, checked against the chosen executor before anything loads."""
+    from repr_jax.scaling.executors import check_options
+    return check_options(args.executor, dict(
         address=args.ray_address, point_cpus=args.point_cpus, point_gpus=args.point_gpus,
         resources=dict(_resource(r) for r in args.point_resource) or None,
         max_retries=args.max_retries, partition=args.slurm_partition,
-        time_min=args.slurm_time, cluster=args.slurm_cluster).items() if v is not None}
-    takes = {"local": (), "ray": ("address", "point_cpus", "point_gpus", "resources",
-                                  "max_retries"),
-             "slurm": ("point_cpus", "point_gpus", "max_retries", "partition", "time_min",
-                       "cluster")}[args.executor]
-    wrong = [k for k in given if k not in takes]
-    if wrong:
-        raise ConfigError(f"--executor {args.executor} takes no {', '.join(wrong)} (its flags: "
-                          f"{', '.join(takes) or 'none'})")
-    if args.executor == "slurm":
-        for k in ("point_cpus", "point_gpus"):
-            if k in given:
-                given[k] = int(given[k])
-    return given
+        time_min=args.slurm_time, cluster=args.slurm_cluster))
 
 
 def _resource(text: str) -> tuple[str, float]:

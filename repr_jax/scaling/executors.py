@@ -24,6 +24,7 @@ import signal
 import socket
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 from typing import Any, Protocol, Sequence
 
@@ -52,6 +53,22 @@ class Outcome:
 class Handle(Protocol):
     def poll(self) -> Outcome | None: ...  # None while it runs
     def cancel(self) -> None: ...
+
+
+def read_json_or(path: Path, default: Any = None) -> Any:
+    """``path``'s JSON, or ``default`` when it is missing or damaged (with a warning naming it)."""
+    try:
+        return files.read_json(path)
+    except FileNotFoundError:
+        return default
+    except files.DamagedFile as e:
+        warnings.warn(f"{e}; read as missing", stacklevel=2)
+        return default
+
+
+def point_status(run_dir: Path) -> dict[str, Any]:
+    """``{"status": finished | failed | running | pending, ...}`` from the point's status.json."""
+    return read_json_or(Path(run_dir) / "status.json", {"status": PENDING})
 
 
 # --------------------------------------------------------------------------------------------------
@@ -105,6 +122,22 @@ def running_elsewhere(run_dir: Path) -> str | None:
     except files.WorkdirBusy as e:
         return e.holder
     return None
+
+
+class WatchHandle:
+    """A point whose process this sweep did not start (an earlier sweep's, still running): done
+    when its lock is released, finished or not by what its status.json says."""
+
+    def __init__(self, run_dir: Path):
+        self.run_dir = run_dir
+
+    def poll(self) -> Outcome | None:
+        if running_elsewhere(self.run_dir):
+            return None
+        return Outcome(0 if point_status(self.run_dir)["status"] == FINISHED else -1)
+
+    def cancel(self) -> None:
+        pass  # not ours to stop
 
 
 def _stop(proc: subprocess.Popen) -> None:
@@ -237,14 +270,9 @@ def run_remote_point(run_dir: str, token: str, env: dict[str, str], node: str) -
     except BaseException:  # the task was cancelled: stop the point so it can resume
         _stop(proc)
         raise
-    if returncode < 0:
-        try:
-            recorded = files.read_json(path / "status.json").get("status")
-        except (FileNotFoundError, files.DamagedFile, AttributeError):
-            recorded = None
-        if recorded not in (FINISHED, FAILED):
-            raise PointKilled(f"{path.name}: the process on node {node} was killed by signal "
-                              f"{-returncode}")
+    if returncode < 0 and point_status(path)["status"] not in (FINISHED, FAILED):
+        raise PointKilled(f"{path.name}: the process on node {node} was killed by signal "
+                          f"{-returncode}")
     return returncode
 
 
@@ -416,17 +444,36 @@ class SlurmExecutor:
         pass
 
 
+# The options (CLI flags) each executor takes.
+OPTIONS = {"local": (), "ray": ("address", "point_cpus", "point_gpus", "resources", "max_retries"),
+           "slurm": ("point_cpus", "point_gpus", "max_retries", "partition", "time_min",
+                     "cluster")}
+
+
+def check_options(name: str, options: dict[str, Any] | None) -> dict[str, Any]:
+    """The options given (None: not given) for executor ``name``; another executor's options are
+    refused (they would be ignored)."""
+    if name not in OPTIONS:
+        raise ConfigError(f"unknown executor {name!r}; choose from {', '.join(EXECUTORS)}")
+    given = {k: v for k, v in (options or {}).items() if v is not None}
+    wrong = [k for k in given if k not in OPTIONS[name]]
+    if wrong and name == "local":
+        raise ConfigError(f"--executor local takes none of {sorted(wrong)}")
+    if wrong:
+        raise ConfigError(f"--executor {name} takes no {', '.join(wrong)} (its options: "
+                          f"{', '.join(OPTIONS[name]) or 'none'})")
+    if name == "slurm":  # whole CPUs and GPUs per job
+        given.update({k: int(given[k]) for k in ("point_cpus", "point_gpus") if k in given})
+    return given
+
+
 def make_executor(name: str, workdir: Path, *, jobs: int | None = None, processes: int = 0,
                   options: dict[str, Any] | None = None):
     """The executor called ``name`` (local | ray | slurm) with its options (the CLI's flags), for
     ``processes`` points' processes, at most ``jobs`` at once."""
-    options = {k: v for k, v in (options or {}).items() if v is not None}
+    options = check_options(name, options)
     if name == "local":
-        if options:
-            raise ConfigError(f"--executor local takes none of {sorted(options)}")
         return LocalExecutor(min(jobs or default_jobs(), max(processes, 1)))
     if name == "ray":
         return RayExecutor(workdir, **options)
-    if name == "slurm":
-        return SlurmExecutor(workdir, jobs=jobs and min(jobs, max(processes, 1)), **options)
-    raise ConfigError(f"unknown executor {name!r}; choose from {', '.join(EXECUTORS)}")
+    return SlurmExecutor(workdir, jobs=jobs and min(jobs, max(processes, 1)), **options)

@@ -34,14 +34,14 @@ import math
 import os
 import sys
 import time
-import warnings
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from repr_jax import config as config_lib
 from repr_jax import files
 from repr_jax.config import Config, ConfigError, point_name
-from repr_jax.scaling.executors import FAILED, FINISHED, PENDING, RUNNING
+from repr_jax.scaling.executors import FAILED, FINISHED, RUNNING, point_status
+from repr_jax.scaling.executors import read_json_or as _read_json
 from repr_jax.scaling.table import write_table
 
 # Leading columns of results.csv; then the metrics, then the grid's keys, then every config key.
@@ -159,25 +159,8 @@ def load_sweep(name_or_path: str) -> Sweep:
 # Running
 # --------------------------------------------------------------------------------------------------
 
-def _read_json(path: Path, default: Any = None) -> Any:
-    """``path``'s JSON, or ``default`` when it is missing or damaged (with a warning naming it)."""
-    try:
-        return files.read_json(path)
-    except FileNotFoundError:
-        return default
-    except files.DamagedFile as e:
-        warnings.warn(f"{e}; read as missing", stacklevel=2)
-        return default
-
-
 def _write_json(path: Path, value: Any) -> None:
     files.write_json(path, value, default=str)
-
-
-def point_status(run_dir: Path) -> dict[str, Any]:
-    """``{"status": finished | failed | running | pending, ...}``; "running" left behind by a killed
-    sweep means interrupted."""
-    return _read_json(run_dir / "status.json", {"status": PENDING})
 
 
 def _prepare_data(points: Sequence[Point]) -> None:
@@ -232,7 +215,8 @@ def run_sweep(sweep: Sweep, workdir: str | Path, *, jobs: int | None = None,
     sweep is waited for, not started twice."""
     from tqdm.auto import tqdm
 
-    from repr_jax.scaling.executors import EX_DUPLICATE, make_executor, running_elsewhere
+    from repr_jax.scaling.executors import (EX_DUPLICATE, WatchHandle, make_executor,
+                                            running_elsewhere)
     from repr_jax.train.run import check_resumable
     workdir = Path(workdir)
     runs = workdir / "runs"
@@ -264,10 +248,12 @@ def run_sweep(sweep: Sweep, workdir: str | Path, *, jobs: int | None = None,
     what = "populations" if sweep.population else "points"
     if todo:
         _prepare_data([groups[job][0] for job in todo])
+    # Nothing to run starts nothing (no Ray instance, no SLURM folder).
     place = make_executor(executor, workdir, jobs=jobs, processes=len(todo),
-                          options=dict(executor_options or {}))
+                          options=dict(executor_options or {})) if todo else None
     print(f"sweep: {len(points)} points in {len(groups)} {what}; {len(groups) - len(todo)} done "
-          f"or failed before, {len(todo)} to run {place.describe()}"
+          f"or failed before, {len(todo)} to run"
+          + (f" {place.describe()}" if place else "")
           + (f" ({len(elsewhere)} still running from before: waited for)" if elsewhere else "")
           + f" -> {workdir}", flush=True)
 
@@ -279,7 +265,7 @@ def run_sweep(sweep: Sweep, workdir: str | Path, *, jobs: int | None = None,
     bar = tqdm(total=sum(steps.values()), initial=sum(done_steps.values()), unit="step",
                desc="sweep", disable=not progress, dynamic_ncols=True,
                mininterval=0.5 if sys.stderr.isatty() else 30)
-    running: dict[str, Any] = {job: _Watch(runs / job) for job in elsewhere}
+    running: dict[str, Any] = {job: WatchHandle(runs / job) for job in elsewhere}
     queue = [job for job in todo if job not in elsewhere]
     try:
         while queue or running:
@@ -296,10 +282,10 @@ def run_sweep(sweep: Sweep, workdir: str | Path, *, jobs: int | None = None,
                     continue
                 del running[job]
                 status = point_status(runs / job)
-                if outcome.returncode == EX_DUPLICATE or isinstance(handle, _Watch) and (
+                if outcome.returncode == EX_DUPLICATE or isinstance(handle, WatchHandle) and (
                         status["status"] not in (FINISHED, FAILED)):
                     if running_elsewhere(runs / job):  # another process runs it: wait for that
-                        running[job] = _Watch(runs / job)
+                        running[job] = WatchHandle(runs / job)
                     else:  # it stopped (killed with its old sweep) without an outcome: resume
                         queue.append(job)
                     continue
@@ -326,28 +312,12 @@ def run_sweep(sweep: Sweep, workdir: str | Path, *, jobs: int | None = None,
         raise
     finally:
         bar.close()
-        place.close()
+        if place is not None:
+            place.close()
         rows = collect(workdir)
     print(f"sweep: {n_finished} {what} finished, {n_failed} failed; table: "
           f"{workdir / 'results.csv'}")
     return rows
-
-
-class _Watch:
-    """A point whose process this sweep did not start (an earlier sweep's, still running):
-    done when its lock is released."""
-
-    def __init__(self, run_dir: Path):
-        self.run_dir = run_dir
-
-    def poll(self):
-        from repr_jax.scaling.executors import Outcome, running_elsewhere
-        if running_elsewhere(self.run_dir):
-            return None
-        return Outcome(0 if point_status(self.run_dir)["status"] == FINISHED else -1)
-
-    def cancel(self) -> None:
-        pass  # not ours to stop
 
 
 def run_point(run_dir: Path) -> int:

@@ -38,6 +38,11 @@ from repr_jax.train.writers import RunLog
 RAW = "raw inputs"  # the reference row of the inputs themselves: never copied to disk
 
 
+def trained_name(cfg: Config) -> str:
+    """The trained encoder's name in evaluation rows (the other rows are references)."""
+    return f"{cfg.method.name} encoder"
+
+
 class NonFiniteModel(ConfigError):
     """A trained state whose parameters or held-out loss are not finite: not evaluated."""
 
@@ -240,7 +245,7 @@ def run_evaluation(cfg: Config, method: Method, dataset: Dataset, state: TrainSt
     a state whose held-out loss is not finite is refused (:class:`NonFiniteModel`), nothing
     written. ``cache``: keep (and reuse) the checkpoint's features on disk (:func:`feature_cache`)."""
     step = int(jax.device_get(state.step))
-    name = f"{cfg.method.name} encoder"
+    name = trained_name(cfg)
     upstream_loss = upstream_loss or make_upstream_loss(cfg, method)
     test = eval_splits(dataset, cfg.eval.max_examples)["test"]
     loss = upstream_loss(state, test)
@@ -299,7 +304,7 @@ def evaluate_workdir(workdir: str | Path, *, overrides: Sequence[str] = (),
                               require_finite=True, cache=True)
         if jax.process_index() == 0:  # the run's TensorBoard / W&B logs get the new rows
             log = RunLog(workdir, cfg.log, resume_step=None, lead=True,
-                         hparams=config_lib.flatten(cfg), trained=f"{cfg.method.name} encoder")
+                         hparams=config_lib.flatten(cfg), trained=trained_name(cfg))
             try:
                 log.evaluation(rows)
             finally:

@@ -9,7 +9,6 @@ parameters and batch statistics under flattened names, with ``repr_jax_config.js
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import jax
 import numpy as np
@@ -21,7 +20,7 @@ from repr_jax.encoders.pretrained import (LoadedModel, SentenceTransformerConfig
                                           export_safetensors, export_sentence_transformer,
                                           flatten_tree, unflatten_tree)
 from repr_jax.train.log import format_table
-from repr_jax.train.pretrained import _encoder_subtrees, encoder_fields
+from repr_jax.train.pretrained import encoder_fields, encoder_module, encoder_subtrees
 from repr_jax.train.run import load_trained
 
 FORMATS = ("sentence-transformers", "safetensors")
@@ -75,12 +74,6 @@ def model_card(workdir: Path, cfg: Config, fmt: str, step: int) -> str:
     return "\n".join(lines)
 
 
-def _text_module(cfg: Config, dataset) -> Any:
-    from repr_jax.encoders import from_section
-    return from_section(cfg.encoder, input_shape=tuple(dataset.input_shape), vocab=dataset.vocab,
-                        dataset_name=dataset.name)
-
-
 def as_sentence_transformer(cfg: Config, dataset, encoder_params: dict) -> LoadedModel:
     """A trained text_transformer's parameters as :func:`load_sentence_transformer` returns
     them; refuses what sentence-transformers cannot express, saying why."""
@@ -94,7 +87,7 @@ def as_sentence_transformer(cfg: Config, dataset, encoder_params: dict) -> Loade
         raise ConfigError(f"encoder.pooling={e.pooling!r} has no sentence-transformers "
                           f"equivalent (it pools by {' or '.join(ST_POOLING)} here); use "
                           f"--format safetensors")
-    module = _text_module(cfg, dataset)
+    module = encoder_module(cfg, dataset)
     if module.embed_dim:
         raise ConfigError("encoder.embed_dim adds a projection after pooling, which a "
                           "sentence-transformers BERT model does not have; use --format "
@@ -120,18 +113,17 @@ def export_run(workdir: str | Path, fmt: str, out: str | Path) -> Path:
     workdir, out = Path(workdir), Path(out)
     cfg, dataset, _, state = load_trained(workdir)
     step = int(jax.device_get(state.step))
-    subtrees = _encoder_subtrees(flatten_tree(jax.device_get(state.variables)))
+    subtrees = encoder_subtrees(flatten_tree(jax.device_get(state.variables)))
     if not subtrees:
         raise ConfigError(f"{workdir}: this run's model has no encoder to export")
     prefix, tensors = next(iter(subtrees.items()))
     card = model_card(workdir, cfg, fmt, step)
     if fmt == "safetensors":
-        module = _text_module(cfg, dataset)
         encoder = {k: v for k, v in config_lib.to_dict(cfg.encoder).items()
                    if k not in ("init_from", "init_strict")}
         meta = dict(encoder=encoder, input_shape=list(dataset.input_shape),
                     vocab=list(dataset.vocab) if dataset.vocab else None,
-                    fields=encoder_fields(cfg, module), step=step, source=str(workdir),
+                    fields=encoder_fields(cfg, dataset), step=step, source=str(workdir),
                     subtree=prefix)
         export_safetensors({k: np.asarray(v) for k, v in tensors.items()}, meta, out)
         files.write_text(out / "README.md", card)

@@ -44,7 +44,7 @@ from repr_jax.data.source import Prefetcher
 from repr_jax.host_memory import keep_host_memory
 from repr_jax.train import sharding
 from repr_jax.train.checkpoint import Checkpointer, finite_members
-from repr_jax.train.evaluation import make_upstream_loss, run_evaluation
+from repr_jax.train.evaluation import make_upstream_loss, run_evaluation, trained_name
 from repr_jax.train.log import format_table, plot_metrics
 from repr_jax.train.run import build_run, check_resumable, compile_step, load_eval_sets
 from repr_jax.train.step import hyperparams
@@ -121,7 +121,7 @@ def _loop(trainee: Trainee, logs: list[RunLog], *, progress: bool, desc: str
         print(f"resuming from step {start} ({ckpt.directory})", flush=True)
     logs += [RunLog(m.workdir, m.cfg.log, resume_step=start, lead=lead,
                    hparams=m.hparams if m.hparams is not None else config_lib.flatten(m.cfg),
-                   trained=f"{m.cfg.method.name} encoder") for m in members]
+                   trained=trained_name(m.cfg)) for m in members]
     combined = (JsonlWriter(trainee.workdir / "metrics.jsonl", resume_step=start)
                 if trainee.stacked else None)
 

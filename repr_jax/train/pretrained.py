@@ -24,22 +24,24 @@ from repr_jax.encoders.pretrained import EncoderWeights, flatten_tree, read_enco
 SIZE_FIELDS = ("name", "width", "depth", "num_heads", "mlp_dim", "vocab_size")
 
 
-def encoder_fields(cfg: Config, module) -> dict[str, Any]:
-    """The sizes of a built encoder module that pretrained weights must agree with."""
-    out = {"name": cfg.encoder.name}
+def encoder_fields(cfg: Config, dataset) -> dict[str, Any]:
+    """The sizes of ``cfg``'s encoder (built for ``dataset``) that pretrained weights must agree
+    with."""
+    module, out = encoder_module(cfg, dataset), {"name": cfg.encoder.name}
     for field in SIZE_FIELDS[1:]:
         if hasattr(module, field):
             out[field] = getattr(module, field)
     return out
 
 
-def _encoder_module(cfg: Config, dataset):
+def encoder_module(cfg: Config, dataset):
+    """``cfg``'s encoder module, built for ``dataset``'s inputs."""
     from repr_jax.encoders import from_section
     return from_section(cfg.encoder, input_shape=tuple(dataset.input_shape),
                         vocab=dataset.vocab, dataset_name=dataset.name)
 
 
-def _encoder_subtrees(flat: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def encoder_subtrees(flat: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """``{prefix: {relative name: leaf}}`` for every subtree under a path segment ``encoder``:
     ``params/tower_a/encoder/layer_0/query/kernel`` is ``params/layer_0/query/kernel`` of the
     encoder ``tower_a/encoder``."""
@@ -59,12 +61,12 @@ def source_weights(path: str | Path, load_run: Callable) -> EncoderWeights:
     path = Path(path)
     if (path / "config.json").is_file() and (path / "checkpoints").is_dir():  # a repr_jax run
         cfg, dataset, _, state = load_run(path)
-        subtrees = _encoder_subtrees(flatten_tree(jax.device_get(state.variables)))
+        subtrees = encoder_subtrees(flatten_tree(jax.device_get(state.variables)))
         if not subtrees:
             raise ConfigError(f"encoder.init_from={str(path)!r}: that run's model has no encoder")
         first = next(iter(subtrees.values()))  # a dual encoder's first tower
         return EncoderWeights({k: np.asarray(v) for k, v in first.items()},
-                              encoder_fields(cfg, _encoder_module(cfg, dataset)),
+                              encoder_fields(cfg, dataset),
                               dataset.vocab, str(path))
     return read_encoder_weights(path)
 
@@ -79,7 +81,7 @@ def pretrained_variables(cfg: Config, dataset, abstract_variables: Any, load_run
     if not path:
         return {}
     source = source_weights(path, load_run)
-    ours = encoder_fields(cfg, _encoder_module(cfg, dataset))
+    ours = encoder_fields(cfg, dataset)
     differ = [f"encoder.{k}: {ours[k]!r} here, {source.fields[k]!r} in the weights"
               for k in SIZE_FIELDS if k in ours and k in source.fields
               and ours[k] != source.fields[k]]
@@ -93,7 +95,7 @@ def pretrained_variables(cfg: Config, dataset, abstract_variables: Any, load_run
                           f"weights' ({len(source.vocab)} tokens); tokenise with theirs "
                           f"(data.tokenizer=<their vocab.txt>)")
     flat = flatten_tree(abstract_variables, as_arrays=False)
-    targets = _encoder_subtrees(flat)
+    targets = encoder_subtrees(flat)
     if not targets:
         raise ConfigError("encoder.init_from: this method's model has no encoder to initialise")
     out, problems = {}, []

@@ -63,6 +63,7 @@ def test_scalars_evaluation_rows_and_hparams_reach_tensorboard(tmp_path):
     assert b"eval/knn/accuracy" in hparams["_hparams_/experiment"]  # the metric to compare by
 
 
+@pytest.mark.slow
 def test_tensorboard_logging_does_not_import_torch(tmp_path):
     """tensorboardX would import an installed torch (~1 s, ~180 MB) for nothing repr_jax uses."""
     probe = ("import sys; from repr_jax.train.writers import TensorBoardWriter; "

@@ -28,6 +28,11 @@ from conftest import needs_minilm, tiny_config  # noqa: E402
 
 
 
+# 17 texts: the reference sentences, accents and punctuation, and one truncated at 256 tokens.
+MORE_TEXTS = TEXTS + ["Héllo wörld: a naïve café, déjà vu!", "Definitions: (n.) a small feline.",
+                      "1234 numbers and UPPER case", "word " * 400, "A single line."]
+
+
 def _pairs(vocab, n=48, length=16):
     """Token-id pairs in MiniLM's vocabulary: enough of a dataset to build a bi-encoder on."""
     rng = np.random.default_rng(0)
@@ -104,7 +109,7 @@ def test_init_from_names_what_does_not_fit(minilm_dir, minilm, tmp_path):
 
 @needs_minilm
 def test_sentence_transformers_export_round_trips(minilm, tmp_path):
-    texts = TEXTS + ["word " * 400]  # truncated at MiniLM's 256 tokens
+    texts = MORE_TEXTS
     out = export_sentence_transformer(minilm, tmp_path / "st", card="# MiniLM, unchanged\n")
     assert {"model.safetensors", "config.json", "vocab.txt", "modules.json", "README.md",
             "sentence_bert_config.json", "tokenizer_config.json"} <= {p.name for p in out.iterdir()}
@@ -119,7 +124,7 @@ def test_sentence_transformers_export_round_trips(minilm, tmp_path):
                            "runs where pip install sentence-transformers was done")
 def test_sentence_transformers_loads_the_export(minilm, tmp_path):
     from sentence_transformers import SentenceTransformer
-    texts = TEXTS + ["word " * 400]
+    texts = MORE_TEXTS
     out = export_sentence_transformer(minilm, tmp_path / "st")
     theirs = SentenceTransformer(str(out), device="cpu").encode(texts)
     np.testing.assert_allclose(theirs, encode(minilm, texts), atol=1e-5)

@@ -127,16 +127,24 @@ def lightly_vicreg(z_a, z_b, lambda_param, mu_param, nu_param, eps):
     return lambda_param * inv + mu_param * var + nu_param * cov
 
 
-def lightly_barlow_twins(z_a, z_b, lambda_param):
-    """lightly.loss.BarlowTwinsLoss (torch.std is unbiased)."""
-    z_a, z_b = np.asarray(z_a, np.float64), np.asarray(z_b, np.float64)
-    z_a_norm = (z_a - z_a.mean(0)) / z_a.std(0, ddof=1)
-    z_b_norm = (z_b - z_b.mean(0)) / z_b.std(0, ddof=1)
-    n, d = z_a.shape
-    c = z_a_norm.T @ z_b_norm / n
-    c_diff = (c - np.eye(d)) ** 2
-    c_diff[~np.eye(d, dtype=bool)] *= lambda_param
-    return c_diff.sum()
+def official_barlow_twins(z1, z2, lambd):
+    """facebookresearch/barlowtwins BarlowTwins.forward (one process): ``self.bn`` is
+    ``nn.BatchNorm1d(affine=False)`` in training mode (biased batch variance, eps 1e-5), the
+    cross-correlation is divided by the batch size, and ``off_diagonal`` takes the flattened view.
+    lightly >= 1.5's ``BarlowTwinsLoss`` normalises the same way."""
+    def bn(x):  # torch.nn.functional.batch_norm(training=True, eps=1e-5), no affine
+        x = np.asarray(x, np.float64)
+        return (x - x.mean(0)) / np.sqrt(x.var(0) + 1e-5)
+
+    def off_diagonal(x):
+        n, m = x.shape
+        return x.flatten()[:-1].reshape(n - 1, n + 1)[:, 1:].flatten()
+
+    c = bn(z1).T @ bn(z2)
+    c = c / len(z1)
+    on_diag = ((np.diagonal(c) - 1.0) ** 2).sum()
+    off_diag = (off_diagonal(c) ** 2).sum()
+    return on_diag + lambd * off_diag
 
 
 def mae_forward_loss(pred, target, mask, norm_pix_loss):

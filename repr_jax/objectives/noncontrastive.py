@@ -55,19 +55,22 @@ def vicreg(z1: jax.Array, z2: jax.Array, sim_weight: float | jax.Array = 25.0,
     return sim_weight * invariance + var_weight * variance + cov_weight * covariance
 
 
-def barlow_twins(z1: jax.Array, z2: jax.Array, lambda_: float | jax.Array = 5e-3) -> jax.Array:
+def barlow_twins(z1: jax.Array, z2: jax.Array, lambda_: float | jax.Array = 5e-3,
+                 eps: float = 1e-5) -> jax.Array:
     """Barlow Twins (Zbontar et al. 2021). Scalar.
 
-    Each view is standardised along the batch (unbiased std), ``C = z1n.T @ z2n / B`` is their
-    cross-correlation, and the loss is ``sum_i (1 - C_ii)^2 + lambda_ * sum_{i != j} C_ij^2``:
-    lightly's ``BarlowTwinsLoss``.
+    Each view is standardised along the batch as the official code's ``BatchNorm1d(affine=False)``
+    does in training (biased variance, ``eps`` inside the square root), ``C = z1n.T @ z2n / B`` is
+    their cross-correlation, and the loss is ``sum_i (1 - C_ii)^2 + lambda_ * sum_{i != j} C_ij^2``:
+    facebookresearch/barlowtwins and lightly's ``BarlowTwinsLoss`` (>= 1.5).
     """
     check_pair("barlow_twins", z1, z2)
     b, d = z1.shape
 
     def standardize(x):
         x = x.astype(jnp.float32)
-        return (x - x.mean(0, keepdims=True)) / jnp.std(x, axis=0, ddof=1, keepdims=True)
+        centred = x - x.mean(0, keepdims=True)
+        return centred * jax.lax.rsqrt(jnp.mean(centred**2, axis=0, keepdims=True) + eps)
 
     c_DxD = standardize(z1).T @ standardize(z2) / b
     on_diag = jnp.sum((jnp.diagonal(c_DxD) - 1.0) ** 2)

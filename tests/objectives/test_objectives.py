@@ -46,10 +46,11 @@ HAND = {
     # penalty), dim 1 std sqrt(1e-4) = 0.01 -> variance term 0.99 / 2 per view -> 25 * 0.495.
     "vicreg": (lambda: O.vicreg(jnp.array([[1.0, 0.0], [-1.0, 0.0]]),
                                 jnp.array([[1.0, 0.0], [-1.0, 0.0]])), 25 * 0.495),
-    # each column standardises to +-1/sqrt(2); C = 0.5 everywhere: 2 * 0.25 + lambda * 2 * 0.25.
+    # each column has biased variance 1 and standardises to +-1/sqrt(1 + 1e-5) (BatchNorm's eps), so
+    # C = c everywhere with c = 1 / (1 + 1e-5): 2 (1 - c)^2 + lambda * 2 c^2.
     "barlow_twins": (lambda: O.barlow_twins(jnp.array([[1.0, 1.0], [-1.0, -1.0]]),
                                             jnp.array([[1.0, 1.0], [-1.0, -1.0]]), 0.1),
-                     0.5 + 0.1 * 0.5),
+                     2 * (1 - 1 / (1 + 1e-5)) ** 2 + 0.1 * 2 / (1 + 1e-5) ** 2),
     # pred 0, target 1, only the first patch masked: mean squared error 1.
     "mae_loss": (lambda: O.mae_loss(jnp.zeros((1, 2, 3)), jnp.ones((1, 2, 3)),
                                     jnp.array([[1.0, 0.0]]), norm_pix=False), 1.0),
@@ -144,7 +145,7 @@ CASES = {
         lambda a, b: R.lightly_vicreg(a, b, 25.0, 25.0, 1.0, 1e-4), swap=lambda a, b: (b, a)),
     "barlow_twins": Case(
         O.barlow_twins, lambda r: _f32(*r.normal(size=(2, B, D))),
-        lambda a, b: R.lightly_barlow_twins(a, b, 5e-3), swap=lambda a, b: (b, a),
+        lambda a, b: R.official_barlow_twins(a, b, 5e-3), swap=lambda a, b: (b, a),
         scale=lambda a, b: (3 * a + 1, 0.5 * b - 2)),  # standardised per dimension
     "mae_loss": Case(
         lambda p, t, m: O.mae_loss(p, t, m, norm_pix=True),
@@ -269,6 +270,19 @@ def test_jit_equals_eager_finite_grads_and_vmap(name):
     stacked = tuple(np.stack([a, a]) for a in args)
     chex.assert_trees_all_close(jax.vmap(case.fn)(*stacked), jnp.stack([eager, eager]),
                                 rtol=1e-5, atol=1e-6)
+
+
+def test_barlow_twins_standardises_like_batchnorm_not_unbiased_std():
+    # Batch 64 of well-aligned views (a trained model's): BatchNorm's biased variance and eps give a
+    # loss more than 1% away from the unbiased-std standardisation lightly < 1.5 used.
+    noise = np.random.default_rng(3).normal(size=(2, 64, 32))
+    z1, z2 = _f32(noise[0], noise[0] + 0.1 * noise[1])
+    ours = float(O.barlow_twins(z1, z2, 5e-3))
+    np.testing.assert_allclose(ours, R.official_barlow_twins(z1, z2, 5e-3), rtol=1e-5)
+    unbiased = [(z - z.mean(0)) / z.std(0, ddof=1) for z in np.asarray([z1, z2], np.float64)]
+    c = unbiased[0].T @ unbiased[1] / 64
+    old = ((np.diag(c) - 1) ** 2).sum() + 5e-3 * (c[~np.eye(32, dtype=bool)] ** 2).sum()
+    assert abs(ours - old) / old > 0.01
 
 
 def test_matryoshka_2d_matches_reference():

@@ -1,4 +1,4 @@
-"""Bootstrap of the Chinchilla fit: repr_jax (all resamples vmapped, optax L-BFGS) vs a scipy loop.
+"""Bootstrap of the Chinchilla fit: repr_jax (vmapped damped Newton, float64) vs a scipy loop.
 
     python bench/bootstrap_vs_scipy.py              # 4,000 resamples
     python bench/bootstrap_vs_scipy.py --n 500
@@ -59,7 +59,9 @@ def main(argv=None) -> None:
           f"{args.n} resamples; jax {jax.__version__} on {jax.devices()[0].platform}, "
           f"{os.cpu_count()} CPUs")
 
-    bootstrap("chinchilla", inputs, loss, n=min(args.n, 1000), start=fit)  # compile
+    t = time.perf_counter()
+    bootstrap("chinchilla", inputs, loss, n=1, start=fit, chunk=256)  # compiles the 256-row chunk
+    print(f"repr_jax first call (compiles): {time.perf_counter() - t:.2f} s")
     t = time.perf_counter()
     ours = bootstrap("chinchilla", inputs, loss, n=args.n, seed=0, start=fit)
     t_ours = time.perf_counter() - t
@@ -69,7 +71,7 @@ def main(argv=None) -> None:
     logs = np.log(n_params), np.log(d_tokens), np.log(loss)
     x0 = np.asarray(fit.theta, np.float64)
     t = time.perf_counter()
-    thetas = []
+    thetas, scipy_iters, scipy_ok = [], [], []
     for row in idx:
         w = np.bincount(row, minlength=m).astype(np.float64)
         # Tolerances as ours (gradient 1e-9, at most 200 iterations): scipy's defaults stop at the
@@ -77,6 +79,8 @@ def main(argv=None) -> None:
         res = minimize(scipy_objective, x0, args=(*logs, w, 1e-3), jac=True, method="L-BFGS-B",
                        options={"gtol": 1e-9, "ftol": 0.0, "maxiter": 200})
         thetas.append(res.x)
+        scipy_iters.append(res.nit)
+        scipy_ok.append(np.linalg.norm(res.jac) <= 1e-9)
     t_scipy = time.perf_counter() - t
     th = np.asarray(thetas)
     scipy_se = {"A": np.exp(th[:, 0]).std(ddof=1), "B": np.exp(th[:, 1]).std(ddof=1),
@@ -85,6 +89,10 @@ def main(argv=None) -> None:
     print(f"{'param':6} {'SE ours':>10} {'SE scipy':>10}")
     for k in ("E", "A", "B", "alpha", "beta"):
         print(f"{k:6} {ours.se[k]:10.4g} {scipy_se[k]:10.4g}")
+    print(f"repr_jax: {ours.failed} refits failed; Newton steps median {np.median(ours.iterations):.0f}"
+          f", max {ours.iterations.max()}")
+    print(f"scipy: {len(idx) - sum(scipy_ok)} refits ended above gradient norm 1e-9; iterations "
+          f"median {np.median(scipy_iters):.0f}, max {max(scipy_iters)}")
     print(f"repr_jax bootstrap : {t_ours:8.2f} s")
     print(f"scipy loop         : {t_scipy:8.2f} s")
     print(f"ratio scipy / repr_jax time: {t_scipy / t_ours:.2f}x")

@@ -150,7 +150,8 @@ def fit_table(table: str | Path, *, law: str, x: Sequence[str], y: str, where: S
         "starts_in_best_basin": fit.starts_in_best_basin, "num_starts": fit.num_starts,
         "params": {k: {"value": v, "se": boot.se[k], "low": boot.low[k], "high": boot.high[k]}
                    for k, v in fit.params.items()},
-        "bootstrap_resamples": n_bootstrap, "log_space": log_space}
+        "bootstrap_resamples": n_bootstrap, "bootstrap_failed": boot.failed,
+        "log_space": log_space}
     if (~train).any():
         pred = fit.predict({k: v[~train] for k, v in data.items()})
         rel = np.abs(pred - target[~train]) / np.abs(target[~train])

@@ -1,6 +1,8 @@
 """Scaling-law fits: recovery of known parameters from noisy synthetic data, and the published
 Chinchilla refit (Besiroglu et al. 2024) on the digitised Hoffmann et al. points when present."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -80,6 +82,44 @@ def test_custom_law_function_and_errors():
     with pytest.raises(ValueError, match="positive y"):
         fit_law("power", {"x": x}, -x)
     assert set(LAWS) == {"power", "chinchilla", "saturation", "bnsl", "log_linear"}
+
+
+def test_bootstrap_refits_equal_scipy_minima_and_failures_are_reported():
+    """Each Newton refit lands on the minimum scipy's L-BFGS-B finds for the same resample (float64,
+    tight tolerances); refits that cannot converge in the budget are counted, warned about and left
+    out, not averaged in."""
+    from scipy.optimize import minimize
+
+    from repr_jax.scaling.laws import get_law
+
+    x = np.logspace(3, 8, 40)
+    y = noisy(0.5 + 30.0 * x ** -0.3, rel=0.02)
+    f = fit_law("power", {"x": x}, y)
+    b = bootstrap("power", {"x": x}, y, n=24, seed=1, start=f)
+    assert b.failed == 0 and b.thetas.shape == (24, 3) and b.iterations.max() <= 50
+
+    def objective(t, w):  # sum-Huber(1e-3) of log residuals, in numpy
+        r = np.logaddexp(t[0] - t[1] * np.log(x), t[2]) - np.log(y)
+        return np.sum(w * np.where(np.abs(r) <= 1e-3, 0.5 * r ** 2, 1e-3 * (np.abs(r) - 5e-4)))
+
+    idx = np.random.default_rng(1).integers(0, 40, size=(24, 40))  # bootstrap()'s draws
+    for row, theta in zip(idx[:6], b.thetas[:6]):
+        w = np.bincount(row, minlength=40)
+        ref = minimize(objective, f.theta.astype(np.float64), args=(w,), method="L-BFGS-B",
+                       options={"gtol": 1e-12, "ftol": 0.0, "maxiter": 2000})
+        assert objective(theta, w) <= ref.fun * (1 + 1e-9)
+        np.testing.assert_allclose(theta, ref.x, rtol=2e-3, atol=2e-4)
+    assert b.se["b"] == pytest.approx(np.std(b.thetas[:, 1], ddof=1))
+    public = get_law("power").public(b.thetas[0])
+    assert float(public["a"]) == pytest.approx(np.exp(b.thetas[0, 0]))
+
+    with pytest.warns(UserWarning, match=r"of 24 refits did not converge in 15 Newton steps"):
+        few = bootstrap("power", {"x": x}, y, n=24, seed=1, start=f, max_iters=15)
+    assert few.failed == (b.iterations > 15).sum() > 0
+    assert len(few.samples["b"]) == 24 - few.failed == len(few.thetas)
+    far = dataclasses.replace(f, theta=f.theta + np.float32([1.0, 0.1, -0.3]))
+    with pytest.raises(ValueError, match="only 0 of 24 refits converged"), pytest.warns(UserWarning):
+        bootstrap("power", {"x": x}, y, n=24, seed=1, start=far, max_iters=3)
 
 
 @pytest.mark.slow

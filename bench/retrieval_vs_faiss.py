@@ -33,7 +33,8 @@ def main(argv=None) -> None:
     p.add_argument("--queries", type=int, default=1000)
     p.add_argument("--k", type=int, default=10)
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--corpus-chunk", type=int, default=65536)
+    p.add_argument("--corpus-chunk", type=int, default=8192)
+    p.add_argument("--block", type=int, default=64)
     args = p.parse_args(argv)
 
     import faiss
@@ -56,7 +57,7 @@ def main(argv=None) -> None:
 
     def ours():
         s, i = retrieve(queries_dev, corpus_dev, k=args.k, similarity="dot",
-                        corpus_chunk=args.corpus_chunk)
+                        corpus_chunk=args.corpus_chunk, block=args.block)
         return jax.block_until_ready((s, i))
 
     def theirs():

@@ -45,42 +45,54 @@ def similarity_matrix(q_QxD: jax.Array, c_NxD: jax.Array, similarity: str) -> ja
     raise ValueError(f"unknown similarity {similarity!r}; choose from {SIMILARITIES}")
 
 
-@functools.partial(jax.jit, static_argnames=("k", "similarity", "corpus_chunk"))
-def _topk_chunked(q_QxD, c_NxD, *, k: int, similarity: str, corpus_chunk: int):
-    n = c_NxD.shape[0]
-    num_chunks = -(-n // corpus_chunk)
-    pad = num_chunks * corpus_chunk - n
+@functools.partial(jax.jit, static_argnames=("k", "similarity", "corpus_chunk", "block"))
+def _topk_blocks(q_QxD, c_NxD, *, k: int, similarity: str, corpus_chunk: int, block: int):
+    """Exact top-``k`` in two stages. (1) The corpus is scored chunk by chunk (a score tile small
+    enough to stay in cache) and only each ``block`` of documents' best score is kept. (2) The
+    ``k`` best blocks per query hold its ``k`` best documents (each of those has a block maximum at
+    least the ``k``-th best score), so only their documents are rescored and ranked. Blocks are
+    taken in corpus order, so ties go to the lower index."""
+    n, q = c_NxD.shape[0], q_QxD.shape[0]
     if similarity == "cosine":  # normalise once, then dot products
         q_QxD, c_NxD, similarity = _normalize(q_QxD), _normalize(c_NxD), "dot"
-    c_padded = jnp.pad(c_NxD, ((0, pad), (0, 0))).reshape(num_chunks, corpus_chunk, -1)
-    q = q_QxD.shape[0]
-    init = (jnp.full((q, k), -jnp.inf, q_QxD.dtype), jnp.full((q, k), n, jnp.int32))
+    num_chunks = -(-n // corpus_chunk)
+    per_chunk = corpus_chunk // block
+    c_padded = jnp.pad(c_NxD, ((0, num_chunks * corpus_chunk - n), (0, 0)))
 
-    def body(carry, inputs):
-        best_s, best_i = carry
+    def block_maxima(_, inputs):
         chunk_idx, c_CxD = inputs
         s_QxC = similarity_matrix(q_QxD, c_CxD, similarity)
         ids_C = chunk_idx * corpus_chunk + jnp.arange(corpus_chunk, dtype=jnp.int32)
         s_QxC = jnp.where(ids_C[None, :] < n, s_QxC, -jnp.inf)
-        # Previous winners come first, so top_k's lowest-position-first tie rule keeps corpus order.
-        # Positions map back to ids without materialising a [Q, k + C] id matrix (which XLA
-        # would constant-fold, slowly, when the corpus is one chunk).
-        top_s, pos = jax.lax.top_k(jnp.concatenate([best_s, s_QxC], axis=1), k)
-        prev = jnp.take_along_axis(best_i, jnp.minimum(pos, k - 1), axis=1)
-        ids = jnp.where(pos < k, prev, chunk_idx * corpus_chunk + pos - k).astype(jnp.int32)
-        return (top_s, ids), None
+        return None, s_QxC.reshape(q, per_chunk, block).max(-1)
 
-    (scores, ids), _ = jax.lax.scan(body, init, (jnp.arange(num_chunks), c_padded))
-    return scores, ids
+    _, maxima = jax.lax.scan(block_maxima, None, (
+        jnp.arange(num_chunks), c_padded.reshape(num_chunks, corpus_chunk, -1)))
+    maxima_QxM = maxima.transpose(1, 0, 2).reshape(q, num_chunks * per_chunk)
+    kb = min(k, maxima_QxM.shape[1])
+    blocks_QxB = jnp.sort(jax.lax.top_k(maxima_QxM, kb)[1], axis=1)
+    docs = c_padded.reshape(num_chunks * per_chunk, block, -1)
+
+    def rank(inputs):
+        q_D, blocks_B = inputs
+        ids = (blocks_B[:, None] * block + jnp.arange(block, dtype=jnp.int32)[None, :]).reshape(-1)
+        s = similarity_matrix(q_D[None], docs[blocks_B].reshape(kb * block, -1), similarity)[0]
+        top_s, pos = jax.lax.top_k(jnp.where(ids < n, s, -jnp.inf), k)
+        return top_s, ids[pos]
+
+    return jax.lax.map(rank, (q_QxD, blocks_QxB), batch_size=64)
 
 
 def retrieve(queries, corpus, *, k: int = 10, similarity: str = "cosine",
-             query_chunk: int = 4096, corpus_chunk: int = 65536) -> tuple[jax.Array, jax.Array]:
+             query_chunk: int = 4096, corpus_chunk: int = 8192,
+             block: int = 64) -> tuple[jax.Array, jax.Array]:
     """Exact top-``k`` search: ``(scores [Q, k], indices [Q, k])``, best first.
 
-    The corpus is scanned in chunks of ``corpus_chunk`` while a running top-``k`` is kept, and queries
-    go in batches of ``query_chunk``, so memory is ``O(query_chunk * (corpus_chunk + k))`` whatever
-    the corpus size. Ties go to the lower corpus index.
+    The corpus is scored in chunks of ``corpus_chunk`` keeping only each ``block`` of documents'
+    best score; the ``k`` best blocks of each query are then rescored document by document
+    (:func:`_topk_blocks`). Queries go in batches of ``query_chunk`` (fewer when the block maxima
+    of one batch would pass 512 MiB), so memory is ``O(query_chunk * (corpus_chunk + N / block))``.
+    Ties go to the lower corpus index.
 
     >>> s, i = retrieve(jnp.eye(2), jnp.asarray([[0., 1.], [1., 0.], [1., 1.]]), k=2)
     >>> i.tolist()
@@ -92,10 +104,13 @@ def retrieve(queries, corpus, *, k: int = 10, similarity: str = "cosine",
                          f"and {corpus.shape}")
     if similarity not in SIMILARITIES:
         raise ValueError(f"unknown similarity {similarity!r}; choose from {SIMILARITIES}")
-    k = min(k, corpus.shape[0])
-    corpus_chunk = min(corpus_chunk, corpus.shape[0])
-    out = [_topk_chunked(queries[i:i + query_chunk], corpus, k=k, similarity=similarity,
-                         corpus_chunk=corpus_chunk)
+    n = corpus.shape[0]
+    k = min(k, n)
+    block = max(1, min(block, n))
+    corpus_chunk = -(-min(corpus_chunk, n) // block) * block  # whole blocks
+    query_chunk = max(1, min(query_chunk, 2 ** 27 // -(-n // block)))
+    out = [_topk_blocks(queries[i:i + query_chunk], corpus, k=k, similarity=similarity,
+                        corpus_chunk=corpus_chunk, block=block)
            for i in range(0, queries.shape[0], query_chunk)]
     return jnp.concatenate([o[0] for o in out]), jnp.concatenate([o[1] for o in out])
 

@@ -91,6 +91,23 @@ def test_chunked_retrieve_equals_brute_force(similarity):
     np.testing.assert_allclose(scores, np.take_along_axis(full, expect, 1), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("block,corpus_chunk", [(1, 8), (3, 24), (8, 24), (64, 301), (5, 10)])
+def test_two_stage_search_equals_brute_force_with_ties_and_a_padded_tail(block, corpus_chunk):
+    """Block maxima, then the k best blocks rescored: the same neighbours, in the same order (ties
+    to the lower index) as a stable sort of the full score matrix, whatever the block and chunk
+    sizes, a corpus that is no multiple of either, and k above the number of blocks per chunk."""
+    rng = np.random.default_rng(5)
+    corpus = rng.integers(-2, 3, size=(301, 4)).astype(np.float32)  # small integers: many ties
+    queries = rng.integers(-2, 3, size=(13, 4)).astype(np.float32)
+    full = queries @ corpus.T
+    for k in (1, 7, 40):
+        scores, idx = E.retrieve(queries, corpus, k=k, similarity="dot", block=block,
+                                 corpus_chunk=corpus_chunk, query_chunk=5)
+        expect = np.argsort(-full, axis=1, kind="stable")[:, :k]
+        np.testing.assert_array_equal(idx, expect)
+        np.testing.assert_array_equal(scores, np.take_along_axis(full, expect, 1))
+
+
 def test_retrieve_keeps_corpus_order_on_ties_across_chunks():
     corpus = np.ones((100, 4), np.float32)  # every document ties
     _, idx = E.retrieve(np.ones((2, 4)), corpus, k=5, corpus_chunk=16)

@@ -191,16 +191,75 @@ def pytorch_cnn(steps: int) -> float:
     return _time_torch(step, xs)
 
 
-def matmul_peak() -> float:
+def matmul_peak() -> dict[str, float]:
+    """FLOP/s of a 2048 x 2048 float32 matmul, best of 10, by XLA and by PyTorch's BLAS (oneDNN/MKL,
+    all cores): the machine's peak is the better of the two."""
     import jax
+    import torch
     a = jax.random.normal(jax.random.PRNGKey(0), (2048, 2048))
     f = jax.jit(lambda a: a @ a)
     jax.block_until_ready(f(a))
-    t = time.perf_counter()
-    for _ in range(10):
-        out = f(a)
-    jax.block_until_ready(out)
-    return 10 * 2 * 2048 ** 3 / (time.perf_counter() - t)
+    at = torch.randn(2048, 2048)
+    at @ at
+
+    def best(fn):
+        times = []
+        for _ in range(10):
+            t = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t)
+        return 2 * 2048 ** 3 / min(times)
+    return {"XLA": best(lambda: jax.block_until_ready(f(a))), "PyTorch": best(lambda: at @ at)}
+
+
+def profile(cfg, batch_size: int, top: int = 25) -> None:
+    """Per-op time of our step (jax.profiler over 3 steps), grouped by forward/backward and the
+    op's module path (block index folded), the largest ``top`` groups."""
+    import collections
+    import gzip
+    import json
+    import re
+    import tempfile
+    from pathlib import Path
+
+    import jax
+
+    from repr_jax.config import override
+    from repr_jax.data import BatchStream
+    from repr_jax.train import build_method, load_dataset, sharding
+    from repr_jax.train.run import compile_step, init_state, sample_batch
+    from repr_jax.train.step import hyperparams
+    cfg = override(cfg, ["train.num_devices=1"])
+    dataset = load_dataset(cfg)
+    mesh = sharding.make_mesh(1)
+    method = build_method(cfg, dataset)
+    state = init_state(cfg, method, sample_batch(dataset), mesh)
+    stream = BatchStream(dataset.splits["train"], batch_size=batch_size, seed=0)
+    batches = [sharding.global_batch(stream.batch(i), mesh) for i in range(6)]
+    step, _ = compile_step(cfg, method, mesh, state, batches[0])
+    hp = hyperparams(cfg)
+    for b in batches[:3]:
+        state, m = step(state, b, hp)
+    jax.block_until_ready(m)
+    with tempfile.TemporaryDirectory() as d:
+        with jax.profiler.trace(d):
+            for b in batches[3:]:
+                state, m = step(state, b, hp)
+            jax.block_until_ready(m)
+        trace = next(Path(d).rglob("*.trace.json.gz"))
+        events = json.load(gzip.open(trace))["traceEvents"]
+    op_of = dict(re.findall(r'%([\w.\-]+) = [^\n]*?metadata=\{op_name="([^"]+)"', step.as_text()))
+    groups = collections.Counter()
+    for e in events:
+        if e.get("ph") == "X" and e.get("name") in op_of:
+            op = op_of[e["name"]]
+            parts = [q for q in op.split("/") if not q.startswith(("jit(", "jvp(", "transpose("))]
+            path = re.sub(r"^.*?(block)\d+", r"\1N", "/".join(parts))
+            groups[("bwd " if "transpose(" in op else "fwd ") + path] += e["dur"] / 3e3
+    total = sum(groups.values())
+    print(f"  per-op profile (ms/step over 3 steps, {total:.0f} ms attributed; blockN = all blocks):")
+    for name, ms in groups.most_common(top):
+        print(f"    {ms:8.1f}  {ms / total:5.1%}  {name}")
 
 
 def torch_time(model: str, steps: int) -> float:
@@ -219,6 +278,7 @@ def main(argv=None) -> None:
     p.add_argument("--default-malloc", action="store_true",
                    help="leave glibc's malloc as it is on our side too (the CLI keeps freed "
                         "host memory: repr_jax/host_memory.py)")
+    p.add_argument("--profile", action="store_true", help="also print our step's per-op profile")
     p.add_argument("--torch-only", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     from repr_jax.host_memory import keep_host_memory
@@ -234,9 +294,11 @@ def main(argv=None) -> None:
     if args.torch_only:  # the child process of torch_time()
         print(runs[args.model][4](args.steps))
         return
-    peak = matmul_peak()
+    peaks = matmul_peak()
+    peak = max(peaks.values())
     print(f"jax {jax.__version__} / torch {torch.__version__}, {os.cpu_count()} CPU cores; "
-          f"measured float32 matmul peak (2048^2) {peak / 1e9:.1f} GFLOP/s; our host memory "
+          f"float32 matmul (2048^2): " + ", ".join(f"{k} {v / 1e9:.1f}" for k, v in peaks.items())
+          + f" GFLOP/s, peak {peak / 1e9:.1f}; our host memory "
           f"{'kept' if kept else 'as glibc defaults'}, PyTorch's as glibc defaults")
     for name in ("cnn", "vit") if args.model == "both" else (args.model,):
         what, batch, default_steps, cfg_fn, _ = runs[name]
@@ -249,6 +311,8 @@ def main(argv=None) -> None:
         print(f"  repr_jax / PyTorch throughput: {torch_s / ours_s:.2f}x")
         print(f"  repr_jax achieved {flops / ours_s / 1e9:.1f} GFLOP/s = {flops / ours_s / peak:.1%}"
               f" of the matmul peak; XLA counts {flops / 1e9:.2f} GFLOP per step")
+        if args.profile:
+            profile(cfg_fn(), batch)
 
 if __name__ == "__main__":
     main()

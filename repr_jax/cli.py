@@ -92,6 +92,10 @@ def _parser() -> argparse.ArgumentParser:
                         "repr_jax.encoders.load_exported(OUT)")
     x.add_argument("--out", required=True, help="output directory")
 
+    sub.add_parser("list", help="list the experiments, sweeps and studies with their claims",
+                   description="List experiments/: what each file defines (train it, sweep it, "
+                   "run its study) and its one-line claim.")
+
     f = sub.add_parser("fit", help="fit a scaling law to a results table",
                        description="Fit a scaling law (with bootstrap intervals) to columns of a "
                        "results CSV; writes fit_<law>.json and fit_<law>.png next to the table.")
@@ -182,6 +186,23 @@ def _resource(text: str) -> tuple[str, float]:
         return name, float(value) if sep else 1.0
     except ValueError:
         raise ConfigError(f"--point-resource {text!r}: expected NAME=N") from None
+
+
+def _list(args) -> int:
+    from repr_jax.config import describe_experiments, experiments_dir
+    found = describe_experiments()
+    commands = {"experiment": "repr-jax train --config NAME", "sweep": "repr-jax sweep NAME",
+                "study": "repr-jax study NAME"}
+    width = max((len(e["name"]) for e in found), default=0)
+    plural = {"experiment": "experiments", "sweep": "sweeps", "study": "studies"}
+    for kind, command in commands.items():
+        rows = [e for e in found if kind in e["kinds"]]
+        print(f"{plural[kind]} ({command}; {len(rows)}):")
+        for e in rows:
+            claim = e["claim"] if len(e["claim"]) <= 96 else e["claim"][:95] + "…"
+            print(f"  {e['name']:{width}}  {claim}")
+    print(f"(files in {experiments_dir()}; append :quick for a short run)")
+    return 0
 
 
 def _export(args) -> int:
@@ -285,7 +306,7 @@ def main(argv: list[str] | None = None) -> int:
     from repr_jax.train import TrainingDiverged
     try:
         return {"train": _train, "eval": _eval, "sweep": _sweep, "study": _study,
-                "fit": _fit, "export": _export}[args.command](args)
+                "fit": _fit, "export": _export, "list": _list}[args.command](args)
     except (ConfigError, TrainingDiverged, WorkdirBusy, StorageError, FileNotFoundError) as e:
         print(f"repr-jax: error: {e}", file=sys.stderr)
         return 2

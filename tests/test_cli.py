@@ -26,6 +26,26 @@ def test_help_explains_every_flag(capsys):
         assert flag in out
 
 
+def test_list_names_every_experiment_sweep_and_study_with_its_claim(capsys):
+    from repr_jax.config import list_experiments, load_from
+    assert cli.main(["list"]) == 0
+    out = capsys.readouterr().out
+    sections = {}
+    for line in out.splitlines():
+        if not line.startswith(" ") and line.endswith(":"):
+            current = sections.setdefault(line.split()[0], {})
+        elif line.startswith("  "):
+            name, _, claim = line.strip().partition(" ")
+            current[name] = claim.strip()
+    assert set(sections) == {"experiments", "sweeps", "studies"}
+    assert set().union(*map(set, sections.values())) == set(list_experiments())
+    assert sections["experiments"]["simclr_mnist1d"].startswith("SimCLR")
+    assert "scaling_simclr_mnist1d" in sections["sweeps"]
+    assert "simclr_mnist1d" not in sections["sweeps"]
+    assert "finetune_minilm_wordnet" in sections["studies"]
+    load_from("finetune_minilm_wordnet", "get_study", object)  # listed studies load as studies
+
+
 @pytest.mark.parametrize("args, message", [
     (["train", "--set", "optim.lrr=1"], "unknown config key 'optim.lrr'; did you mean 'optim.lr'"),
     (["train", "--set", "optim.lr=-1"], "optim.lr must be > 0"),

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import needs_loopback
+
 NOTEBOOKS = sorted((Path(__file__).resolve().parent.parent / "colab").glob("*.ipynb"))
 
 
@@ -16,6 +18,7 @@ def test_the_four_notebooks_exist():
 
 
 @pytest.mark.slow
+@needs_loopback
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_notebook_runs_in_its_quick_setting(path, tmp_path, monkeypatch):
     nbformat = pytest.importorskip("nbformat")

@@ -151,7 +151,7 @@ def fit_table(table: str | Path, *, law: str, x: Sequence[str], y: str, where: S
         "params": {k: {"value": v, "se": boot.se[k], "low": boot.low[k], "high": boot.high[k]}
                    for k, v in fit.params.items()},
         "bootstrap_resamples": n_bootstrap, "bootstrap_failed": boot.failed,
-        "log_space": log_space}
+        "log_space": log_space, "warnings": fit_warnings(fit, boot, int(train.sum()), n_bootstrap)}
     if (~train).any():
         pred = fit.predict({k: v[~train] for k, v in data.items()})
         rel = np.abs(pred - target[~train]) / np.abs(target[~train])
@@ -167,12 +167,38 @@ def fit_table(table: str | Path, *, law: str, x: Sequence[str], y: str, where: S
                                       for i in range(int((~train).sum()))]}
     out = Path(out_dir) if out_dir else Path(table).parent
     stem = f"fit_{name or law_obj.name}"
+    result["json"] = str(out / f"{stem}.json")
+    if plot:
+        result["plot"] = str(out / f"{stem}.png")
     files.write_json(out / f"{stem}.json", result)
     if plot:
         from repr_jax.scaling.plots import plot_fit
-        result["plot"] = str(plot_fit(law_obj, fit, boot, data, target, train,
-                                      out / f"{stem}.png", x_label=x[0], y_label=y))
+        plot_fit(law_obj, fit, boot, data, target, train, out / f"{stem}.png", x_label=x[0],
+                 y_label=y)
     return result
+
+
+MIN_POINTS_PER_PARAM = 5
+
+
+def fit_warnings(fit, boot, points: int, resamples: int) -> list[str]:
+    """What a reader of the fit should not miss: too few points per parameter (the bootstrap then
+    understates the uncertainty), refits that failed, parameters the points do not pin down."""
+    out = []
+    n_params = len(fit.params)
+    if points < MIN_POINTS_PER_PARAM * n_params:
+        out.append(f"{points} points for {n_params} parameters ({points / n_params:.1f} per "
+                   f"parameter, fewer than {MIN_POINTS_PER_PARAM}): the fit is barely determined "
+                   f"and its bootstrap intervals understate the uncertainty; fit more runs or a "
+                   f"law with fewer parameters")
+    if boot.failed:
+        out.append(f"{boot.failed} of {resamples} bootstrap refits did not converge and are left "
+                   f"out of the intervals")
+    loose = [k for k, v in fit.params.items() if boot.se[k] > abs(v)]
+    if loose:
+        out.append(f"{', '.join(loose)}: standard error larger than the value; these points do "
+                   f"not determine {'it' if len(loose) == 1 else 'them'}")
+    return out
 
 
 def format_fit(result: dict[str, Any]) -> str:
@@ -188,4 +214,6 @@ def format_fit(result: dict[str, Any]) -> str:
                              if h.get(side) is not None)
         lines.append(f"  held out {h['points']} points {where}: mean relative error "
                      f"{h['mean_relative_error']:.4f}, max {h['max_relative_error']:.4f}")
+    lines += [f"warning: {w}" for w in result.get("warnings", ())]
+    lines.append("wrote " + ", ".join(result[k] for k in ("json", "plot") if k in result))
     return "\n".join(lines)

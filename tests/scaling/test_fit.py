@@ -173,3 +173,20 @@ def test_repr_jax_fit_on_a_results_table(tmp_path, capsys):
     assert main(["fit", "--table", str(table), "--law", "chinchilla", "--x", "params",
                  "--y", "loss"]) == 2
     assert "takes 2 inputs" in capsys.readouterr().err
+
+
+def test_fit_table_warns_when_points_per_parameter_are_few_and_says_what_it_wrote(tmp_path):
+    """8 points for the 3-parameter power law: a warning in the result, the JSON and the printed
+    text; both files' paths are printed."""
+    import json
+
+    from repr_jax.scaling.table import fit_table, format_fit
+    x = np.logspace(4, 8, 8)
+    table = tmp_path / "results.csv"
+    table.write_text("params,loss\n" + "".join(f"{p},{0.4 + 20 * p ** -0.35}\n" for p in x))
+    result = fit_table(table, law="power", x=["params"], y="loss", n_bootstrap=50, plot=False)
+    assert len(result["warnings"]) == 1 and "8 points for 3 parameters" in result["warnings"][0]
+    assert json.loads((tmp_path / "fit_power.json").read_text())["warnings"] == result["warnings"]
+    text = format_fit(result)
+    assert "warning: 8 points for 3 parameters (2.7 per parameter" in text
+    assert text.splitlines()[-1] == f"wrote {tmp_path / 'fit_power.json'}"

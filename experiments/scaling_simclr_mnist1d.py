@@ -61,13 +61,18 @@ def get_config(arg=None) -> Config:
         encoder=EncoderConfig(name="cnn", widths=(32, 64, 128), kernel_size=5, norm="batch"),
         method=MethodConfig(name="simclr", temperature=0.2, proj_hidden=256, proj_dim=64),
         optim=OptimConfig(lr=2e-3, weight_decay=1e-4, warmup_steps=100),
-        train=TrainConfig(batch_size=256, steps=2500, eval_every=500, ckpt_every=500,
-                          log_every=50, num_devices=1),
+        train=TrainConfig(batch_size=256, steps=100 if arg == "quick" else 2500,
+                          eval_every=50 if arg == "quick" else 500,
+                          ckpt_every=50 if arg == "quick" else 500, log_every=10 if arg == "quick"
+                          else 50, num_devices=1),
         eval=EvalConfig(evaluators=("linear_probe", "knn"), bootstrap=200, reference_rows=False,
                         max_examples=2000),
     )
 
 
 def get_sweep(arg=None) -> Sweep:
-    return Sweep(base=get_config(arg), grid={("encoder.widths", "method.proj_hidden"): SIZES,
-                                             "data.train_examples": TRAIN_EXAMPLES})
+    """The 5 x 6 grid; ``:quick``: its 2 smallest model and data sizes, 100 steps each."""
+    quick = arg == "quick"
+    return Sweep(base=get_config(arg), grid={
+        ("encoder.widths", "method.proj_hidden"): SIZES[:2] if quick else SIZES,
+        "data.train_examples": TRAIN_EXAMPLES[:2] if quick else TRAIN_EXAMPLES})

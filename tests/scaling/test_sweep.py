@@ -85,6 +85,30 @@ def test_sweep_files_load_and_the_flagship_study_expands():
         load_sweep("simclr_mnist1d")
 
 
+def test_quick_is_honoured_by_every_sweep_file_or_refused(tmp_path):
+    """``NAME:quick`` gives fewer or shorter points for every sweep in experiments/; a sweep file
+    whose get_sweep ignores its argument is refused in one line, not run at full length."""
+    from repr_jax.config import describe_experiments
+    for e in describe_experiments():
+        if "sweep" in e["kinds"]:
+            full, quick = (load_sweep(n).points() for n in (e["name"], e["name"] + ":quick"))
+            cost = lambda ps: sum(p.config.train.steps for p in ps)  # noqa: E731
+            assert cost(quick) < cost(full), e["name"]
+    quick = load_sweep("scaling_simclr_mnist1d:quick").points()
+    assert len(quick) == 4 and {p.config.train.steps for p in quick} == {100}
+    deaf = tmp_path / "deaf.py"
+    deaf.write_text("from simclr_mnist1d import get_config\nfrom repr_jax.scaling import Sweep\n"
+                    "def get_sweep(arg=None):\n"
+                    "    return Sweep(base=get_config(), grid={'optim.lr': [1e-3, 2e-3]})\n")
+    import shutil
+
+    from repr_jax.config import experiments_dir
+    shutil.copy(experiments_dir() / "simclr_mnist1d.py", tmp_path)
+    assert len(load_sweep(str(deaf)).points()) == 2
+    with pytest.raises(ConfigError, match=r"ignores ':quick' \(its get_sweep returns the same"):
+        load_sweep(f"{deaf}:quick")
+
+
 def test_param_counts_leave_out_embedding_tables():
     from repr_jax.encoders.text_transformer import TextTransformer
     model = TextTransformer(vocab_size=50, width=16, depth=1, num_heads=2, mlp_dim=32, max_len=12)

@@ -15,8 +15,10 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import inspect
+import logging
 import os
 import random
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -78,9 +80,10 @@ class _LocalFiles:
 
 @contextlib.contextmanager
 def _preparing():
-    """Quiet, side-effect-free preparation: no TFDS progress bars, numpy's and Python's global RNGs
-    restored afterwards (``mnist1d.make_dataset`` reseeds both; TFDS draws from ``random``), and
-    splits larger than TFDS's in-memory shuffle buffer written without TensorFlow."""
+    """Quiet, side-effect-free preparation: no TFDS progress bars or absl warnings, numpy's and
+    Python's global RNGs restored afterwards (``mnist1d.make_dataset`` reseeds both; TFDS draws
+    from ``random``), and splits larger than TFDS's in-memory shuffle buffer written without
+    TensorFlow."""
     import importlib.util
 
     import tensorflow_datasets as tfds
@@ -88,6 +91,9 @@ def _preparing():
     from tensorflow_datasets.core.utils import tqdm_utils
     was_active = tqdm_utils._active  # noqa: SLF001 - TFDS exposes only a setter
     np_state, py_state = np.random.get_state(), random.getstate()
+    absl_logger = logging.getLogger("absl")  # "Using custom data configuration" per config
+    absl_level = absl_logger.level
+    absl_logger.setLevel(logging.ERROR)
     tf = shuffle.tf
     if importlib.util.find_spec("tensorflow") is None:
         shuffle.tf = _LocalFiles
@@ -99,6 +105,7 @@ def _preparing():
         tfds.display_progress_bar(was_active)
         np.random.set_state(np_state)
         random.setstate(py_state)
+        absl_logger.setLevel(absl_level)
 
 
 def _prepared(lock_name: str, make_builder, data_dir: str):
@@ -107,6 +114,11 @@ def _prepared(lock_name: str, make_builder, data_dir: str):
     splits)."""
     with files.exclusive(Path(data_dir) / f".{lock_name}.prepare.lock"), _preparing():
         builder = make_builder()
+        if not builder.is_prepared():
+            # TFDS would announce "Downloading and preparing ... downloaded": nothing is downloaded
+            print(f"preparing {builder.name} ({builder.builder_config.name}) in {builder.data_dir}"
+                  f" (generated here, nothing downloaded)", file=sys.stderr, flush=True)
+        builder._log_download_bytes = builder._log_download_done = lambda: None  # noqa: SLF001
         builder.download_and_prepare()
     return builder
 

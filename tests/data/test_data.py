@@ -38,6 +38,22 @@ def test_mnist1d_generated_cached_and_rng_contained(mnist1d_small):
     assert set(np.unique(mnist1d_small.splits["train"]["label"])) == set(range(10))
 
 
+def test_preparing_a_built_in_dataset_says_one_true_line_and_loading_it_again_nothing(
+        tmp_path, capfd):
+    """No absl "Using custom data configuration" warning and no TFDS "Downloading ... downloaded"
+    (nothing is downloaded): one line naming what is generated where, then silence."""
+    import logging
+    data.load("mnist1d", num_examples=120, data_dir=str(tmp_path))
+    first = capfd.readouterr()
+    assert first.out == ""
+    assert first.err.splitlines() == [
+        f"preparing mnist1d (n120_seed42) in {tmp_path}/mnist1d/n120_seed42/1.0.0 (generated here,"
+        f" nothing downloaded)"]
+    data.load("mnist1d", num_examples=120, data_dir=str(tmp_path))
+    assert capfd.readouterr() == ("", "")
+    assert logging.getLogger("absl").level != logging.ERROR  # restored after preparing
+
+
 def test_latent_classes_positive_pairs_share_class():
     ds = data.load("latent_classes", num_examples=600)
     tr = ds.splits["train"]

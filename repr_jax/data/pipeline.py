@@ -116,8 +116,9 @@ def _prepared(lock_name: str, make_builder, data_dir: str):
         builder = make_builder()
         if not builder.is_prepared():
             # TFDS would announce "Downloading and preparing ... downloaded": nothing is downloaded
-            print(f"preparing {builder.name} ({builder.builder_config.name}) in {builder.data_dir}"
-                  f" (generated here, nothing downloaded)", file=sys.stderr, flush=True)
+            config = f" ({builder.builder_config.name})" if builder.builder_config else ""
+            print(f"preparing {builder.name}{config} in {builder.data_dir} (generated here, "
+                  f"nothing downloaded)", file=sys.stderr, flush=True)
         builder._log_download_bytes = builder._log_download_done = lambda: None  # noqa: SLF001
         builder.download_and_prepare()
     return builder

@@ -107,7 +107,11 @@ def test_train_then_eval_in_a_subprocess(tmp_path):
     r = run_cli("eval", "--workdir", str(workdir), "--set", "eval.evaluators=('knn',)")
     assert r.returncode == 0, r.stderr[-2000:]
     assert "simclr encoder" in r.stdout and "knn/accuracy" in r.stdout
+    assert f"evaluation of {workdir} at step 3" in r.stdout.splitlines()
     assert (workdir / "eval" / "step_3.json").exists()
+    r = run_cli(*args)  # the same command again resumes from the last checkpoint
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert f"resuming from step 3 ({workdir / 'checkpoints'}" in r.stdout
 
 
 def _table(path, text, binary=False):

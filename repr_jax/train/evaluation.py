@@ -126,6 +126,7 @@ def evaluate(cfg: Config, dataset: Dataset, representations: dict[str, Represent
     bar = tqdm(jobs, desc="eval", unit="evaluator", disable=not progress, leave=False,
                dynamic_ncols=True)
     embedders, splits = {}, eval_splits(dataset, cfg.eval.max_examples)
+    silent: set[str] = set()  # evaluators with no rows, said once
     for rep_name, name in bar:
         rep = representations[rep_name]
         bar.set_postfix_str(f"{rep_name}: {name}")
@@ -146,6 +147,10 @@ def evaluate(cfg: Config, dataset: Dataset, representations: dict[str, Represent
             rows.append(dict(step=step, representation=rep_name, evaluator=name, metric="error",
                              value=math.nan, error=message))
             continue
+        if not results and name not in silent:
+            silent.add(name)
+            print(f"repr-jax: evaluator {name!r} has nothing to evaluate on {dataset.name!r}: "
+                  f"{_needs(name)}", file=sys.stderr)
         for metric, value in results:
             row = dict(step=step, representation=rep_name, evaluator=name, metric=metric,
                        value=float(value))
@@ -153,6 +158,20 @@ def evaluate(cfg: Config, dataset: Dataset, representations: dict[str, Represent
                 row.update(ci_low=value.low, ci_high=value.high)
             rows.append(row)
     return rows
+
+
+_NEEDS = {"retrieval": "it needs a paired test split (x, x_pos) or a retrieval set in eval.sets",
+          "quantization": "it needs a paired test split (x, x_pos) or a retrieval set in "
+                          "eval.sets",
+          "sts": "it needs a similarity set (rated pairs) in eval.sets"}
+
+
+def _needs(name: str) -> str:
+    """What an evaluator applies to, for the line saying it had nothing to evaluate."""
+    doc = " ".join((EVALUATORS[name].__doc__ or "").strip().split("\n\n")[0].split())
+    if name in _NEEDS:
+        return _NEEDS[name]
+    return f"it runs {doc[0].lower() + doc[1:]}" if doc else "no input fits"
 
 
 def _raw_inputs(variables, x):
@@ -298,6 +317,8 @@ def evaluate_workdir(workdir: str | Path, *, overrides: Sequence[str] = (),
     run_config_path(Path(workdir))  # a directory without a run gets no lock file
     with files.WorkdirLock(workdir, process=jax.process_index()):
         cfg, dataset, method, state = load_trained(workdir, overrides=overrides)
+        if progress:
+            print(f"evaluation of {workdir} at step {int(state.step)}", flush=True)
         rows = run_evaluation(cfg, method, dataset, state, Path(workdir),
                               reference=cfg.eval.reference_rows,
                               eval_sets=load_eval_sets(cfg, dataset), progress=progress,

@@ -64,10 +64,18 @@ def _parser() -> argparse.ArgumentParser:
                        "(finished points are skipped, interrupted ones continue from their "
                        "checkpoints). Writes results.csv/.json (one row per point x evaluation "
                        "step) and plots/loss_vs_flops.png.")
-    s.add_argument("sweep", metavar="SWEEP", help="a sweep file in experiments/ (or a path) "
-                   "defining get_sweep(); append :ARG to pass ARG")
+    s.add_argument("sweep", metavar="SWEEP", nargs="?", default=None,
+                   help="a sweep file in experiments/ (or a path) defining get_sweep(); append "
+                   ":ARG to pass ARG (:quick for a short version); or none, with --grid")
+    s.add_argument("--grid", action="append", default=[], metavar="KEY=[V1,V2,...]",
+                   help="instead of a sweep file: a grid axis over --config's experiment, e.g. "
+                        "--grid 'optim.lr=[1e-3,3e-3]' (repeatable; the points are the product)")
+    s.add_argument("--config", default=DEFAULT_EXPERIMENT, metavar="NAME_OR_PATH",
+                   help=f"the experiment --grid varies (default: {DEFAULT_EXPERIMENT})")
     _grid_options(s, "sweep")
-    s.add_argument("--dry-run", action="store_true", help="list the points and exit")
+    s.add_argument("--dry-run", action="store_true",
+                   help="list the points, their steps and an estimate of the time (from one timed "
+                        "step of the first point) and exit")
     s.add_argument("--collect", action="store_true",
                    help="only rewrite results.csv/.json from what the runs have written so far")
 
@@ -223,16 +231,23 @@ def _fit(args) -> int:
 
 
 def _sweep(args) -> int:
+    from repr_jax.config import ConfigError
     from repr_jax.scaling import sweep as sweep_lib
     if args.collect:
         rows = sweep_lib.collect(args.workdir)
         print(f"{len(rows)} rows -> {Path(args.workdir) / 'results.csv'}")
         return 0
     options = _executor_options(args)  # wrong flags fail before anything loads
-    sweep = sweep_lib.load_sweep(args.sweep)
+    if (args.sweep is None) == (not args.grid):
+        raise ConfigError("give a sweep file (repr-jax sweep NAME) or --grid KEY=[...] with "
+                          "--config NAME, not both" if args.grid else
+                          "give a sweep file (repr-jax sweep NAME) or --grid KEY=[...]")
+    sweep = (sweep_lib.load_sweep(args.sweep) if args.sweep
+             else sweep_lib.grid_sweep(args.config, args.grid))
     if args.dry_run:
-        for p in sweep.points(args.overrides):
-            print(p.name)
+        from repr_jax.scaling.executors import default_jobs
+        jobs = args.jobs or default_jobs()
+        print("\n".join(sweep_lib.dry_run(sweep, args.overrides, jobs=jobs)))
         return 0
     rows = sweep_lib.run_sweep(sweep, args.workdir, jobs=args.jobs, overrides=args.overrides,
                                retry_failed=args.retry_failed, progress=not args.no_progress,

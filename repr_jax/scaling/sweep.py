@@ -165,6 +165,97 @@ def load_sweep(name_or_path: str) -> Sweep:
     return sweep
 
 
+def grid_sweep(config: str, grid: Sequence[str]) -> Sweep:
+    """A sweep from the command line: ``config`` (an experiment, as ``--config`` takes it) and
+    ``KEY=[v1, v2, ...]`` strings (Python literals; the same as ``grid={KEY: [v1, v2]}`` in a
+    sweep file). Bad syntax is a one-line ConfigError."""
+    import ast
+    axes: dict[str, list[Any]] = {}
+    for item in grid:
+        key, sep, text = item.partition("=")
+        key = key.strip()
+        try:
+            values = ast.literal_eval(text.strip()) if sep else None
+        except (ValueError, SyntaxError):
+            values = None
+        if not key or not isinstance(values, (list, tuple)):
+            raise ConfigError(f"--grid {item!r}: expected KEY=[v1, v2, ...] with Python literals, "
+                              f"e.g. --grid 'optim.lr=[1e-3, 3e-3]'")
+        if key in axes:
+            raise ConfigError(f"--grid {key} is given twice")
+        axes[key] = list(values)
+    if not axes:
+        raise ConfigError("a sweep needs a sweep file or at least one --grid KEY=[...]")
+    return Sweep(base=config, grid=axes)
+
+
+def dry_run(sweep: Sweep, overrides: Sequence[str] = (), *, jobs: int = 1,
+            time_step: bool = True) -> list[str]:
+    """The lines ``repr-jax sweep --dry-run`` prints: each point with its steps, then the count,
+    the total steps and, with ``time_step``, an estimate of the wall time: one step of each
+    distinct model (:func:`_step_shape`) timed here, times its points' steps, over ``jobs``."""
+    points = sweep.points(overrides)
+    lines = [f"{p.name}  ({p.config.train.steps} steps)" for p in points]
+    total = sum(p.config.train.steps for p in points)
+    summary = f"{len(points)} point{'s' if len(points) != 1 else ''}, {total:,} train steps in all"
+    if time_step:
+        shapes = {}
+        for p in points:
+            shapes.setdefault(_step_shape(p.config), p.config)
+        seconds = {k: timed_step(cfg) for k, cfg in shapes.items()}
+        work = sum(p.config.train.steps * seconds[_step_shape(p.config)] for p in points)
+        fastest, slowest = min(seconds.values()), max(seconds.values())
+        summary += (f"; ~{_duration(work / max(1, min(jobs, len(points))))} of training at "
+                    f"{jobs} at once ({len(shapes)} distinct model{'s' if len(shapes) > 1 else ''}"
+                    f", {fastest * 1e3:.0f}-{slowest * 1e3:.0f} ms per step here, timed on all "
+                    f"cores; evaluation extra)")
+    return lines + [summary]
+
+
+def _step_shape(cfg: Config) -> tuple:
+    """What a train step's cost depends on: the encoder, the method, the batch and the inputs
+    (not the data size, seed, schedule or evaluation)."""
+    flat = config_lib.flatten(cfg)
+    return tuple(sorted((k, repr(v)) for k, v in flat.items() if k.startswith(
+        ("encoder.", "method.", "data.views.")) or k in (
+        "train.batch_size", "data.name", "data.image_size", "data.max_len")))
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def timed_step(cfg: Config, steps: int = 5) -> float:
+    """Seconds per train step of ``cfg``'s compiled step on one device (after compiling and one
+    warm-up step), as a sweep point would train."""
+    import jax
+
+    from repr_jax.data import BatchStream
+    from repr_jax.train import build_method, load_dataset, sharding
+    from repr_jax.train.run import compile_step, init_state, sample_batch
+    from repr_jax.train.step import hyperparams
+    cfg = config_lib.override(cfg, ["train.num_devices=1"])
+    dataset = load_dataset(cfg)
+    mesh = sharding.make_mesh(1)
+    method = build_method(cfg, dataset)
+    state = init_state(cfg, method, sample_batch(dataset), mesh)
+    stream = BatchStream(dataset.splits["train"], batch_size=cfg.train.batch_size, seed=0)
+    batches = [sharding.global_batch(stream.batch(i), mesh) for i in range(steps + 1)]
+    step, _ = compile_step(cfg, method, mesh, state, batches[0])
+    hp = hyperparams(cfg)
+    state, metrics = step(state, batches[0], hp)
+    jax.block_until_ready(metrics)
+    start = time.perf_counter()
+    for batch in batches[1:]:
+        state, metrics = step(state, batch, hp)
+    jax.block_until_ready(metrics)
+    return (time.perf_counter() - start) / steps
+
+
 # --------------------------------------------------------------------------------------------------
 # Running
 # --------------------------------------------------------------------------------------------------

@@ -109,6 +109,35 @@ def test_quick_is_honoured_by_every_sweep_file_or_refused(tmp_path):
         load_sweep(f"{deaf}:quick")
 
 
+def test_a_grid_from_the_command_line_equals_the_same_grid_in_a_file(tmp_path, capsys):
+    from repr_jax.cli import main
+    from repr_jax.scaling import Sweep
+    from repr_jax.scaling.sweep import dry_run, grid_sweep
+    cli = grid_sweep("simclr_mnist1d", ["optim.lr=[1e-3, 3e-3]",
+                                        "encoder.widths=[(16, 32), (32, 64)]"])
+    in_file = Sweep(base="simclr_mnist1d", grid={"optim.lr": [1e-3, 3e-3],
+                                                 "encoder.widths": [(16, 32), (32, 64)]})
+    assert [(p.name, p.config) for p in cli.points()] == [(p.name, p.config)
+                                                          for p in in_file.points()]
+    assert len(cli.points()) == 4
+    for bad, message in (("optim.lr=1e-3", "expected KEY=\\[v1, v2, ...\\]"),
+                         ("optim.lr=[1e-3,", "expected KEY"), ("=[1]", "expected KEY")):
+        with pytest.raises(ConfigError, match=message):
+            grid_sweep("simclr_mnist1d", [bad])
+    with pytest.raises(ConfigError, match="unknown config key 'optim.lrr'"):
+        grid_sweep("simclr_mnist1d", ["optim.lrr=[1, 2]"]).points()
+    lines = dry_run(cli, ["train.steps=7"], time_step=False)
+    assert lines[-1] == "4 points, 28 train steps in all" and lines[0].endswith("(7 steps)")
+    assert main(["sweep", "--workdir", str(tmp_path), "--grid", "optim.lr=[1e-3]", "--config",
+                 "simclr_mnist1d", "--dry-run", "--set", "train.steps=20", "--set",
+                 "data.num_examples=600", "--set", "encoder.widths=(8,)"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].endswith("(20 steps)") and len(out) == 2
+    assert out[1].startswith("1 point, 20 train steps in all; ~") and "ms per step here" in out[1]
+    assert main(["sweep", "--workdir", str(tmp_path)]) == 2  # neither a file nor --grid
+    assert "give a sweep file" in capsys.readouterr().err
+
+
 def test_param_counts_leave_out_embedding_tables():
     from repr_jax.encoders.text_transformer import TextTransformer
     model = TextTransformer(vocab_size=50, width=16, depth=1, num_heads=2, mlp_dim=32, max_len=12)

@@ -6,14 +6,14 @@ for logistic regression on raw MNIST-1D).
 
 Command:   repr-jax train                       (the default; same as --config simclr_mnist1d)
 Quick:     repr-jax train --config simclr_mnist1d:quick     (~30 s, for smoke tests)
-Hardware:  2 CPU cores.
-Runtime:   4 min 53 s for `repr-jax train` (8,000 steps at ~30 steps/s, then evaluation),
-           measured 2026-12-02; the quick variant ~30 s.
-Expected (test split, 2,000 signals):
+Hardware:  2 CPU cores (Xeon, AVX-512).
+Runtime:   4 min 11 s for `repr-jax train` (8,000 steps at ~40 steps/s, then evaluation),
+           measured 2026-12-03; the quick variant 30 s (probe 0.8400, kNN 0.7355 at step 200).
+Expected (test split, 2,000 signals; the same on every run, final train loss 3.3435):
     representation       linear_probe/accuracy  knn/accuracy
     raw inputs                          0.2425        0.5730
     random-init encoder                 0.7680        0.6490
-    simclr encoder                      0.9245        0.8845
+    simclr encoder                      0.9180        0.8885
 (5,000 steps gave 0.9115 / 0.8545: +0.14 over the random encoder, below the +0.15 this experiment is
 meant to show, hence 8,000 steps.)
 """

@@ -126,7 +126,6 @@ def evaluate(cfg: Config, dataset: Dataset, representations: dict[str, Represent
     bar = tqdm(jobs, desc="eval", unit="evaluator", disable=not progress, leave=False,
                dynamic_ncols=True)
     embedders, splits = {}, eval_splits(dataset, cfg.eval.max_examples)
-    silent: set[str] = set()  # evaluators with no rows, said once
     for rep_name, name in bar:
         rep = representations[rep_name]
         bar.set_postfix_str(f"{rep_name}: {name}")
@@ -147,8 +146,8 @@ def evaluate(cfg: Config, dataset: Dataset, representations: dict[str, Represent
             rows.append(dict(step=step, representation=rep_name, evaluator=name, metric="error",
                              value=math.nan, error=message))
             continue
-        if not results and name not in silent:
-            silent.add(name)
+        if not results and (name, dataset.name) not in SAID_EMPTY:
+            SAID_EMPTY.add((name, dataset.name))
             print(f"repr-jax: evaluator {name!r} has nothing to evaluate on {dataset.name!r}: "
                   f"{_needs(name)}", file=sys.stderr)
         for metric, value in results:
@@ -159,6 +158,8 @@ def evaluate(cfg: Config, dataset: Dataset, representations: dict[str, Represent
             rows.append(row)
     return rows
 
+
+SAID_EMPTY: set[tuple[str, str]] = set()  # (evaluator, dataset) with no rows: said once a process
 
 _NEEDS = {"retrieval": "it needs a paired test split (x, x_pos) or a retrieval set in eval.sets",
           "quantization": "it needs a paired test split (x, x_pos) or a retrieval set in "

@@ -46,21 +46,10 @@ def vit_config():
 def ours(cfg, steps: int, batch_size: int) -> tuple[float, float]:
     """(seconds per step, FLOPs per step) of repr_jax's compiled step for ``cfg``."""
     import jax
-
     from repr_jax.config import override
-    from repr_jax.data import BatchStream
-    from repr_jax.train import build_method, load_dataset, sharding
-    from repr_jax.train.run import compile_step, init_state, sample_batch
-    from repr_jax.train.step import hyperparams
-    cfg = override(cfg, ["train.num_devices=1"])
-    dataset = load_dataset(cfg)
-    mesh = sharding.make_mesh(1)
-    method = build_method(cfg, dataset)
-    state = init_state(cfg, method, sample_batch(dataset), mesh)
-    stream = BatchStream(dataset.splits["train"], batch_size=batch_size, seed=0)
-    batches = [sharding.global_batch(stream.batch(i), mesh) for i in range(steps + 3)]
-    step, costs = compile_step(cfg, method, mesh, state, batches[0])
-    hp = hyperparams(cfg)
+    from repr_jax.train.run import single_device_step
+    cfg = override(cfg, [f"train.batch_size={batch_size}"])
+    step, state, batches, hp, costs = single_device_step(cfg, steps + 3)
     for b in batches[:3]:
         state, m = step(state, b, hp)
     jax.block_until_ready(m)
@@ -223,21 +212,10 @@ def profile(cfg, batch_size: int, top: int = 25) -> None:
     from pathlib import Path
 
     import jax
-
     from repr_jax.config import override
-    from repr_jax.data import BatchStream
-    from repr_jax.train import build_method, load_dataset, sharding
-    from repr_jax.train.run import compile_step, init_state, sample_batch
-    from repr_jax.train.step import hyperparams
-    cfg = override(cfg, ["train.num_devices=1"])
-    dataset = load_dataset(cfg)
-    mesh = sharding.make_mesh(1)
-    method = build_method(cfg, dataset)
-    state = init_state(cfg, method, sample_batch(dataset), mesh)
-    stream = BatchStream(dataset.splits["train"], batch_size=batch_size, seed=0)
-    batches = [sharding.global_batch(stream.batch(i), mesh) for i in range(6)]
-    step, _ = compile_step(cfg, method, mesh, state, batches[0])
-    hp = hyperparams(cfg)
+    from repr_jax.train.run import single_device_step
+    step, state, batches, hp, _ = single_device_step(
+        override(cfg, [f"train.batch_size={batch_size}"]), 6)
     for b in batches[:3]:
         state, m = step(state, b, hp)
     jax.block_until_ready(m)

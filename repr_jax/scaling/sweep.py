@@ -234,19 +234,8 @@ def timed_step(cfg: Config, steps: int = 5) -> float:
     warm-up step), as a sweep point would train."""
     import jax
 
-    from repr_jax.data import BatchStream
-    from repr_jax.train import build_method, load_dataset, sharding
-    from repr_jax.train.run import compile_step, init_state, sample_batch
-    from repr_jax.train.step import hyperparams
-    cfg = config_lib.override(cfg, ["train.num_devices=1"])
-    dataset = load_dataset(cfg)
-    mesh = sharding.make_mesh(1)
-    method = build_method(cfg, dataset)
-    state = init_state(cfg, method, sample_batch(dataset), mesh)
-    stream = BatchStream(dataset.splits["train"], batch_size=cfg.train.batch_size, seed=0)
-    batches = [sharding.global_batch(stream.batch(i), mesh) for i in range(steps + 1)]
-    step, _ = compile_step(cfg, method, mesh, state, batches[0])
-    hp = hyperparams(cfg)
+    from repr_jax.train.run import single_device_step
+    step, state, batches, hp, _ = single_device_step(cfg, steps + 1)
     state, metrics = step(state, batches[0], hp)
     jax.block_until_ready(metrics)
     start = time.perf_counter()

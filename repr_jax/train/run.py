@@ -220,6 +220,21 @@ def compile_step(cfg: Config, method: Method, mesh, state: TrainState, batch: An
                           device_flops_per_step=costs.flops(compiled))
 
 
+def single_device_step(cfg: Config, num_batches: int):
+    """``cfg``'s train step compiled for one device, with its initial state, the first
+    ``num_batches`` training batches, the hyperparameters and XLA's costs (:func:`compile_step`):
+    what a timing (a sweep's estimate, a benchmark) runs."""
+    cfg = config_lib.override(cfg, ["train.num_devices=1"])
+    dataset = load_dataset(cfg)
+    mesh = sharding.make_mesh(1)
+    method = build_method(cfg, dataset)
+    state = init_state(cfg, method, sample_batch(dataset), mesh)
+    stream = data.BatchStream(dataset.splits["train"], batch_size=cfg.train.batch_size, seed=0)
+    batches = [sharding.global_batch(stream.batch(i), mesh) for i in range(num_batches)]
+    step, step_costs = compile_step(cfg, method, mesh, state, batches[0])
+    return step, state, batches, hyperparams(cfg), step_costs
+
+
 # --------------------------------------------------------------------------------------------------
 # Run directories
 # --------------------------------------------------------------------------------------------------

@@ -152,15 +152,13 @@ def _groups(points: Sequence[Point]) -> dict[str, list[Point]]:
 
 def load_sweep(name_or_path: str) -> Sweep:
     """``get_sweep(arg)`` of a sweep file (``name[:arg]``, as for experiments). An ``arg`` the file
-    ignores (the same points as without it) is a ConfigError, not a silently full-length sweep."""
+    ignores (the same sweep as without it) is a ConfigError, not a silently full-length sweep."""
     sweep = config_lib.load_from(name_or_path, "get_sweep", Sweep)
     name, _, arg = name_or_path.partition(":")
     if arg:
-        plain = config_lib.load_from(name, "get_sweep", Sweep)
-        if [(p.name, p.config) for p in sweep.points()] == [(p.name, p.config)
-                                                            for p in plain.points()]:
+        if sweep == config_lib.load_from(name, "get_sweep", Sweep):
             raise ConfigError(f"sweep {name!r} ignores ':{arg}' (its get_sweep returns the same "
-                              f"points with and without it); run it without, or narrow it with "
+                              f"sweep with and without it); run it without, or narrow it with "
                               f"--set")
     return sweep
 

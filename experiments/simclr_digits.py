@@ -6,12 +6,12 @@ and MNIST-1D (the default experiment) to compare representations.
 
 Command:   repr-jax train --config simclr_digits
 Hardware:  2 CPU cores.
-Runtime:   39 s (1,500 steps), measured 2026-12-02.
-Expected (test split, 360 images):
+Runtime:   36 s (1,500 steps), measured 2026-12-03 with tests running beside it.
+Expected (test split, 360 images; final train loss 1.7866):
     representation       linear_probe/accuracy  knn/accuracy
     raw inputs                          0.9333        0.9694
-    random-init encoder                 0.9750        0.9389
-    simclr encoder                      0.9667        0.9778
+    random-init encoder                 0.9472        0.9222
+    simclr encoder                      0.9694        0.9472
 """
 
 from repr_jax.config import (Config, DataConfig, EncoderConfig, MethodConfig, OptimConfig,

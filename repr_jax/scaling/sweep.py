@@ -195,7 +195,7 @@ def dry_run(sweep: Sweep, overrides: Sequence[str] = (), *, jobs: int = 1,
     points = sweep.points(overrides)
     lines = [f"{p.name}  ({p.config.train.steps} steps)" for p in points]
     total = sum(p.config.train.steps for p in points)
-    summary = f"{len(points)} point{'s' if len(points) != 1 else ''}, {total:,} train steps in all"
+    summary = f"{_count(len(points), 'point')}, {total:,} train steps in all"
     if time_step:
         shapes = {}
         for p in points:
@@ -339,7 +339,8 @@ def run_sweep(sweep: Sweep, workdir: str | Path, *, jobs: int | None = None,
     # Nothing to run starts nothing (no Ray instance, no SLURM folder).
     place = make_executor(executor, workdir, jobs=jobs, processes=len(todo),
                           options=dict(executor_options or {})) if todo else None
-    print(f"sweep: {len(points)} points in {len(groups)} {what}; {len(groups) - len(todo)} done "
+    grouped = f" in {len(groups)} {what}" if sweep.population else ""
+    print(f"sweep: {_count(len(points), 'point')}{grouped}; {len(groups) - len(todo)} done "
           f"or failed before, {len(todo)} to run"
           + (f" {place.describe()}" if place else "")
           + (f" ({len(elsewhere)} still running from before: waited for)" if elsewhere else "")
@@ -390,8 +391,8 @@ def run_sweep(sweep: Sweep, workdir: str | Path, *, jobs: int | None = None,
                     n_failed += 1
                     bar.write(f"sweep: {job} failed: {status['error'].splitlines()[0]} "
                               f"(log: {runs / job / 'log.txt'})")
-            bar.set_postfix_str(f"{n_finished}/{len(groups)} done, {n_failed} failed, running: "
-                                f"{', '.join(running) or '-'}"[:200], refresh=False)
+            bar.set_postfix_str(f"{n_finished}/{len(groups)} done, {n_failed} failed, "
+                                f"{len(running)} running", refresh=False)
             bar.update(sum(done_steps.values()) - bar.n)
     except KeyboardInterrupt:
         bar.write("sweep: interrupted; stopping the running points (rerun to resume them)")
@@ -403,9 +404,14 @@ def run_sweep(sweep: Sweep, workdir: str | Path, *, jobs: int | None = None,
         if place is not None:
             place.close()
         rows = collect(workdir)
-    print(f"sweep: {n_finished} {what} finished, {n_failed} failed; table: "
-          f"{workdir / 'results.csv'}")
+    print(f"sweep: {n_finished} of {_count(len(groups), what[:-1])} finished, {n_failed} failed; "
+          f"table: {workdir / 'results.csv'}")
     return rows
+
+
+def _count(n: int, noun: str) -> str:
+    """``1 point``, ``2 points``."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def run_point(run_dir: Path) -> int:

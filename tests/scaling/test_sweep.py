@@ -175,7 +175,7 @@ def _table(path):
 
 
 @pytest.mark.slow
-def test_sweep_isolates_a_failure_and_a_killed_sweep_resumes_to_the_same_table(tmp_path):
+def test_sweep_isolates_a_failure_and_a_killed_sweep_resumes_to_the_same_table(tmp_path, capsys):
     sweep_file = tmp_path / "tiny_sweep.py"
     sweep_file.write_text(SWEEP_FILE)
     sweep = load_sweep(str(sweep_file))
@@ -183,6 +183,9 @@ def test_sweep_isolates_a_failure_and_a_killed_sweep_resumes_to_the_same_table(t
     # Uninterrupted, both points at once (each pinned to its own core).
     whole = tmp_path / "whole"
     rows = run_sweep(sweep, whole, jobs=2, progress=False)
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("sweep: 2 points; 0 done or failed before, 2 to run")
+    assert out[-1] == f"sweep: 1 of 2 points finished, 1 failed; table: {whole / 'results.csv'}"
     by_point = {}
     for r in rows:
         by_point.setdefault(r["point"], []).append(r)

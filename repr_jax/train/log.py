@@ -152,14 +152,36 @@ def plot_eval(rows: Iterable[dict[str, Any]], out_dir: str | Path) -> list[Path]
     return written
 
 
+def held_out_loss(run_dir: str | Path) -> list[tuple[int, float]]:
+    """``(step, loss)`` of the objective on the test split (``upstream/loss`` rows) from the run's
+    ``eval/step_<N>.json`` files; a damaged file is skipped with a warning."""
+    import warnings
+    out = []
+    for path in sorted(Path(run_dir, "eval").glob("step_*.json")):
+        try:
+            rows = files.read_json(path)
+        except files.DamagedFile as e:
+            warnings.warn(f"{e}; left out of the loss plot", stacklevel=2)
+            continue
+        out += [(int(r["step"]), float(r["value"])) for r in rows
+                if r.get("evaluator") == "upstream" and r.get("metric") == "loss"
+                and math.isfinite(r.get("value", math.nan))]
+    return sorted(out)
+
+
 def plot_metrics(metrics_path: str | Path, out_path: str | Path) -> None:
-    """Loss (and learning rate) against step, as a PNG."""
+    """Loss (train, and held-out where the run was evaluated) and learning rate against step, as a
+    PNG."""
     rows = [r for r in read_jsonl(metrics_path) if "loss" in r and math.isfinite(r["loss"])]
     if not rows:
         return
     fig, (ax1, ax2) = figure(1, 2, figsize=(9, 3.2))
-    ax1.plot([r["step"] for r in rows], [r["loss"] for r in rows])
-    ax1.set(xlabel="step", ylabel="train loss", title="loss")
+    ax1.plot([r["step"] for r in rows], [r["loss"] for r in rows], label="train")
+    held = held_out_loss(Path(metrics_path).parent)
+    if held:
+        ax1.plot(*zip(*held), "o-", color="tab:red", label="held out (test split)")
+        ax1.legend()
+    ax1.set(xlabel="step", ylabel="loss", title="loss")
     ax2.plot([r["step"] for r in rows], [r["lr"] for r in rows], color="tab:orange")
     ax2.set(xlabel="step", ylabel="learning rate", title="schedule")
     save_figure(fig, out_path, dpi=100)

@@ -21,7 +21,7 @@ workdir/ after a run::
     eval/              step_<N>.json (rows: representation, evaluator, metric, value[, ci_low,
                        ci_high]; ``upstream/loss`` is the objective on the test split),
                        reference.json (reference rows, keyed by the eval section)
-    plots/             loss.png (loss and learning rate against step); layerwise.png,
+    plots/             loss.png (train and held-out loss, learning rate); layerwise.png,
                        matryoshka.png, quantization.png when those evaluators ran
 """
 

@@ -40,3 +40,31 @@ def test_loss_plot_is_written(tmp_path):
                             for s in range(1, 6)))
     plot_metrics(path, tmp_path / "plots" / "loss.png")
     assert (tmp_path / "plots" / "loss.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_loss_plot_draws_the_held_out_loss_of_each_evaluation(tmp_path, monkeypatch):
+    import pytest
+
+    from repr_jax.train import log
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("".join(json.dumps({"step": s, "loss": 2.0 / s, "lr": 1e-3}) + "\n"
+                            for s in range(1, 11)))
+    (tmp_path / "eval").mkdir()
+    for step, value in ((5, 0.6), (10, 0.4)):
+        (tmp_path / "eval" / f"step_{step}.json").write_text(json.dumps([
+            dict(step=step, representation="enc", evaluator="upstream", metric="loss",
+                 value=value),
+            dict(step=step, representation="enc", evaluator="knn", metric="accuracy", value=0.9)]))
+    (tmp_path / "eval" / "step_7.json").write_text("[{")  # damaged: warned about, left out
+    drawn = {}
+    real_save = log.save_figure
+
+    def capture(fig, out, **kw):
+        drawn["lines"] = [(line.get_label(), list(line.get_xdata()), list(line.get_ydata()))
+                          for line in fig.axes[0].get_lines()]
+        return real_save(fig, out, **kw)
+    monkeypatch.setattr(log, "save_figure", capture)
+    with pytest.warns(UserWarning, match="step_7.json"):
+        plot_metrics(path, tmp_path / "plots" / "loss.png")
+    assert [label for label, _, _ in drawn["lines"]] == ["train", "held out (test split)"]
+    assert drawn["lines"][1][1:] == ([5, 10], [0.6, 0.4])

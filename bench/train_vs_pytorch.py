@@ -45,19 +45,10 @@ def vit_config():
 
 def ours(cfg, steps: int, batch_size: int) -> tuple[float, float]:
     """(seconds per step, FLOPs per step) of repr_jax's compiled step for ``cfg``."""
-    import jax
     from repr_jax.config import override
-    from repr_jax.train.run import single_device_step
-    cfg = override(cfg, [f"train.batch_size={batch_size}"])
-    step, state, batches, hp, costs = single_device_step(cfg, steps + 3)
-    for b in batches[:3]:
-        state, m = step(state, b, hp)
-    jax.block_until_ready(m)
-    t = time.perf_counter()
-    for b in batches[3:]:
-        state, m = step(state, b, hp)
-    jax.block_until_ready(m)
-    return (time.perf_counter() - t) / steps, costs["flops_per_step"]
+    from repr_jax.scaling.sweep import timed_step
+    seconds, costs = timed_step(override(cfg, [f"train.batch_size={batch_size}"]), steps, warmup=3)
+    return seconds, costs["flops_per_step"]
 
 
 def _nt_xent(z, temperature=0.2):

@@ -200,7 +200,7 @@ def dry_run(sweep: Sweep, overrides: Sequence[str] = (), *, jobs: int = 1,
         shapes = {}
         for p in points:
             shapes.setdefault(_step_shape(p.config), p.config)
-        seconds = {k: timed_step(cfg) for k, cfg in shapes.items()}
+        seconds = {k: timed_step(cfg)[0] for k, cfg in shapes.items()}
         work = sum(p.config.train.steps * seconds[_step_shape(p.config)] for p in points)
         fastest, slowest = min(seconds.values()), max(seconds.values())
         summary += (f"; ~{_duration(work / max(1, min(jobs, len(points))))} of training at "
@@ -227,20 +227,21 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-def timed_step(cfg: Config, steps: int = 5) -> float:
-    """Seconds per train step of ``cfg``'s compiled step on one device (after compiling and one
-    warm-up step), as a sweep point would train."""
+def timed_step(cfg: Config, steps: int = 5, warmup: int = 1) -> tuple[float, dict[str, Any]]:
+    """Seconds per train step of ``cfg``'s compiled step on one device (after compiling and
+    ``warmup`` steps), as a sweep point would train, and XLA's costs of the step."""
     import jax
 
     from repr_jax.train.run import single_device_step
-    step, state, batches, hp, _ = single_device_step(cfg, steps + 1)
-    state, metrics = step(state, batches[0], hp)
-    jax.block_until_ready(metrics)
-    start = time.perf_counter()
-    for batch in batches[1:]:
+    step, state, batches, hp, costs = single_device_step(cfg, warmup + steps)
+    for batch in batches[:warmup]:
         state, metrics = step(state, batch, hp)
     jax.block_until_ready(metrics)
-    return (time.perf_counter() - start) / steps
+    start = time.perf_counter()
+    for batch in batches[warmup:]:
+        state, metrics = step(state, batch, hp)
+    jax.block_until_ready(metrics)
+    return (time.perf_counter() - start) / steps, costs
 
 
 # --------------------------------------------------------------------------------------------------
@@ -480,15 +481,14 @@ def _cell(value: Any) -> Any:
 
 def _point_rows(run_dir: Path, name: str, values: Mapping[str, Any], job_dir: Path
                 ) -> list[dict[str, Any]]:
-    from repr_jax.train.log import read_jsonl
+    from repr_jax.train.log import eval_steps, read_jsonl
     status = point_status(run_dir if (run_dir / "status.json").exists() else job_dir)
     cfg_path = run_dir / "config.json"
     flat = config_lib.flatten(config_lib.load_json(cfg_path)) if cfg_path.exists() else {}
     info = _read_json(run_dir / "run.json", {})
     train_loss = {r["step"]: r.get("loss") for r in read_jsonl(run_dir / "metrics.jsonl")
                   } if (run_dir / "metrics.jsonl").exists() else {}
-    steps = sorted(int(p.stem.split("_")[1]) for p in (run_dir / "eval").glob("step_*.json"))
-    steps = steps or [None]
+    steps = eval_steps(run_dir) or [None]
     if status["status"] != FINISHED:
         steps = [s for s in steps if s is not None and s < flat.get("train.steps", 0)]
         steps.append(None)  # a row that says why the point has no final step

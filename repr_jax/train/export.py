@@ -19,7 +19,7 @@ from repr_jax.config import Config, ConfigError
 from repr_jax.encoders.pretrained import (LoadedModel, SentenceTransformerConfig,
                                           export_safetensors, export_sentence_transformer,
                                           flatten_tree, unflatten_tree)
-from repr_jax.train.log import format_table
+from repr_jax.train.log import eval_steps, format_table
 from repr_jax.train.pretrained import encoder_fields, encoder_module, encoder_subtrees
 from repr_jax.train.run import load_trained
 
@@ -28,7 +28,7 @@ ST_POOLING = ("mean", "cls")  # what our pooling and sentence-transformers' comp
 
 
 def _latest_rows(workdir: Path) -> tuple[int | None, list[dict]]:
-    steps = sorted(int(p.stem.split("_")[1]) for p in (workdir / "eval").glob("step_*.json"))
+    steps = eval_steps(workdir)
     if not steps:
         return None, []
     rows = files.read_json(workdir / "eval" / f"step_{steps[-1]}.json")

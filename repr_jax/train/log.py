@@ -152,12 +152,18 @@ def plot_eval(rows: Iterable[dict[str, Any]], out_dir: str | Path) -> list[Path]
     return written
 
 
+def eval_steps(run_dir: str | Path) -> list[int]:
+    """The steps a run has evaluation files for (``eval/step_<N>.json``), ascending."""
+    return sorted(int(p.stem.split("_")[1]) for p in Path(run_dir, "eval").glob("step_*.json"))
+
+
 def held_out_loss(run_dir: str | Path) -> list[tuple[int, float]]:
     """``(step, loss)`` of the objective on the test split (``upstream/loss`` rows) from the run's
     ``eval/step_<N>.json`` files; a damaged file is skipped with a warning."""
     import warnings
     out = []
-    for path in sorted(Path(run_dir, "eval").glob("step_*.json")):
+    for step in eval_steps(run_dir):
+        path = Path(run_dir, "eval", f"step_{step}.json")
         try:
             rows = files.read_json(path)
         except files.DamagedFile as e:

@@ -42,7 +42,7 @@ from simclr_mnist1d import get_config as base_config
 from repr_jax.config import override
 from repr_jax.eval import adaptive_retrieve, class_qrels, retrieve, topk_metrics
 from repr_jax.scaling import Study, Sweep, embedded, probe_accuracy, runs_by_point
-from repr_jax.train.log import figure, save_figure
+from repr_jax.train.log import figure, log_axis, save_figure
 
 DIMS = (8, 16, 32, 64, 128)
 SHORTLIST = 200
@@ -115,6 +115,7 @@ def _plot(rows, path: Path) -> None:
     a.set(xscale="log", xlabel="embedding size d", ylabel="linear-probe accuracy (test)",
           title="accuracy per size")
     a.set_xticks(DIMS, [str(d) for d in DIMS])
+    a.minorticks_off()
     a.legend()
     for model in ("matryoshka", "fixed_128"):
         pts = [r for r in rows if r["kind"] == "retrieval" and r["model"] == model]
@@ -123,7 +124,8 @@ def _plot(rows, path: Path) -> None:
         for r in pts:
             b.annotate(str(r["shortlist_dim"]), (r["work_vs_full"], r["precision@10"]),
                        fontsize=7)
-    b.set(xscale="log", xlabel="multiply-adds per query / full search",
+    log_axis(b, "x")
+    b.set(xlabel="multiply-adds per query / full search",
           ylabel="precision@10 (test -> train, same class)",
           title=f"adaptive retrieval (shortlist {SHORTLIST})")
     b.legend()

@@ -37,7 +37,7 @@ from repr_jax.config import override
 from repr_jax.eval import class_qrels, quantized_search, topk_metrics
 from repr_jax.eval.quantization import bytes_per_vector
 from repr_jax.scaling import Study, Sweep, embedded, runs_by_point
-from repr_jax.train.log import figure, save_figure
+from repr_jax.train.log import figure, save_figure, setting_points
 
 SETTINGS = [("float32", 0), ("int8", 0), ("int8", 4), ("binary", 0), ("binary", 2),
             ("binary", 4), ("binary", 10)]
@@ -70,14 +70,11 @@ def analyze(workdir: Path, table: list[dict]) -> list[dict]:
 
 
 def _plot(rows, path: Path) -> None:
-    fig, ax = figure(figsize=(6, 4))
-    for r in rows:
-        marker = "o" if not r["rescore_multiplier"] else "s"
-        ax.scatter(r["bytes_per_vector"], r["ndcg_at_10"], marker=marker)
-        ax.annotate(f"{r['precision']}" + (f" +rescore x{r['rescore_multiplier']}"
-                                           if r["rescore_multiplier"] else ""),
-                    (r["bytes_per_vector"], r["ndcg_at_10"]), fontsize=7)
-    ax.set(xscale="log", xlabel="bytes per vector", ylabel="nDCG@10 (graded, test pairs)",
+    fig, ax = figure(figsize=(7, 4))
+    labels = [r["precision"] + (f"\n+rescore ×{r['rescore_multiplier']}" if r["rescore_multiplier"]
+                                else "") + f"\n{r['bytes_per_vector']:g} B" for r in rows]
+    setting_points(ax, labels, {"nDCG@10": [{"value": r["ndcg_at_10"]} for r in rows]})
+    ax.set(xlabel="precision (bytes per vector), rescoring", ylabel="nDCG@10 (graded, test pairs)",
            title="quantised embeddings: quality vs storage")
     save_figure(fig, path)
 

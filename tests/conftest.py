@@ -125,3 +125,23 @@ def setup_step(cfg, num_devices, dataset, fsdp=1):
     method = build_method(cfg, dataset)
     state = init_state(cfg, method, sample_batch(dataset), mesh)
     return mesh, state, make_step_fn(cfg, method, mesh, state)
+
+
+def tick_labels(fig, axis):
+    """The tick labels drawn on ``axis`` (text and window box), after a real draw."""
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    lo, hi = sorted(axis.get_view_interval())
+    ticks = [t for t in axis.get_major_ticks() + axis.get_minor_ticks()
+             if t.label1.get_visible() and t.label1.get_text() and lo <= t.get_loc() <= hi]
+    return [(t.label1.get_text(), t.label1.get_window_extent(renderer)) for t in ticks]
+
+
+def assert_readable_ticks(fig, axis, min_labels=3):
+    labels = tick_labels(fig, axis)
+    assert len(labels) >= min_labels, labels
+    assert not any("$" in text or "times" in text for text, _ in labels), labels  # plain numbers
+    vertical = axis.axis_name == "y"
+    boxes = sorted((b.y0, b.y1) if vertical else (b.x0, b.x1) for _, b in labels)
+    assert all(a[1] < b[0] for a, b in zip(boxes, boxes[1:])), labels  # none drawn over another
+

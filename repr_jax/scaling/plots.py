@@ -7,7 +7,7 @@ from pathlib import Path
 import jax.numpy as jnp
 import numpy as np
 
-from repr_jax.train.log import figure, save_figure
+from repr_jax.train.log import figure, log_axis, save_figure
 
 
 def plot_fit(law, fit, boot, data: dict[str, np.ndarray], y: np.ndarray, train: np.ndarray,
@@ -29,7 +29,7 @@ def plot_fit(law, fit, boot, data: dict[str, np.ndarray], y: np.ndarray, train: 
         if (~train).any():
             ax.scatter(first[~train], y[~train], s=18, color="tab:red", label="held out")
         if first.min() > 0:
-            ax.set_xscale("log")
+            log_axis(ax, "x")
         ax.set(xlabel=x_label, ylabel=y_label)
     else:
         pred = fit.predict(data)

@@ -94,6 +94,58 @@ def save_figure(fig, path: str | Path, *, dpi: int = 120) -> Path:
     return files.write_bytes(path, image.getvalue())  # atomic: never a half-written image
 
 
+def plain_number(value: float, _pos=None) -> str:
+    """A tick label without TeX powers: ``0.005``, ``4.8``, ``20000``, ``3e12``, ``1.5e-05``."""
+    if value == 0 or not math.isfinite(value):
+        return f"{value:g}"
+    exp = math.floor(math.log10(abs(value)) + 1e-9)
+    if -3 <= exp < 5:
+        return f"{round(value, 6 - exp):g}"
+    return f"{round(value / 10**exp, 2):g}e{exp}"
+
+
+def short_count(n: float) -> str:
+    """``3100`` as ``3.1k``, ``1.8e5`` as ``180k``, ``2.5e6`` as ``2.5M`` (3 significant digits)."""
+    for scale, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(n) >= scale:
+            return f"{float(f'{n / scale:.3g}'):g}{suffix}"
+    return f"{n:g}"
+
+
+def log_axis(ax, which: str = "x") -> None:
+    """Puts ``ax``'s ``which`` axis ("x" or "y") on a log scale with plain tick labels
+    (:func:`plain_number`) and few enough of them not to overlap: round numbers for a range under
+    about a decade, 1-2-5 per decade up to three decades, decades (thinned) beyond. Call it after
+    plotting: the ticks follow the data's range."""
+    from matplotlib import ticker
+    getattr(ax, f"set_{which}scale")("log")
+    axis = getattr(ax, f"{which}axis")
+    lo, hi = sorted(getattr(ax, f"get_{which}lim")())
+    decades = math.log10(hi / lo) if lo > 0 else math.inf
+    if decades < 1.2:
+        locator = ticker.MaxNLocator(nbins=5, steps=[1, 2, 2.5, 5, 10])
+    else:
+        locator = ticker.LogLocator(subs=(1.0, 2.0, 5.0) if decades < 3.5 else (1.0,), numticks=8)
+    axis.set_major_locator(locator)
+    axis.set_major_formatter(ticker.FuncFormatter(plain_number))
+    axis.set_minor_formatter(ticker.NullFormatter())
+
+
+def setting_points(ax, labels: list[str], series: dict[str, list[dict[str, Any] | None]]) -> None:
+    """One column per setting (``labels`` under the axis, so none is drawn over another), one
+    colour per series, each value a point with its interval where the rows carry one (``None``:
+    no value for that setting); a legend when there are several series."""
+    width = 0.6 / max(len(series), 1)
+    for i, (name, points) in enumerate(series.items()):
+        xs = [j + (i - (len(series) - 1) / 2) * width for j, r in enumerate(points) if r]
+        _errorbar(ax, xs, [r for r in points if r], label=name, ls="")
+    ax.set_xticks(range(len(labels)), labels, fontsize=7)
+    ax.set_xlim(-0.5, len(labels) - 0.5)
+    ax.grid(axis="y", alpha=0.3)
+    if len(series) > 1:
+        ax.legend(fontsize=7)
+
+
 def plot_eval(rows: Iterable[dict[str, Any]], out_dir: str | Path) -> list[Path]:
     """Plots the per-layer, per-prefix and per-precision evaluations among ``rows`` (with their
     intervals): ``layerwise.png`` (metric vs layer), ``matryoshka.png`` (metric vs embedding size),
@@ -118,9 +170,11 @@ def plot_eval(rows: Iterable[dict[str, Any]], out_dir: str | Path) -> list[Path]
                     _errorbar(ax, range(len(points)), [r for _, r in points], label=rep)
                     ax.set_xticks(range(len(points)), labels, rotation=30, fontsize=8)
                 else:
-                    _errorbar(ax, [int(h.removeprefix("dim_")) for h, _ in points],
-                              [r for _, r in points], label=rep)
+                    dims = [int(h.removeprefix("dim_")) for h, _ in points]
+                    _errorbar(ax, dims, [r for _, r in points], label=rep)
                     ax.set_xscale("log", base=2)
+                    ax.set_xticks(dims, [str(d) for d in dims])  # the prefix sizes, plainly
+                    ax.minorticks_off()
             ax.set(xlabel=xlabel, ylabel=metric, title=f"{evaluator}: {metric}")
             ax.legend(fontsize=7)
         save(fig, f"{evaluator}.png")
@@ -128,26 +182,23 @@ def plot_eval(rows: Iterable[dict[str, Any]], out_dir: str | Path) -> list[Path]
     quant = [r for r in rows if r["evaluator"] == "quantization"]
     if quant:
         tasks = sorted({r["metric"].rpartition("/")[0].rpartition("/")[0] for r in quant})
-        fig, axes = figure(1, len(tasks), figsize=(4.8 * len(tasks), 3.6), squeeze=False)
+        fig, axes = figure(1, len(tasks), figsize=(4.8 * len(tasks), 3.8), squeeze=False)
         for ax, task in zip(axes[0], tasks):
-            prefix = f"{task}/" if task else ""
+            prefix, series, settings, ylabel = f"{task}/" if task else "", {}, {}, ""
             for rep in dict.fromkeys(r["representation"] for r in quant):
                 mine = {r["metric"]: r for r in quant if r["representation"] == rep}
-                points = []
                 for name, r in mine.items():
                     head, _, metric = name.rpartition("/")
                     if head.startswith(prefix) and metric != "bytes" and "/" not in head[len(prefix):]:
-                        points.append((mine[f"{head}/bytes"]["value"], r, head[len(prefix):], metric))
-                points.sort(key=lambda p: (p[0], p[1]["value"]))
-                if not points:
-                    continue
-                _errorbar(ax, [p[0] for p in points], [p[1] for p in points], label=rep)
-                for b, r, label, _ in points:
-                    ax.annotate(label, (b, r["value"]), fontsize=6, xytext=(3, 3),
-                                textcoords="offset points")
-                ax.set(xscale="log", xlabel="bytes per vector", ylabel=points[0][3],
-                       title=f"quantization {task or 'test pairs'}")
-            ax.legend(fontsize=7)
+                        setting = head[len(prefix):]
+                        settings[setting] = mine[f"{head}/bytes"]["value"]
+                        series.setdefault(rep, {})[setting] = r
+                        ylabel = metric
+            order = sorted(settings, key=lambda k: (-settings[k], k))
+            setting_points(ax, [f"{k}\n{plain_number(settings[k])} B" for k in order],
+                           {rep: [pts.get(k) for k in order] for rep, pts in series.items()})
+            ax.set(xlabel="precision (bytes per vector)", ylabel=ylabel,
+                   title=f"quantization {task or 'test pairs'}")
         save(fig, "quantization.png")
     return written
 

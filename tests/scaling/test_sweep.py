@@ -20,7 +20,7 @@ from repr_jax.scaling import Sweep, load_sweep, run_sweep
 from repr_jax.scaling.sweep import point_name
 from repr_jax.train import costs
 
-from conftest import tiny_config
+from conftest import assert_readable_ticks, tiny_config
 
 # A sweep file: a tiny config, one point that diverges (lr 1e30 makes the loss NaN on step 1) and
 # one that trains, checkpointing every 5 of its 30 steps and evaluating at 15 and 30.
@@ -254,3 +254,32 @@ def test_sweep_isolates_a_failure_and_a_killed_sweep_resumes_to_the_same_table(t
     assert member["flops_per_step"] == last["flops_per_step"]
     for key in ("upstream/loss", "train/loss", "linear_probe/accuracy", "knn/accuracy"):
         assert member[key] == pytest.approx(last[key], rel=1e-3, abs=1e-3), key
+
+
+def test_loss_vs_flops_colours_sizes_and_shapes_the_other_grid_key():
+    from repr_jax.scaling.sweep import loss_vs_flops_figure
+    rows, grid = [], {}
+    for widths, params in (((8, 16), 3100), ((16, 32), 11800), ((32, 64), 45000)):
+        for n in (2000, 8000, 32000):
+            name = f"encoder.widths={widths},data.train_examples={n}"
+            grid[name] = {"encoder.widths": list(widths), "data.train_examples": n}
+            rows += [{"point": name, "params": params, "flops": 6 * params * 256 * step * 40,
+                      "upstream/loss": 4.6 + params ** -0.2 + n ** -0.3 + step ** -0.5}
+                     for step in (500, 1000, 2000, 4000)]
+    rows.append({"point": "failed", "params": None, "flops": None, "upstream/loss": None})
+    fig = loss_vs_flops_figure(rows, grid)
+    ax = fig.axes[0]
+    lines = ax.get_lines()
+    assert len(lines) == 9
+    by_size = {}
+    for line, name in zip(lines, grid):
+        by_size.setdefault(name.split(",")[0], set()).add(line.get_marker())
+        assert line.get_marker() == "os^"[[2000, 8000, 32000].index(grid[name]["data.train_examples"])]
+    assert all(len(m) == 3 for m in by_size.values()) and len({l.get_color() for l in lines}) == 3
+    legends = [a for a in ax.get_children() if type(a).__name__ == "Legend"]
+    assert {lg.get_title().get_text() for lg in legends} == {"parameters", "data.train_examples"}
+    assert [t.get_text() for t in legends[0].get_texts()] in (["3.1k", "11.8k", "45k"],
+                                                            ["2000", "8000", "32000"])
+    assert_readable_ticks(fig, ax.xaxis)
+    assert_readable_ticks(fig, ax.yaxis)
+    assert loss_vs_flops_figure(rows[-1:], grid) is None

@@ -3,7 +3,9 @@
 import json
 import math
 
-from repr_jax.train.log import format_rows, format_table, plot_metrics, read_jsonl
+from conftest import assert_readable_ticks, tick_labels
+from repr_jax.train.log import (figure, format_rows, format_table, log_axis, plain_number,
+                                plot_metrics, read_jsonl, setting_points, short_count)
 from repr_jax.train.writers import JsonlWriter
 
 
@@ -68,3 +70,30 @@ def test_loss_plot_draws_the_held_out_loss_of_each_evaluation(tmp_path, monkeypa
         plot_metrics(path, tmp_path / "plots" / "loss.png")
     assert [label for label, _, _ in drawn["lines"]] == ["train", "held out (test split)"]
     assert drawn["lines"][1][1:] == ([5, 10], [0.6, 0.4])
+
+
+def test_plain_numbers_and_short_counts():
+    assert [plain_number(v) for v in (0.005, 4.8, 20000, 3e12, 1.5e-5, 1.9999999e12, 0)] == [
+        "0.005", "4.8", "20000", "3e12", "1.5e-5", "2e12", "0"]
+    assert [short_count(v) for v in (999, 3100, 180000, 2.5e6)] == ["999", "3.1k", "180k", "2.5M"]
+
+
+def test_log_axes_have_plain_labels_that_do_not_overlap_at_any_span():
+    import numpy as np
+    for lo, hi in ((4.6, 5.3), (0.02, 0.5), (1e11, 5e13), (3e8, 2e17)):
+        fig, ax = figure(figsize=(6, 4))
+        ax.plot(np.geomspace(lo, hi, 20), np.geomspace(lo, hi, 20))
+        log_axis(ax, "x")
+        log_axis(ax, "y")
+        assert_readable_ticks(fig, ax.xaxis)
+        assert_readable_ticks(fig, ax.yaxis)
+
+
+def test_setting_columns_keep_their_labels_apart():
+    fig, ax = figure(figsize=(7, 4))
+    labels = [f"binary\n+rescore ×{m}\n16 B" for m in (2, 4, 10)] + ["float32\n512 B"] * 4
+    setting_points(ax, labels, {"a": [{"value": i} for i in range(7)],
+                                "b": [None] + [{"value": i, "ci_low": i - 1, "ci_high": i + 1}
+                                               for i in range(6)]})
+    assert_readable_ticks(fig, ax.xaxis, min_labels=7)
+    assert [t for t, _ in tick_labels(fig, ax.xaxis)] == labels

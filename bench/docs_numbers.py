@@ -1,0 +1,201 @@
+"""Reruns the commands whose results the documentation prints and checks the printed numbers
+against a fresh run's: the README's default-experiment table and time, and each experiment
+header's "Expected" table (one row per representation, one column per metric) and runtime.
+
+    python bench/docs_numbers.py                           # the README's default run
+    python bench/docs_numbers.py byol_mnist1d moco_mnist1d  # those experiments' headers
+    python bench/docs_numbers.py --headers                 # every header with an Expected table
+    python bench/docs_numbers.py --headers --write         # ... and rewrite what differs
+
+Each command runs in a fresh work directory, alone, timed from start to exit. The numbers are
+deterministic on one machine (the README's table is the same on every run there), so a
+difference means the code or the machine changed; times depend on the load, which is measured
+and written beside them. Studies' bespoke result tables are not parsed: rerun those by hand
+(`repr-jax study NAME`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import re
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+EXPERIMENTS = ROOT / "experiments"
+NUMBER = r"-?\d+\.\d+"
+TABLE_HEAD = re.compile(r"^(\s+)representation\s+(\S+(?:\s+\S+)*)\s*$")
+RUNTIME = re.compile(r"Runtime:   \d+ s for the whole command \(training and evaluation\), "
+                     r"measured \d{4}-\d{2}-\d{2}\n\s+[^\n]*\.\n")
+
+
+def machine() -> str:
+    """``2-core Intel Xeon ... (AVX-512)``, from /proc/cpuinfo where there is one."""
+    try:
+        info = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return f"{os.cpu_count()}-core CPU"
+    model = re.search(r"model name\s*:\s*(.+)", info)
+    avx = " (AVX-512)" if re.search(r"\bavx512f\b", info) else ""
+    return f"{os.cpu_count()}-core {model[1].strip() if model else 'CPU'}{avx}"
+
+
+def duration(seconds: float) -> str:
+    s = round(seconds)
+    return f"{s // 60} min {s % 60} s" if s >= 120 else f"{s} s"
+
+
+def run(args: list[str], workdir: Path) -> dict:
+    """Runs ``repr-jax ARGS --workdir WORKDIR --no-progress``; its time, load, peak memory, output
+    and the rows of its last evaluation."""
+    load = os.getloadavg()[0]
+    start = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "repr_jax.cli", *args, "--workdir", str(workdir),
+                           "--no-progress"], capture_output=True, text=True)
+    seconds = time.monotonic() - start
+    if done.returncode:
+        raise SystemExit(f"repr-jax {' '.join(args)} failed ({done.returncode}):\n"
+                         f"{done.stderr[-3000:]}")
+    steps = sorted(int(p.stem.split("_")[1]) for p in (workdir / "eval").glob("step_*.json"))
+    rows = json.loads((workdir / "eval" / f"step_{steps[-1]}.json").read_text())
+    return dict(seconds=seconds, load=load, stdout=done.stdout, step=steps[-1],
+                peak_gb=resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20,
+                values={(r["representation"], f"{r['evaluator']}/{r['metric']}"): r["value"]
+                        for r in rows})
+
+
+def final_loss(stdout: str) -> str | None:
+    m = re.search(r"final train loss (\S+?)\)", stdout)
+    return m[1] if m else None
+
+
+def check_header(name: str, write: bool) -> list[str]:
+    """Reruns experiment ``name`` and returns its header's differences (rewriting them when
+    ``write``)."""
+    path = EXPERIMENTS / f"{name}.py"
+    text = path.read_text()
+    doc_end = text.index('"""', 3)
+    doc = text[:doc_end]
+    lines = doc.splitlines(keepends=True)
+    at = next((i for i, line in enumerate(lines) if TABLE_HEAD.match(line)), None)
+    if at is None:
+        raise SystemExit(f"{path.name}: no 'representation  METRIC ...' table in its header")
+    metrics = TABLE_HEAD.match(lines[at])[2].split()
+    with tempfile.TemporaryDirectory() as tmp:
+        got = run(["train", "--config", name], Path(tmp) / name)
+    diffs, parsed = [], 0
+    cell = rf"({NUMBER})(?:\s*±{NUMBER})?"  # a value, with its interval's half-width or not
+    for i in range(at + 1, len(lines)):
+        m = re.match(rf"^(\s+)(.+?)((?:\s+{cell}){{{len(metrics)}}})\s*$", lines[i])
+        if not m:
+            break
+        parsed += 1
+        rep, old = m[2], re.findall(cell, m[3])
+        new = [f"{got['values'].get((rep, k), float('nan')):.4f}" for k in metrics]
+        if old != new:
+            diffs.append(f"{name}: {rep}: header {' '.join(old)}, fresh run {' '.join(new)}")
+            fresh = iter(new)
+            cells = re.sub(cell, lambda c: c[0].replace(c[1], next(fresh), 1), m[3])
+            lines[i] = f"{m[1]}{m[2]}{cells}\n"
+    if not parsed:
+        raise SystemExit(f"{path.name}: no row of its table has {len(metrics)} numbers")
+    doc = "".join(lines)
+    loss = final_loss(got["stdout"])
+    old_loss = re.search(rf"final train loss ({NUMBER})", doc)
+    if old_loss and loss and old_loss[1] != loss:
+        diffs.append(f"{name}: final train loss: header {old_loss[1]}, fresh run {loss}")
+        doc = doc.replace(old_loss[0], f"final train loss {loss}")
+    today = datetime.date.today().isoformat()
+    stamp = (f"Runtime:   {round(got['seconds'])} s for the whole command (training and "
+             f"evaluation), measured {today}\n           on {machine()}, load {got['load']:.1f} "
+             f"at the start.\n")
+    old_time = re.search(r"Runtime:\s+(.*?)(?:, measured|\(|$)", doc, re.M)
+    print(f"{name}: {duration(got['seconds'])} (header: {old_time[1] if old_time else '?'}), "
+          f"load {got['load']:.1f} at the start")
+    if write and RUNTIME.search(doc):
+        doc = RUNTIME.sub(stamp, doc, count=1)
+    if write:
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text(doc + text[doc_end:])
+        os.replace(tmp, path)
+    return diffs
+
+
+def check_readme(write: bool) -> list[str]:
+    """Reruns ``repr-jax train`` (the default experiment) and compares the README's table, the
+    final train loss and the time it quotes."""
+    text = README.read_text()
+    with tempfile.TemporaryDirectory() as tmp:
+        got = run(["train"], Path(tmp) / "default")
+    block = re.search(r"```\n(mnist1d: evaluation at step \d+ .*?)```", text, re.S)
+    if block is None:
+        raise SystemExit("README.md: no 'mnist1d: evaluation at step N' block")
+    printed = {line.split()[0]: line for line in got["stdout"].splitlines() if line.strip()}
+    new, diffs = [], []
+    for line in block[1].splitlines():
+        key = line.split()[0] if line.strip() else ""
+        head = key == "mnist1d:" and "mnist1d:" in printed
+        fresh = printed.get(key) if key in printed and ("/" in key or head or key == "metric") \
+            else None
+        if fresh is not None and fresh != line:
+            diffs.append(f"README: {key}: printed {line.split()[1:]!s}, fresh run "
+                         f"{fresh.split()[1:]!s}")
+        new.append(fresh if fresh is not None else line)
+    took = re.search(r"took\n?\s*(\d+ min \d+ s|\d+ s) for the whole command", text)
+    print(f"README default run: {duration(got['seconds'])} (README: {took[1] if took else '?'}), "
+          f"load {got['load']:.1f} at the start, peak memory {got['peak_gb']:.1f} GB, "
+          f"{machine()}")
+    if write:
+        text = text.replace(block[1], "\n".join(new) + "\n")
+        if took:
+            text = text.replace(took[0], took[0].replace(took[1], duration(got["seconds"])))
+        tmp = README.with_name(".README.md.tmp")
+        tmp.write_text(text)
+        os.replace(tmp, README)
+    return diffs
+
+
+def headers_with_tables() -> list[str]:
+    """The experiments run by ``repr-jax train`` whose header has an Expected table."""
+    names = []
+    for p in sorted(EXPERIMENTS.glob("[!_]*.py")):
+        doc = p.read_text().split('"""', 2)[1]
+        if re.search(r"^Command:\s+repr-jax train\b", doc, re.M) and any(
+                TABLE_HEAD.match(line) for line in doc.splitlines()):
+            names.append(p.stem)
+    return names
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("names", nargs="*", help="experiments whose headers to check")
+    p.add_argument("--headers", action="store_true", help="every header with an Expected table")
+    p.add_argument("--readme", action="store_true", help="the README's default run (the default "
+                                                        "when no experiment is named)")
+    p.add_argument("--write", action="store_true", help="rewrite the numbers that differ, and "
+                                                       "the runtimes")
+    args = p.parse_args()
+    names = headers_with_tables() if args.headers else args.names
+    unknown = sorted(set(names) - set(headers_with_tables()))
+    if unknown:
+        p.error(f"no Expected table in the header of: {', '.join(unknown)}; those that have one: "
+                f"{', '.join(headers_with_tables())}")
+    diffs = check_readme(args.write) if args.readme or not names else []
+    for name in names:
+        diffs += check_header(name, args.write)
+    print("\n".join(diffs) if diffs else "every number checked equals the fresh run's")
+    if diffs and args.write:
+        print("rewritten: review with git diff")
+    return 1 if diffs and not args.write else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

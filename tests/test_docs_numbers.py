@@ -1,0 +1,72 @@
+"""bench/docs_numbers.py: the header and README tables it reads, and what --write rewrites (the
+runs themselves are the CLI's, tested elsewhere; here a finished run's numbers are given)."""
+
+import importlib.util
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture()
+def docs(tmp_path, monkeypatch):
+    spec = importlib.util.spec_from_file_location("docs_numbers", ROOT / "bench" / "docs_numbers.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    (tmp_path / "experiments").mkdir()
+    shutil.copy(ROOT / "experiments" / "byol_mnist1d.py", tmp_path / "experiments")
+    shutil.copy(ROOT / "README.md", tmp_path)
+    monkeypatch.setattr(module, "EXPERIMENTS", tmp_path / "experiments")
+    monkeypatch.setattr(module, "README", tmp_path / "README.md")
+    return module
+
+
+def finished_run(values, stdout=""):
+    return lambda args, workdir: dict(seconds=61.4, load=0.2, stdout=stdout, step=2000,
+                                      peak_gb=1.0, values=values)
+
+
+def test_a_header_that_matches_has_no_differences_and_a_changed_one_is_rewritten(docs,
+                                                                                  monkeypatch):
+    path = docs.EXPERIMENTS / "byol_mnist1d.py"
+    before = path.read_text()
+    assert "byol_mnist1d" in docs.headers_with_tables()
+    same = {("raw inputs", "linear_probe/accuracy"): 0.2425, ("raw inputs", "knn/accuracy"): 0.5730,
+            ("random-init encoder", "linear_probe/accuracy"): 0.7680,
+            ("random-init encoder", "knn/accuracy"): 0.6490,
+            ("byol encoder", "linear_probe/accuracy"): 0.8640,
+            ("byol encoder", "knn/accuracy"): 0.7560}
+    monkeypatch.setattr(docs, "run", finished_run(same))
+    assert docs.check_header("byol_mnist1d", write=False) == []
+    monkeypatch.setattr(docs, "run", finished_run(same | {("byol encoder", "knn/accuracy"): 0.75601}))
+    assert docs.check_header("byol_mnist1d", write=False) == []  # equal to the 4 digits printed
+    assert path.read_text() == before
+    changed = same | {("byol encoder", "knn/accuracy"): 0.7612}
+    monkeypatch.setattr(docs, "run", finished_run(changed))
+    assert docs.check_header("byol_mnist1d", write=True) == [
+        "byol_mnist1d: byol encoder: header 0.8640 0.7560, fresh run 0.8640 0.7612"]
+    after = path.read_text()
+    assert "    byol encoder                        0.8640        0.7612\n" in after
+    assert "Runtime:   61 s for the whole command (training and evaluation), measured" in after
+    assert "load 0.2 at the start" in after
+    assert after.split('"""', 2)[2] == before.split('"""', 2)[2]  # the code is untouched
+
+
+def test_the_readme_block_takes_the_fresh_runs_lines(docs, monkeypatch):
+    text = docs.README.read_text()
+    block = text[text.index("mnist1d: evaluation at step"):]
+    block = block[:block.index("```")]
+    printed = block.replace("0.9180 ±0.0115", "0.9190 ±0.0115")
+    assert printed != block
+    monkeypatch.setattr(docs, "run", finished_run({}, stdout="workdir: x\n\n" + block))
+    assert docs.check_readme(write=False) == []
+    monkeypatch.setattr(docs, "run", finished_run({}, stdout="workdir: x\n\n" + printed))
+    diffs = docs.check_readme(write=True)
+    assert len(diffs) == 1 and diffs[0].startswith("README: linear_probe/accuracy:")
+    after = docs.README.read_text()
+    took = re.search(r"took\n(.+?) for the whole command", text)[1]
+    assert after == text.replace(block, printed).replace(
+        f"took\n{took} for the whole command", "took\n61 s for the whole command")

@@ -53,10 +53,27 @@ def duration(seconds: float) -> str:
     return f"{s // 60} min {s % 60} s" if s >= 120 else f"{s} s"
 
 
+def busy_cores(seconds: float = 3.0) -> float:
+    """How many cores other work kept busy over the last ``seconds`` (from /proc/stat; the load
+    average lags by minutes). NaN where there is no /proc/stat."""
+    def sample():
+        with open("/proc/stat") as f:
+            fields = [float(v) for v in f.readline().split()[1:]]
+        return sum(fields), fields[3] + fields[4]  # total, idle + iowait
+
+    try:
+        total0, idle0 = sample()
+        time.sleep(seconds)
+        total1, idle1 = sample()
+    except OSError:
+        return float("nan")
+    return os.cpu_count() * (1 - (idle1 - idle0) / max(total1 - total0, 1))
+
+
 def run(args: list[str], workdir: Path) -> dict:
-    """Runs ``repr-jax ARGS --workdir WORKDIR --no-progress``; its time, load, peak memory, output
-    and the rows of its last evaluation."""
-    load = os.getloadavg()[0]
+    """Runs ``repr-jax ARGS --workdir WORKDIR --no-progress``; its time, the cores busy before
+    it, peak memory, output and the rows of its last evaluation."""
+    load = busy_cores()
     start = time.monotonic()
     done = subprocess.run([sys.executable, "-m", "repr_jax.cli", *args, "--workdir", str(workdir),
                            "--no-progress"], capture_output=True, text=True)
@@ -115,11 +132,11 @@ def check_header(name: str, write: bool) -> list[str]:
         doc = doc.replace(old_loss[0], f"final train loss {loss}")
     today = datetime.date.today().isoformat()
     stamp = (f"Runtime:   {round(got['seconds'])} s for the whole command (training and "
-             f"evaluation), measured {today}\n           on {machine()}, load {got['load']:.1f} "
-             f"at the start.\n")
+             f"evaluation), measured {today}\n           on {machine()}, {got['load']:.1f} cores "
+             f"busy with other work at the start.\n")
     old_time = re.search(r"Runtime:\s+(.*?)(?:, measured|\(|$)", doc, re.M)
     print(f"{name}: {duration(got['seconds'])} (header: {old_time[1] if old_time else '?'}), "
-          f"load {got['load']:.1f} at the start")
+          f"{got['load']:.1f} cores busy at the start")
     if write and RUNTIME.search(doc):
         doc = RUNTIME.sub(stamp, doc, count=1)
     if write:
@@ -151,7 +168,7 @@ def check_readme(write: bool) -> list[str]:
         new.append(fresh if fresh is not None else line)
     took = re.search(r"took\n?\s*(\d+ min \d+ s|\d+ s) for the whole command", text)
     print(f"README default run: {duration(got['seconds'])} (README: {took[1] if took else '?'}), "
-          f"load {got['load']:.1f} at the start, peak memory {got['peak_gb']:.1f} GB, "
+          f"{got['load']:.1f} cores busy at the start, peak memory {got['peak_gb']:.1f} GB, "
           f"{machine()}")
     if write:
         text = text.replace(block[1], "\n".join(new) + "\n")

@@ -51,7 +51,7 @@ def test_a_header_that_matches_has_no_differences_and_a_changed_one_is_rewritten
     after = path.read_text()
     assert "    byol encoder                        0.8640        0.7612\n" in after
     assert "Runtime:   61 s for the whole command (training and evaluation), measured" in after
-    assert "load 0.2 at the start" in after
+    assert "0.2 cores busy with other work at the start" in after
     assert after.split('"""', 2)[2] == before.split('"""', 2)[2]  # the code is untouched
 
 

@@ -70,6 +70,11 @@ def busy_cores(seconds: float = 3.0) -> float:
     return os.cpu_count() * (1 - (idle1 - idle0) / max(total1 - total0, 1))
 
 
+def busy_text(cores: float) -> str:
+    return ("no other work on the cores" if cores < 0.1 else
+            f"{cores:.1f} cores busy with other work at the start")
+
+
 def run(args: list[str], workdir: Path) -> dict:
     """Runs ``repr-jax ARGS --workdir WORKDIR --no-progress``; its time, the cores busy before
     it, peak memory, output and the rows of its last evaluation."""
@@ -132,11 +137,11 @@ def check_header(name: str, write: bool) -> list[str]:
         doc = doc.replace(old_loss[0], f"final train loss {loss}")
     today = datetime.date.today().isoformat()
     stamp = (f"Runtime:   {round(got['seconds'])} s for the whole command (training and "
-             f"evaluation), measured {today}\n           on {machine()}, {got['load']:.1f} cores "
-             f"busy with other work at the start.\n")
+             f"evaluation), measured {today}\n           on a {machine()} with "
+             f"{busy_text(got['load'])}.\n")
     old_time = re.search(r"Runtime:\s+(.*?)(?:, measured|\(|$)", doc, re.M)
     print(f"{name}: {duration(got['seconds'])} (header: {old_time[1] if old_time else '?'}), "
-          f"{got['load']:.1f} cores busy at the start")
+          f"{busy_text(got['load'])}")
     if write and RUNTIME.search(doc):
         doc = RUNTIME.sub(stamp, doc, count=1)
     if write:
@@ -166,14 +171,17 @@ def check_readme(write: bool) -> list[str]:
             diffs.append(f"README: {key}: printed {line.split()[1:]!s}, fresh run "
                          f"{fresh.split()[1:]!s}")
         new.append(fresh if fresh is not None else line)
-    took = re.search(r"took\n?\s*(\d+ min \d+ s|\d+ s) for the whole command", text)
-    print(f"README default run: {duration(got['seconds'])} (README: {took[1] if took else '?'}), "
-          f"{got['load']:.1f} cores busy at the start, peak memory {got['peak_gb']:.1f} GB, "
-          f"{machine()}")
+    took = re.search(r"^`repr-jax train` took (.+?) for the whole command .*$", text, re.M)
+    if took is None:
+        raise SystemExit("README.md: no line '`repr-jax train` took ... for the whole command'")
+    busy = busy_text(got["load"])
+    line = (f"`repr-jax train` took {duration(got['seconds'])} for the whole command (training, "
+            f"the full evaluation battery, plots; peak memory {got['peak_gb']:.1f} GB), measured "
+            f"{datetime.date.today().isoformat()} on a {machine()} with {busy}.")
+    print(f"README default run: {duration(got['seconds'])} (README: {took[1]}), {busy}, "
+          f"peak memory {got['peak_gb']:.1f} GB")
     if write:
-        text = text.replace(block[1], "\n".join(new) + "\n")
-        if took:
-            text = text.replace(took[0], took[0].replace(took[1], duration(got["seconds"])))
+        text = text.replace(block[1], "\n".join(new) + "\n").replace(took[0], line)
         tmp = README.with_name(".README.md.tmp")
         tmp.write_text(text)
         os.replace(tmp, README)

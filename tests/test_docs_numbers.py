@@ -51,7 +51,7 @@ def test_a_header_that_matches_has_no_differences_and_a_changed_one_is_rewritten
     after = path.read_text()
     assert "    byol encoder                        0.8640        0.7612\n" in after
     assert "Runtime:   61 s for the whole command (training and evaluation), measured" in after
-    assert "0.2 cores busy with other work at the start" in after
+    assert "with 0.2 cores busy with other work at the start.\n" in after
     assert after.split('"""', 2)[2] == before.split('"""', 2)[2]  # the code is untouched
 
 
@@ -67,6 +67,10 @@ def test_the_readme_block_takes_the_fresh_runs_lines(docs, monkeypatch):
     diffs = docs.check_readme(write=True)
     assert len(diffs) == 1 and diffs[0].startswith("README: linear_probe/accuracy:")
     after = docs.README.read_text()
-    took = re.search(r"took\n(.+?) for the whole command", text)[1]
-    assert after == text.replace(block, printed).replace(
-        f"took\n{took} for the whole command", "took\n61 s for the whole command")
+    took = re.search(r"^`repr-jax train` took .*$", text, re.M)[0]
+    line = re.search(r"^`repr-jax train` took .*$", after, re.M)[0]
+    assert after == text.replace(block, printed).replace(took, line)
+    assert line.startswith("`repr-jax train` took 61 s for the whole command (training, the full "
+                           "evaluation battery, plots; peak memory 1.0 GB), measured ")
+    assert line.endswith(" with 0.2 cores busy with other work at the start.")
+

@@ -7,7 +7,7 @@ Base: simclr_mnist1d (1-D CNN, MNIST-1D, the same views), 2,000 steps.
 Command:   repr-jax train --config barlow_twins_mnist1d
 Hardware:  2 CPU cores.
 Runtime:   72 s for the whole command (training and evaluation), measured 2026-12-04
-           on 2-core Intel(R) Xeon(R) Processor (AVX-512), 0.0 cores busy with other work at the start.
+           on a 2-core Intel(R) Xeon(R) Processor (AVX-512) with no other work on the cores.
 Expected (test split, 2,000 signals):
     representation        linear_probe/accuracy  knn/accuracy
     raw inputs                           0.2425        0.5730

@@ -5,17 +5,17 @@ the pair, 0.5 for the same class) or kl_distill (match an oracle teacher's in-ba
 Base: _latent_modalities_base.py (MLP towers on latent_modalities data).
 Command:   repr-jax train --config biencoder_latent_modalities
 Hardware:  2 CPU cores.
-Runtime:   28 s for the whole command (training and evaluation), measured 2026-12-02
-           with the other core partly busy.
+Runtime:   25 s for the whole command (training and evaluation), measured 2026-12-04
+           on a 2-core Intel(R) Xeon(R) Processor (AVX-512) with no other work on the cores.
 Expected (test split, 1,200 examples; the probe reads tower A's embedding of x):
     representation       linear_probe/accuracy  knn/accuracy
     raw inputs                          0.7008        0.6992
     random-init encoder                 0.7075        0.7067
-    biencoder encoder                   0.7075        0.7117
+    biencoder encoder                   0.7075        0.7125
 Retrieval (x -> x_pos over the 1,200 test pairs, in the projection space the loss aligns; 95%
-bootstrap intervals; re-measured with `repr-jax eval` on the same checkpoint, 2026-12-02):
+bootstrap intervals; from the same run's evaluation, 2026-12-04):
     recall@1 0.9892 ±0.0054 (random-init encoder 0.0008, chance 1/1,200), nDCG@10 0.9960;
-    nDCG@10 by storage: float32 0.9960 (256 B/vector), int8 0.9963 (64 B), binary 0.9116 (8 B),
+    nDCG@10 by storage: float32 0.9960 (256 B/vector), int8 0.9957 (64 B), binary 0.9114 (8 B),
     binary + float rescoring of a 40-document shortlist 0.9960; alignment of the pairs 0.20
     (random init 1.85).
 Outcome: as clip_latent_modalities: the class probe is at this data's ceiling already;

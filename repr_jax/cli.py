@@ -33,7 +33,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="run directory (default: runs/<experiment>-<timestamp>)")
     t.add_argument("--print-config", action="store_true",
                    help="print the resolved config as JSON and exit")
-    t.add_argument("--no-progress", action="store_true", help="no progress bar or table")
+    t.add_argument("--no-progress", action="store_true",
+                   help="no progress bars (the results table is still printed)")
     t.add_argument("--distributed", choices=("auto", "yes", "no"), default="auto",
                    help="call jax.distributed.initialize() first: auto (default) when launched as "
                         "one of several processes (srun, mpirun, a multi-host TPU slice, "
@@ -48,7 +49,8 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override an eval.* value, e.g. --set \"eval.sets=('latent_sts',)\" or "
                         "--set eval.linear_probe.kind=logistic (repeatable)")
-    e.add_argument("--no-progress", action="store_true", help="no progress bar or table")
+    e.add_argument("--no-progress", action="store_true",
+                   help="no progress bars (the results table is still printed)")
     e.add_argument("--no-cache", action="store_true",
                    help="encode every input again, neither reading nor writing the checkpoint's "
                         "cached features (cache/features/ in the run directory)")

@@ -576,6 +576,7 @@ def loss_vs_flops_figure(rows: Iterable[dict[str, Any]], grid: Mapping[str, Mapp
     from repr_jax.train.log import figure, log_axis, short_count
     sizes = sorted(set(params.values()))
     shape_key = _shape_key(series, params, grid)
+
     def shape_of(name):
         return str(grid.get(name, {}).get(shape_key))
 

@@ -146,16 +146,18 @@ def evaluate(cfg: Config, dataset: Dataset, representations: dict[str, Represent
             rows.append(dict(step=step, representation=rep_name, evaluator=name, metric="error",
                              value=math.nan, error=message))
             continue
-        if not results and (name, dataset.name) not in SAID_EMPTY:
-            SAID_EMPTY.add((name, dataset.name))
-            print(f"repr-jax: evaluator {name!r} has nothing to evaluate on {dataset.name!r}: "
-                  f"{_needs(name)}", file=sys.stderr)
         for metric, value in results:
             row = dict(step=step, representation=rep_name, evaluator=name, metric=metric,
                        value=float(value))
             if isinstance(value, Estimate) and math.isfinite(value.low):
                 row.update(ci_low=value.low, ci_high=value.high)
             rows.append(row)
+    for name in cfg.eval.evaluators:  # no rows for any representation: say why, once a process
+        if (name, dataset.name) not in SAID_EMPTY and not any(r["evaluator"] == name
+                                                               for r in rows):
+            SAID_EMPTY.add((name, dataset.name))
+            print(f"repr-jax: evaluator {name!r} has nothing to evaluate on {dataset.name!r}: "
+                  f"{_needs(name)}", file=sys.stderr)
     return rows
 
 
@@ -318,7 +320,7 @@ def evaluate_workdir(workdir: str | Path, *, overrides: Sequence[str] = (),
     run_config_path(Path(workdir))  # a directory without a run gets no lock file
     with files.WorkdirLock(workdir, process=jax.process_index()):
         cfg, dataset, method, state = load_trained(workdir, overrides=overrides)
-        if progress:
+        if jax.process_index() == 0:  # the results, with or without progress bars
             print(f"evaluation of {workdir} at step {int(state.step)}", flush=True)
         rows = run_evaluation(cfg, method, dataset, state, Path(workdir),
                               reference=cfg.eval.reference_rows,
@@ -331,6 +333,6 @@ def evaluate_workdir(workdir: str | Path, *, overrides: Sequence[str] = (),
                 log.evaluation(rows)
             finally:
                 log.close()
-    if progress:
+    if jax.process_index() == 0:
         print(format_table(rows))
     return rows

@@ -95,7 +95,7 @@ def save_figure(fig, path: str | Path, *, dpi: int = 120) -> Path:
 
 
 def plain_number(value: float, _pos=None) -> str:
-    """A tick label without TeX powers: ``0.005``, ``4.8``, ``20000``, ``3e12``, ``1.5e-05``."""
+    """A tick label without TeX powers: ``0.005``, ``4.8``, ``20000``, ``3e12``, ``1.5e-5``."""
     if value == 0 or not math.isfinite(value):
         return f"{value:g}"
     exp = math.floor(math.log10(abs(value)) + 1e-9)

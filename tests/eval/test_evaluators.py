@@ -262,6 +262,8 @@ def test_battery_through_training_and_repr_jax_eval(tmp_path, capsys):
                "--set", "eval.evaluators=('layerwise','matryoshka','quantization')",
                "--set", "eval.sets=('latent_retrieval',)", "--set", "eval.bootstrap=0"])
     assert rc == 0
+    out = capsys.readouterr().out  # --no-progress drops the bars, not the results
+    assert f"evaluation of {tmp_path / 'run'} at step 4" in out and "matryoshka/dim_" in out
     saved = json.loads((tmp_path / "run" / "eval" / "step_4.json").read_text())
     # The evaluators it ran replace their rows; the training run's other rows stay, after them.
     assert {r["evaluator"] for r in saved} == {

@@ -22,3 +22,21 @@ def test_an_evaluator_with_nothing_to_evaluate_says_why_once(mnist1d_small, caps
         "test split (x, x_pos) or a retrieval set in eval.sets",
         "repr-jax: evaluator 'sts' has nothing to evaluate on 'mnist1d': it needs a similarity "
         "set (rated pairs) in eval.sets"]
+
+
+def test_no_line_when_another_representation_has_rows(capsys, monkeypatch):
+    """latent_modalities has pairs of unequal widths: raw inputs cannot be retrieved with, a
+    representation with a pair embedding can; the table's '-' is the answer, not a line."""
+    from repr_jax import data
+    from repr_jax.train import evaluation
+    monkeypatch.setattr(evaluation, "SAID_EMPTY", set())
+    dataset = data.load("latent_modalities", num_examples=600)
+    capsys.readouterr()  # a first load says it prepares the data
+    cfg = tiny_config(eval=EvalConfig(evaluators=("retrieval",), bootstrap=0))
+    raw = Representation(lambda variables, x: x.reshape(x.shape[0], -1), None)
+    width = dataset.splits["test"]["x_pos"].shape[-1]
+    paired = Representation(raw.embed, None, embed_query=lambda v, x: x[:, :width],
+                            embed_pos=lambda v, x: x)
+    rows = evaluate(cfg, dataset, {"raw": raw, "paired": paired}, step=0)
+    assert {r["representation"] for r in rows} == {"paired"}
+    assert capsys.readouterr().err == ""

@@ -3,8 +3,9 @@
     python bench/vit_block_halves.py            # [256, 17, 192]: the ViT bench's batch of tokens
 
 Attention half: LayerNorm + multi-head attention (3 heads) + residual; MLP half: LayerNorm + Dense
-768 + tanh GELU + Dense 192 + residual. Each is differentiated with respect to its parameters (the
-input is data), as in a training step. Prints ms per call (best of 3 rounds of ``--calls``) and
+768 + tanh GELU + Dense 192 + residual. Each is differentiated with respect to its parameters and
+its input, as every block is in a training step (``--params-only``: the input as data, which drops
+the input-gradient work and lets independent dots overlap). Prints ms per call (best of 3 rounds of ``--calls``) and
 PyTorch's time over ours; PyTorch runs in a fresh process with glibc's default malloc and all cores,
 as ``train_vs_pytorch.py`` runs it (our host-memory setting slows it).
 """
@@ -32,7 +33,7 @@ def best_ms(fn, calls: int) -> float:
     return min(times) * 1e3
 
 
-def ours(shape, calls: int) -> dict[str, float]:
+def ours(shape, calls: int, input_grad: bool = True) -> dict[str, float]:
     import flax.linen as nn
     import jax
     import jax.numpy as jnp
@@ -45,23 +46,25 @@ def ours(shape, calls: int) -> dict[str, float]:
             y = nn.LayerNorm(1e-6, name="ln1")(x)
             return x + nn.MultiHeadDotProductAttention(3, name="attn")(y, y)
 
-    class MlpHalf(nn.Module):
+    class MlpHalf(nn.Module):  # as in EncoderBlock: tokens as one [B * N, D] matrix
         @nn.compact
         def __call__(self, x):
-            y = nn.LayerNorm(1e-6, name="ln2")(x)
-            return x + nn.Dense(x.shape[-1], name="mlp_out")(nn.gelu(nn.Dense(768, name="mlp_in")(y)))
+            y = nn.LayerNorm(1e-6, name="ln2")(x).reshape(-1, x.shape[-1])
+            y = nn.Dense(x.shape[-1], name="mlp_out")(nn.gelu(nn.Dense(768, name="mlp_in")(y)))
+            return x + y.reshape(x.shape)
 
     x = jax.random.normal(jax.random.PRNGKey(0), shape)
     out = {}
     for name, module in (("attention half", AttentionHalf()), ("MLP half", MlpHalf()),
                          ("whole block", EncoderBlock(3, 768))):
         params = module.init(jax.random.PRNGKey(1), x)
-        grad = jax.jit(jax.grad(lambda p: jnp.sum(module.apply(p, x) ** 2)))
-        out[name] = best_ms(lambda: jax.block_until_ready(grad(params)), calls)
+        grad = jax.jit(jax.grad(lambda p, x: jnp.sum(module.apply(p, x) ** 2),
+                                argnums=(0, 1) if input_grad else 0))
+        out[name] = best_ms(lambda: jax.block_until_ready(grad(params, x)), calls)
     return out
 
 
-def pytorch(shape, calls: int) -> dict[str, float]:
+def pytorch(shape, calls: int, input_grad: bool = True) -> dict[str, float]:
     import torch
     from torch import nn
     torch.set_num_threads(os.cpu_count())
@@ -94,12 +97,13 @@ def pytorch(shape, calls: int) -> dict[str, float]:
         def forward(self, x):
             return self.m(self.a(x))
 
-    x = torch.randn(*shape)
+    x = torch.randn(*shape, requires_grad=input_grad)
     out = {}
     for name, module in (("attention half", AttentionHalf()), ("MLP half", MlpHalf()),
                          ("whole block", Block())):
         def step(module=module):
             module.zero_grad(set_to_none=True)
+            x.grad = None
             (module(x) ** 2).sum().backward()
         out[name] = best_ms(step, calls)
     return out
@@ -110,21 +114,25 @@ def main(argv=None) -> None:
     p.add_argument("--calls", type=int, default=30)
     p.add_argument("--tokens", type=int, default=17)
     p.add_argument("--batch", type=int, default=256)
+    p.add_argument("--params-only", action="store_true",
+                   help="differentiate with respect to the parameters only (the input as data)")
     p.add_argument("--torch-only", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     shape = (args.batch, args.tokens, 192)
     if args.torch_only:  # the child process below
-        print(json.dumps(pytorch(shape, args.calls)))
+        print(json.dumps(pytorch(shape, args.calls, not args.params_only)))
         return
     from repr_jax.host_memory import keep_host_memory
     keep_host_memory()  # as the CLI: before JAX starts
-    a = ours(shape, args.calls)
+    a = ours(shape, args.calls, not args.params_only)
     child = subprocess.run([sys.executable, __file__, "--torch-only", "--calls", str(args.calls),
-                            "--tokens", str(args.tokens), "--batch", str(args.batch)],
+                            "--tokens", str(args.tokens), "--batch", str(args.batch),
+                            *(["--params-only"] if args.params_only else [])],
                            env=dict(os.environ, REPR_JAX_KEEP_HOST_MEMORY="0"),
                            capture_output=True, text=True, check=True)
     b = json.loads(child.stdout.splitlines()[-1])
-    print(f"ViT-Ti block on {list(shape)}, forward + backward (parameters), best of 3 x "
+    wrt = "parameters" if args.params_only else "parameters and input"
+    print(f"ViT-Ti block on {list(shape)}, forward + backward ({wrt}), best of 3 x "
           f"{args.calls} calls, {os.cpu_count()} CPUs")
     print(f"{'':16} {'repr_jax':>10} {'PyTorch':>10} {'PyTorch/ours':>13}")
     for name in a:

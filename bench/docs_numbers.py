@@ -1,6 +1,7 @@
 """Reruns the commands whose results the documentation prints and checks the printed numbers
 against a fresh run's: the README's default-experiment table and time, and each experiment
-header's "Expected" table (one row per representation, one column per metric) and runtime.
+header's "Expected" table (one row per representation, one column per evaluator/metric) and
+runtime.
 
     python bench/docs_numbers.py                           # the README's default run
     python bench/docs_numbers.py byol_mnist1d moco_mnist1d  # those experiments' headers
@@ -10,8 +11,8 @@ header's "Expected" table (one row per representation, one column per metric) an
 Each command runs in a fresh work directory, alone, timed from start to exit. The numbers are
 deterministic on one machine (the README's table is the same on every run there), so a
 difference means the code or the machine changed; times depend on the load, which is measured
-and written beside them. Studies' bespoke result tables are not parsed: rerun those by hand
-(`repr-jax study NAME`).
+and written beside them. Tables of other shapes (studies' results, simclr_shapes' ablation) are
+not parsed: rerun those by hand.
 """
 
 from __future__ import annotations
@@ -99,6 +100,25 @@ def final_loss(stdout: str) -> str | None:
     return m[1] if m else None
 
 
+CELL = rf"({NUMBER})(?:\s*±{NUMBER})?"  # a value, with its interval's half-width or not
+
+
+def _row(line: str, cells: int) -> re.Match | None:
+    return re.match(rf"^(\s+)(.+?)((?:\s+{CELL}){{{cells}}})\s*$", line)
+
+
+def expected_table(lines: list[str]) -> tuple[int, list[str]] | None:
+    """Where a header's "Expected" table starts and its metrics (``evaluator/metric`` names), when
+    its first row has a number per metric; None for a table of another shape."""
+    for i, line in enumerate(lines[:-1]):
+        head = TABLE_HEAD.match(line)
+        if head:
+            metrics = head[2].split()
+            if all("/" in m for m in metrics) and _row(lines[i + 1], len(metrics)):
+                return i, metrics
+    return None
+
+
 def check_header(name: str, write: bool) -> list[str]:
     """Reruns experiment ``name`` and returns its header's differences (rewriting them when
     ``write``)."""
@@ -107,28 +127,25 @@ def check_header(name: str, write: bool) -> list[str]:
     doc_end = text.index('"""', 3)
     doc = text[:doc_end]
     lines = doc.splitlines(keepends=True)
-    at = next((i for i, line in enumerate(lines) if TABLE_HEAD.match(line)), None)
-    if at is None:
-        raise SystemExit(f"{path.name}: no 'representation  METRIC ...' table in its header")
-    metrics = TABLE_HEAD.match(lines[at])[2].split()
+    table = expected_table(lines)
+    if table is None:  # before the run: a bespoke table is not worth minutes of training
+        raise SystemExit(f"{path.name}: its header has no 'representation  EVALUATOR/METRIC ...' "
+                         f"table with a number per metric in each row")
+    at, metrics = table
     with tempfile.TemporaryDirectory() as tmp:
         got = run(["train", "--config", name], Path(tmp) / name)
-    diffs, parsed = [], 0
-    cell = rf"({NUMBER})(?:\s*±{NUMBER})?"  # a value, with its interval's half-width or not
+    diffs = []
     for i in range(at + 1, len(lines)):
-        m = re.match(rf"^(\s+)(.+?)((?:\s+{cell}){{{len(metrics)}}})\s*$", lines[i])
+        m = _row(lines[i], len(metrics))
         if not m:
             break
-        parsed += 1
-        rep, old = m[2], re.findall(cell, m[3])
+        rep, old = m[2], re.findall(CELL, m[3])
         new = [f"{got['values'].get((rep, k), float('nan')):.4f}" for k in metrics]
         if old != new:
             diffs.append(f"{name}: {rep}: header {' '.join(old)}, fresh run {' '.join(new)}")
             fresh = iter(new)
-            cells = re.sub(cell, lambda c: c[0].replace(c[1], next(fresh), 1), m[3])
+            cells = re.sub(CELL, lambda c: c[0].replace(c[1], next(fresh), 1), m[3])
             lines[i] = f"{m[1]}{m[2]}{cells}\n"
-    if not parsed:
-        raise SystemExit(f"{path.name}: no row of its table has {len(metrics)} numbers")
     doc = "".join(lines)
     loss = final_loss(got["stdout"])
     old_loss = re.search(rf"final train loss ({NUMBER})", doc)
@@ -189,12 +206,13 @@ def check_readme(write: bool) -> list[str]:
 
 
 def headers_with_tables() -> list[str]:
-    """The experiments run by ``repr-jax train`` whose header has an Expected table."""
+    """The experiments run by ``repr-jax train`` whose header has an Expected table of
+    :func:`expected_table`'s shape (``simclr_shapes``' bespoke table is not)."""
     names = []
     for p in sorted(EXPERIMENTS.glob("[!_]*.py")):
         doc = p.read_text().split('"""', 2)[1]
-        if re.search(r"^Command:\s+repr-jax train\b", doc, re.M) and any(
-                TABLE_HEAD.match(line) for line in doc.splitlines()):
+        if re.search(r"^Command:\s+repr-jax train\b", doc, re.M) and expected_table(
+                doc.splitlines()):
             names.append(p.stem)
     return names
 
@@ -211,7 +229,8 @@ def main() -> int:
     names = headers_with_tables() if args.headers else args.names
     unknown = sorted(set(names) - set(headers_with_tables()))
     if unknown:
-        p.error(f"no Expected table in the header of: {', '.join(unknown)}; those that have one: "
+        p.error(f"no Expected table this script reads (a row per representation, a number per "
+                f"evaluator/metric) in the header of: {', '.join(unknown)}; those that have one: "
                 f"{', '.join(headers_with_tables())}")
     diffs = check_readme(args.write) if args.readme or not names else []
     for name in names:

@@ -5,9 +5,9 @@
 Attention half: LayerNorm + multi-head attention (3 heads) + residual; MLP half: LayerNorm + Dense
 768 + tanh GELU + Dense 192 + residual. Each is differentiated with respect to its parameters and
 its input, as every block is in a training step (``--params-only``: the input as data, which drops
-the input-gradient work and lets independent dots overlap). Prints ms per call (best of 3 rounds of ``--calls``) and
-PyTorch's time over ours; PyTorch runs in a fresh process with glibc's default malloc and all cores,
-as ``train_vs_pytorch.py`` runs it (our host-memory setting slows it).
+the input-gradient work and lets independent dots overlap). Prints ms per call (best of 3 rounds
+of ``--calls``) and PyTorch's time over ours; PyTorch runs in a fresh process with glibc's default
+malloc and all cores, as ``train_vs_pytorch.py`` runs it (our host-memory setting slows it).
 """
 
 from __future__ import annotations

@@ -20,7 +20,8 @@ import tempfile
 from pathlib import Path
 
 REPO_LINE = re.compile(r'^REPO = "[^"\n]*"', re.M)
-BADGE_LINK = re.compile(r"\(https://colab\.research\.google\.com/github/[^)\s]+/colab/([\w.-]+\.ipynb)\)")
+BADGE_LINK = re.compile(r"\(https://colab\.research\.google\.com/github/[^)\s]+"
+                        r"/colab/([\w.-]+\.ipynb)\)")
 GITHUB = re.compile(r"^(?:https://github\.com/|git@github\.com:)([\w.-]+)/([\w.-]+?)(?:\.git)?/?$")
 
 

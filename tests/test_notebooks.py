@@ -78,7 +78,7 @@ def test_set_repo_points_install_cells_and_badges_at_one_url(tmp_path, capsys):
                           "--branch", "dev"]) == 0
     for p in sorted(tmp_path.glob("*.ipynb")):
         nb = json.loads(p.read_text())
-        assert re.search(r'^REPO = "git@github.com:alice/my-repr.git"  # SET THIS', _install_cell(p))
+        assert _install_cell(p).startswith('REPO = "git@github.com:alice/my-repr.git"  # SET THIS')
         assert (f"(https://colab.research.google.com/github/alice/my-repr/blob/dev/colab/{p.name})"
                 in "".join(nb["cells"][0]["source"]))
         assert len(nb["cells"]) == len(json.loads((ROOT / "colab" / p.name).read_text())["cells"])
@@ -109,7 +109,8 @@ def _offline_pip_env(tmp_path: Path) -> dict[str, str]:
     interpreter's setuptools when it builds wheels by itself (>= 70.1), else a setuptools wheel
     fetched here first (skip when no index is reachable)."""
     env = dict(os.environ, PIP_NO_INDEX="1", PIP_DISABLE_PIP_VERSION_CHECK="1")
-    version = tuple(int(x) for x in re.findall(r"\d+", importlib.metadata.version("setuptools"))[:2])
+    installed = importlib.metadata.version("setuptools")
+    version = tuple(int(x) for x in re.findall(r"\d+", installed)[:2])
     if version >= (70, 1):
         return env | {"PIP_NO_BUILD_ISOLATION": "0"}  # pip reads "0" as: no isolation
     wheels = tmp_path / "wheels"

@@ -274,7 +274,8 @@ def test_loss_vs_flops_colours_sizes_and_shapes_the_other_grid_key():
     by_size = {}
     for line, name in zip(lines, grid):
         by_size.setdefault(name.split(",")[0], set()).add(line.get_marker())
-        assert line.get_marker() == "os^"[[2000, 8000, 32000].index(grid[name]["data.train_examples"])]
+        n = grid[name]["data.train_examples"]
+        assert line.get_marker() == "os^"[[2000, 8000, 32000].index(n)]
     assert all(len(m) == 3 for m in by_size.values()) and len({l.get_color() for l in lines}) == 3
     legends = [a for a in ax.get_children() if type(a).__name__ == "Legend"]
     assert {lg.get_title().get_text() for lg in legends} == {"parameters", "data.train_examples"}

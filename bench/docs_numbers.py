@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import re
 import resource
@@ -28,6 +27,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from repr_jax import files
+from repr_jax.train.log import eval_steps
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -87,8 +89,8 @@ def run(args: list[str], workdir: Path) -> dict:
     if done.returncode:
         raise SystemExit(f"repr-jax {' '.join(args)} failed ({done.returncode}):\n"
                          f"{done.stderr[-3000:]}")
-    steps = sorted(int(p.stem.split("_")[1]) for p in (workdir / "eval").glob("step_*.json"))
-    rows = json.loads((workdir / "eval" / f"step_{steps[-1]}.json").read_text())
+    steps = eval_steps(workdir)
+    rows = files.read_json(workdir / "eval" / f"step_{steps[-1]}.json")
     return dict(seconds=seconds, load=load, stdout=done.stdout, step=steps[-1],
                 peak_gb=resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20,
                 values={(r["representation"], f"{r['evaluator']}/{r['metric']}"): r["value"]
@@ -162,9 +164,7 @@ def check_header(name: str, write: bool) -> list[str]:
     if write and RUNTIME.search(doc):
         doc = RUNTIME.sub(stamp, doc, count=1)
     if write:
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(doc + text[doc_end:])
-        os.replace(tmp, path)
+        files.write_text(path, doc + text[doc_end:])
     return diffs
 
 
@@ -199,9 +199,7 @@ def check_readme(write: bool) -> list[str]:
           f"peak memory {got['peak_gb']:.1f} GB")
     if write:
         text = text.replace(block[1], "\n".join(new) + "\n").replace(took[0], line)
-        tmp = README.with_name(".README.md.tmp")
-        tmp.write_text(text)
-        os.replace(tmp, README)
+        files.write_text(README, text)
     return diffs
 
 

@@ -3,6 +3,7 @@
 import importlib.util
 import os
 import tempfile
+from pathlib import Path
 
 # Before jax is imported anywhere: 8 fake CPU devices for the sharding tests.
 os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
@@ -145,3 +146,10 @@ def assert_readable_ticks(fig, axis, min_labels=3):
     boxes = sorted((b.y0, b.y1) if vertical else (b.x0, b.x1) for _, b in labels)
     assert all(a[1] < b[0] for a, b in zip(boxes, boxes[1:])), labels  # none drawn over another
 
+
+def load_script(path):
+    """A standalone script (not on any import path: bench/, colab/) as a module."""
+    spec = importlib.util.spec_from_file_location(Path(path).stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

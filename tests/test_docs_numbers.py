@@ -1,22 +1,20 @@
 """bench/docs_numbers.py: the header and README tables it reads, and what --write rewrites (the
 runs themselves are the CLI's, tested elsewhere; here a finished run's numbers are given)."""
 
-import importlib.util
 import re
 import shutil
 from pathlib import Path
 
 import pytest
 
+from conftest import load_script
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture()
 def docs(tmp_path, monkeypatch):
-    spec = importlib.util.spec_from_file_location("docs_numbers",
-                                                  ROOT / "bench" / "docs_numbers.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script(ROOT / "bench" / "docs_numbers.py")
     (tmp_path / "experiments").mkdir()
     shutil.copy(ROOT / "experiments" / "byol_mnist1d.py", tmp_path / "experiments")
     shutil.copy(ROOT / "README.md", tmp_path)

@@ -4,7 +4,6 @@ CPU runtime would. The install cell (skipped there: repr_jax is importable) runs
 fresh virtual environment against a file:// clone of this checkout."""
 
 import importlib.metadata
-import importlib.util
 import json
 import os
 import re
@@ -15,17 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from conftest import needs_loopback
+from conftest import load_script, needs_loopback
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "colab").glob("*.ipynb"))
 
 
 def _set_repo():
-    spec = importlib.util.spec_from_file_location("set_repo", ROOT / "colab" / "set_repo.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(ROOT / "colab" / "set_repo.py")
 
 
 def _install_cell(path: Path) -> str:

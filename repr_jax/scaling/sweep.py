@@ -35,7 +35,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from repr_jax import config as config_lib
 from repr_jax import files
@@ -540,93 +540,11 @@ def collect(workdir: str | Path) -> list[dict[str, Any]]:
     columns = list(RUN_COLUMNS) + metric_keys + [k for k in grid_keys if k not in metric_keys]
     columns += [k for k in rest if k not in columns]
     write_table(rows, workdir / "results", columns)
-    _plot_loss_vs_flops(rows, workdir / "plots" / "loss_vs_flops.png",
-                        {p["name"]: p["values"] for p in sweep["points"]})
-    return rows
-
-
-def _plot_loss_vs_flops(rows: Iterable[dict[str, Any]], path: Path,
-                        grid: Mapping[str, Mapping[str, Any]]) -> None:
-    fig = loss_vs_flops_figure(rows, grid)
+    from repr_jax.scaling.plots import loss_vs_flops_figure, save_figure
+    fig = loss_vs_flops_figure(rows, {p["name"]: p["values"] for p in sweep["points"]})
     if fig is not None:
-        from repr_jax.train.log import save_figure
-        save_figure(fig, path)
-
-
-MARKERS = "os^Dv<>pPX*h"
-
-
-def loss_vs_flops_figure(rows: Iterable[dict[str, Any]], grid: Mapping[str, Mapping[str, Any]]):
-    """The held-out loss of every point against training FLOPs, one line per point: colour is
-    the parameter count, marker shape the grid key that varies at a fixed size (data, steps, a
-    hyperparameter), both named in legends; log axes with plain tick labels. ``grid``: each
-    point's grid values. None when no row has both numbers."""
-    series: dict[str, list[tuple[float, float]]] = {}
-    params: dict[str, float] = {}
-    for r in rows:
-        loss, flops = r.get("upstream/loss"), r.get("flops")
-        if loss is not None and flops and math.isfinite(loss) and flops > 0:
-            series.setdefault(r["point"], []).append((flops, loss))
-            params[r["point"]] = r.get("params") or 0
-    if not series:
-        return None
-    from matplotlib import colormaps
-    from matplotlib.lines import Line2D
-
-    from repr_jax.train.log import figure, log_axis, short_count
-    sizes = sorted(set(params.values()))
-    shape_key = _shape_key(series, params, grid)
-
-    def shape_of(name):
-        return str(grid.get(name, {}).get(shape_key))
-
-    shapes = sorted({shape_of(n) for n in series}, key=_natural) if shape_key else []
-    cmap = colormaps["viridis"]
-
-    def colour(size):
-        return cmap(0.85 * sizes.index(size) / max(len(sizes) - 1, 1))
-
-    fig, ax = figure(figsize=(7.5, 4.5))
-    for name, pts in series.items():
-        pts.sort()
-        marker = MARKERS[shapes.index(shape_of(name)) % len(MARKERS)] if shapes else "o"
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], "-", marker=marker, ms=4, lw=1,
-                color=colour(params[name]))
-    log_axis(ax, "x")
-    log_axis(ax, "y")
-    ax.set(xlabel="training FLOPs (XLA cost analysis)", ylabel="upstream loss (test split)",
-           title="held-out loss vs compute")
-    shown = sizes if len(sizes) <= 10 else sizes[:: math.ceil(len(sizes) / 10)]
-    legend = ax.legend(handles=[Line2D([], [], color=colour(s), lw=2, label=short_count(s))
-                                for s in shown], title="parameters", fontsize=7,
-                       title_fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    if shapes:
-        ax.add_artist(legend)
-        ax.legend(handles=[Line2D([], [], color="0.3", ls="", marker=MARKERS[i % len(MARKERS)],
-                                  label=v) for i, v in enumerate(shapes)],
-                  title=shape_key, fontsize=7, title_fontsize=7, loc="lower left",
-                  bbox_to_anchor=(1.01, 0.0))
-    return fig
-
-
-def _shape_key(series, params, grid) -> str | None:
-    """The first grid key that takes several values among points of one parameter count."""
-    keys = dict.fromkeys(k for n in series for k in grid.get(n, {}))
-    for key in keys:
-        seen: dict[float, set[str]] = {}
-        for n in series:
-            if key in grid.get(n, {}):
-                seen.setdefault(params[n], set()).add(str(grid[n][key]))
-        if any(len(v) > 1 for v in seen.values()):
-            return key
-    return None
-
-
-def _natural(text: str):
-    try:
-        return (0, float(text), text)
-    except ValueError:
-        return (1, 0.0, text)
+        save_figure(fig, workdir / "plots" / "loss_vs_flops.png")
+    return rows
 
 
 if __name__ == "__main__":  # python -m repr_jax.scaling.sweep RUN_DIR: one point, here

@@ -171,9 +171,9 @@ _NEEDS = {"retrieval": "it needs a paired test split (x, x_pos) or a retrieval s
 
 def _needs(name: str) -> str:
     """What an evaluator applies to, for the line saying it had nothing to evaluate."""
-    doc = " ".join((EVALUATORS[name].__doc__ or "").strip().split("\n\n")[0].split())
     if name in _NEEDS:
         return _NEEDS[name]
+    doc = " ".join((EVALUATORS[name].__doc__ or "").strip().split("\n\n")[0].split())
     return f"it runs {doc[0].lower() + doc[1:]}" if doc else "no input fits"
 
 

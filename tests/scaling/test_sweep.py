@@ -257,7 +257,7 @@ def test_sweep_isolates_a_failure_and_a_killed_sweep_resumes_to_the_same_table(t
 
 
 def test_loss_vs_flops_colours_sizes_and_shapes_the_other_grid_key():
-    from repr_jax.scaling.sweep import loss_vs_flops_figure
+    from repr_jax.scaling.plots import loss_vs_flops_figure
     rows, grid = [], {}
     for widths, params in (((8, 16), 3100), ((16, 32), 11800), ((32, 64), 45000)):
         for n in (2000, 8000, 32000):

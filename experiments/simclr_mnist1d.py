@@ -7,9 +7,10 @@ for logistic regression on raw MNIST-1D).
 Command:   repr-jax train                       (the default; same as --config simclr_mnist1d)
 Quick:     repr-jax train --config simclr_mnist1d:quick     (~30 s, for smoke tests)
 Hardware:  2 CPU cores (Xeon, AVX-512).
-Runtime:   3 min 12 s and 3 min 25 s for `repr-jax train` (8,000 steps, then evaluation) in two
-           runs, measured 2026-12-04 with no other work on the cores (4 min 11 s on 2026-12-03
-           with light other work); the quick variant 27 s (probe 0.8400, kNN 0.7355 at step 200).
+Runtime:   2 min 49 s for `repr-jax train` (8,000 steps, then evaluation), measured 2026-12-04
+           with no other work on the cores, after XLA's temporaries stayed in the process (3 min
+           12 s and 3 min 25 s before); the quick variant 27 s (probe 0.8400, kNN 0.7355 at step
+           200).
 Expected (test split, 2,000 signals; the same on every run, final train loss 3.3435):
     representation       linear_probe/accuracy  knn/accuracy
     raw inputs                          0.2425        0.5730

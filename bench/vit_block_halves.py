@@ -38,13 +38,12 @@ def ours(shape, calls: int, input_grad: bool = True) -> dict[str, float]:
     import jax
     import jax.numpy as jnp
 
-    from repr_jax.encoders.vit import EncoderBlock
+    from repr_jax.encoders.vit import EncoderBlock, SelfAttention
 
-    class AttentionHalf(nn.Module):
+    class AttentionHalf(nn.Module):  # as in EncoderBlock
         @nn.compact
         def __call__(self, x):
-            y = nn.LayerNorm(1e-6, name="ln1")(x)
-            return x + nn.MultiHeadDotProductAttention(3, name="attn")(y, y)
+            return x + SelfAttention(3, name="attn")(nn.LayerNorm(1e-6, name="ln1")(x))
 
     class MlpHalf(nn.Module):  # as in EncoderBlock: tokens as one [B * N, D] matrix
         @nn.compact

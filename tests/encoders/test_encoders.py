@@ -258,3 +258,26 @@ def test_remat_recomputes_blocks_with_the_same_parameters_and_gradients(family):
                                 expected, rtol=1e-5, atol=1e-5)
     jaxpr = str(jax.make_jaxpr(jax.grad(loss(remat)))(variables["params"]))
     assert jaxpr.count("remat") + jaxpr.count("checkpoint") >= 2
+
+
+def test_vit_self_attention_is_flax_multi_head_attention():
+    """The ViT block's attention (computed in its own layout) has flax's
+    ``MultiHeadDotProductAttention`` variables, initialisation, result and gradients, with and
+    without a key mask."""
+    import flax.linen as nn
+
+    from repr_jax.encoders.vit import SelfAttention
+    x = jax.random.normal(jax.random.PRNGKey(0), (4, 9, 48))
+    mask = jnp.arange(9)[None] < jnp.array([9, 5, 1, 7])[:, None]
+    ours, flax_mha = SelfAttention(3), nn.MultiHeadDotProductAttention(3)
+    variables = flax_mha.init(jax.random.PRNGKey(1), x, x)
+    chex.assert_trees_all_equal(ours.init(jax.random.PRNGKey(1), x), variables)
+    for m in (None, mask):
+        flax_mask = None if m is None else nn.make_attention_mask(m, m)
+
+        def loss(module_apply):
+            return jax.value_and_grad(lambda v, x: jnp.sum(module_apply(v, x) ** 3), (0, 1))
+
+        got = loss(lambda v, x: ours.apply(v, x, m))(variables, x)
+        want = loss(lambda v, x: flax_mha.apply(v, x, x, mask=flax_mask))(variables, x)
+        chex.assert_trees_all_close(got, want, rtol=1e-5, atol=1e-5)

@@ -22,14 +22,13 @@ def two_uses(y):  # y [8192, 4096] float32 (128 MiB) feeds a dot and a reduction
     return (y @ c).sum() + y.max(axis=0).sum()
 f = jax.jit(lambda a, b: two_uses(jnp.tanh(a @ b)))
 a, b, c = (jnp.ones(s) for s in ((8192, 64), (64, 4096), (4096, 8)))
-args = a, b
-temp = f.lower(*args).compile().memory_analysis().temp_size_in_bytes
+temp = f.lower(a, b).compile().memory_analysis().temp_size_in_bytes
 for _ in range(3):
-    jax.block_until_ready(f(*args))
+    jax.block_until_ready(f(a, b))
 faults = []
 for _ in range(5):
     before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-    jax.block_until_ready(f(*args))
+    jax.block_until_ready(f(a, b))
     faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
 print(kept, jax.config.read("jax_cpu_enable_async_dispatch"), min(faults), temp // 4096)
 """

@@ -540,7 +540,8 @@ def collect(workdir: str | Path) -> list[dict[str, Any]]:
     columns = list(RUN_COLUMNS) + metric_keys + [k for k in grid_keys if k not in metric_keys]
     columns += [k for k in rest if k not in columns]
     write_table(rows, workdir / "results", columns)
-    from repr_jax.scaling.plots import loss_vs_flops_figure, save_figure
+    from repr_jax.scaling.plots import loss_vs_flops_figure
+    from repr_jax.train.log import save_figure
     fig = loss_vs_flops_figure(rows, {p["name"]: p["values"] for p in sweep["points"]})
     if fig is not None:
         save_figure(fig, workdir / "plots" / "loss_vs_flops.png")

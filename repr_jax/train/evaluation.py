@@ -152,9 +152,9 @@ def evaluate(cfg: Config, dataset: Dataset, representations: dict[str, Represent
             if isinstance(value, Estimate) and math.isfinite(value.low):
                 row.update(ci_low=value.low, ci_high=value.high)
             rows.append(row)
+    with_rows = {r["evaluator"] for r in rows}
     for name in cfg.eval.evaluators:  # no rows for any representation: say why, once a process
-        if (name, dataset.name) not in SAID_EMPTY and not any(r["evaluator"] == name
-                                                               for r in rows):
+        if name not in with_rows and (name, dataset.name) not in SAID_EMPTY:
             SAID_EMPTY.add((name, dataset.name))
             print(f"repr-jax: evaluator {name!r} has nothing to evaluate on {dataset.name!r}: "
                   f"{_needs(name)}", file=sys.stderr)

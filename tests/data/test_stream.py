@@ -152,23 +152,29 @@ def test_training_on_a_streamed_split_keeps_memory_far_below_its_size(tmp_path):
     from repr_jax import data
     n = 6000
 
-    def peak(steps, in_memory_mb, name):
-        r = subprocess.run([sys.executable, "-c", RSS_SCRIPT, str(tmp_path / "data"),
-                            str(tmp_path / name), str(n), str(steps), str(in_memory_mb)],
-                           capture_output=True, text=True, timeout=900)
-        assert r.returncode == 0, r.stderr[-3000:]
-        return json.loads(r.stdout.strip().splitlines()[-1])["peak_mb"]
+    def peak(steps, in_memory_mb, name, processes=1):
+        """The least peak of ``processes`` fresh processes: the same program's peak spreads over
+        ~60 MB between processes from the allocator and thread timing alone (585-673 MB here,
+        for 2 steps as for 62), more than the bound below, so one process each made a flaky
+        test."""
+        peaks = []
+        for i in range(processes):
+            r = subprocess.run([sys.executable, "-c", RSS_SCRIPT, str(tmp_path / "data"),
+                                str(tmp_path / f"{name}{i}"), str(n), str(steps),
+                                str(in_memory_mb)], capture_output=True, text=True, timeout=900)
+            assert r.returncode == 0, r.stderr[-3000:]
+            peaks.append(json.loads(r.stdout.strip().splitlines()[-1])["peak_mb"])
+        return min(peaks)
 
-    two_steps = peak(2, 0, "two_steps")  # also prepares the dataset, before any measurement
-    two_steps = peak(2, 0, "two_steps_again")
-    epoch = peak(2 + n // 100, 0, "epoch")
+    peak(2, 0, "prepare")  # prepares the dataset, before any measurement
+    two_steps = peak(2, 0, "two_steps", processes=3)
+    epoch = peak(2 + n // 100, 0, "epoch", processes=3)
     held = peak(2, 1e6, "held")
     split_mb = data.load("shapes", num_examples=n, image_size=64, data_dir=str(tmp_path / "data"),
                          in_memory_mb=0).splits["train"].nbytes / 2**20
     assert split_mb > 150
     measured = dict(two_steps=two_steps, epoch=epoch, held=held, split=split_mb)
-    # Fresh processes differ by tens of MB from the allocator alone: the bound is a quarter of
-    # the split, still far below what holding it adds.
+    # A quarter of the split: far below what holding it adds.
     assert epoch - two_steps < 0.25 * split_mb, measured
     assert held - two_steps > 0.8 * split_mb, measured  # the measurement can see a held split
 

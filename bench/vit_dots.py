@@ -7,7 +7,8 @@ Each of a block's dense layers runs three GEMMs per step over its ``T = batch x 
 the forward ``x @ W``, the input gradient ``g @ W^T`` and the weight gradient ``x^T @ g`` (the
 contraction over all T rows). Shapes are those of ``train_vs_pytorch.py --model vit`` (T = 256
 views x 17 tokens, width 192, MLP 768); the q/k/v/out projections are the 192 x 192 ones.
-Prints ms per call (best of 3 rounds of ``--calls``), GFLOP/s and PyTorch's time over ours;
+Both sides multiply the same operands (the script stops if the products' norms differ by over
+1e-4). Prints ms per call (best of 3 rounds of ``--calls``), GFLOP/s and PyTorch's time over ours;
 PyTorch runs in a fresh process with glibc's default malloc, as in ``train_vs_pytorch.py``.
 """
 
@@ -35,28 +36,38 @@ def gemms(tokens: int, width: int, mlp: int) -> dict[str, tuple[str, tuple[int, 
     return out
 
 
-def ours(shapes, calls: int) -> dict[str, float]:
+FORMS = {"nn": lambda a, b: a @ b, "nt": lambda a, b: a @ b.T, "tn": lambda a, b: a.T @ b}
+
+
+def operands(shapes):
+    """The same float32 operands on both sides: name -> (a, b) as numpy arrays."""
+    import numpy as np
+    rng = np.random.default_rng(0)
+    return {name: tuple(rng.standard_normal(s, np.float32) for s in (sa, sb))
+            for name, (_, sa, sb) in shapes.items()}
+
+
+def ours(shapes, calls: int) -> dict[str, tuple[float, float]]:
+    """name -> (ms per call, Frobenius norm of the product)."""
     import jax
     import numpy as np
-    forms = {"nn": lambda a, b: a @ b, "nt": lambda a, b: a @ b.T, "tn": lambda a, b: a.T @ b}
-    rng = np.random.default_rng(0)
     out = {}
-    for name, (form, sa, sb) in shapes.items():
-        a, b = (jax.device_put(rng.standard_normal(s, np.float32)) for s in (sa, sb))
-        fn = jax.jit(forms[form])
-        out[name] = best_ms(lambda: jax.block_until_ready(fn(a, b)), calls)
+    for name, (a, b) in operands(shapes).items():
+        a, b = jax.device_put(a), jax.device_put(b)
+        fn = jax.jit(FORMS[shapes[name][0]])
+        out[name] = (best_ms(lambda: jax.block_until_ready(fn(a, b)), calls),
+                     float(np.linalg.norm(fn(a, b))))
     return out
 
 
-def pytorch(shapes, calls: int) -> dict[str, float]:
+def pytorch(shapes, calls: int) -> dict[str, tuple[float, float]]:
     import torch
     torch.set_num_threads(len(os.sched_getaffinity(0)))
-    forms = {"nn": lambda a, b: a @ b, "nt": lambda a, b: a @ b.T, "tn": lambda a, b: a.T @ b}
-    gen = torch.Generator().manual_seed(0)
     out = {}
-    for name, (form, sa, sb) in shapes.items():
-        a, b = (torch.randn(*s, generator=gen) for s in (sa, sb))
-        out[name] = best_ms(lambda: forms[form](a, b), calls)
+    for name, (a, b) in operands(shapes).items():
+        a, b = torch.from_numpy(a), torch.from_numpy(b)
+        fn = FORMS[shapes[name][0]]
+        out[name] = (best_ms(lambda: fn(a, b), calls), float(torch.linalg.norm(fn(a, b))))
     return out
 
 
@@ -78,6 +89,10 @@ def main(argv=None) -> None:
                            env=dict(os.environ, REPR_JAX_KEEP_HOST_MEMORY="0"),
                            capture_output=True, text=True, check=True)
     b = json.loads(child.stdout.splitlines()[-1])
+    for name in shapes:  # the same products on both sides
+        if abs(a[name][1] - b[name][1]) > 1e-4 * b[name][1]:
+            raise SystemExit(f"{name}: results differ (norm {a[name][1]:.6g} vs {b[name][1]:.6g})")
+    a, b = ({n: v[0] for n, v in side.items()} for side in (a, b))
     print(f"float32 GEMMs of a ViT-Ti block, T = {args.tokens} rows, best of 3 x {args.calls} calls, "
           f"{len(os.sched_getaffinity(0))} core(s)")
     print(f"{'':22} {'form':>5} {'repr_jax (XLA)':>16} {'PyTorch':>16} {'PyTorch/ours':>13}")

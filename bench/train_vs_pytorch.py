@@ -25,9 +25,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
-import sys
 import time
+
+from vit_block_halves import torch_side
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
@@ -234,10 +234,7 @@ def profile(cfg, batch_size: int, top: int = 25) -> None:
 def torch_time(model: str, steps: int) -> float:
     """Seconds per step of PyTorch's side, in a fresh process with glibc's default malloc —
     PyTorch as it ships (the top pad slows it: bench/README.md)."""
-    env = dict(os.environ, REPR_JAX_KEEP_HOST_MEMORY="0")
-    out = subprocess.run([sys.executable, __file__, "--torch-only", "--model", model, "--steps",
-                          str(steps)], env=env, capture_output=True, text=True, check=True)
-    return float(out.stdout.split()[-1])
+    return float(torch_side(__file__, "--model", model, "--steps", str(steps)).split()[-1])
 
 
 def main(argv=None) -> None:

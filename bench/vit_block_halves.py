@@ -33,6 +33,15 @@ def best_ms(fn, calls: int) -> float:
     return min(times) * 1e3
 
 
+def torch_side(script: str, *args: str) -> str:
+    """The last line ``script --torch-only args`` prints in a fresh process with glibc's default
+    malloc: the PyTorch side, as PyTorch ships (our host-memory setting slows it)."""
+    out = subprocess.run([sys.executable, script, "--torch-only", *args],
+                         env=dict(os.environ, REPR_JAX_KEEP_HOST_MEMORY="0"),
+                         capture_output=True, text=True, check=True)
+    return out.stdout.splitlines()[-1]
+
+
 def ours(shape, calls: int, input_grad: bool = True) -> dict[str, float]:
     import flax.linen as nn
     import jax
@@ -124,12 +133,9 @@ def main(argv=None) -> None:
     from repr_jax.host_memory import keep_host_memory
     keep_host_memory()  # as the CLI: before JAX starts
     a = ours(shape, args.calls, not args.params_only)
-    child = subprocess.run([sys.executable, __file__, "--torch-only", "--calls", str(args.calls),
-                            "--tokens", str(args.tokens), "--batch", str(args.batch),
-                            *(["--params-only"] if args.params_only else [])],
-                           env=dict(os.environ, REPR_JAX_KEEP_HOST_MEMORY="0"),
-                           capture_output=True, text=True, check=True)
-    b = json.loads(child.stdout.splitlines()[-1])
+    b = json.loads(torch_side(__file__, "--calls", str(args.calls), "--tokens", str(args.tokens),
+                              "--batch", str(args.batch),
+                              *(["--params-only"] if args.params_only else [])))
     wrt = "parameters" if args.params_only else "parameters and input"
     print(f"ViT-Ti block on {list(shape)}, forward + backward ({wrt}), best of 3 x "
           f"{args.calls} calls, {os.cpu_count()} CPUs")

@@ -17,10 +17,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
-import sys
 
-from vit_block_halves import best_ms
+from vit_block_halves import best_ms, torch_side
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
@@ -84,11 +82,7 @@ def main(argv=None) -> None:
     from repr_jax.host_memory import keep_host_memory
     keep_host_memory()  # as the CLI: before JAX starts
     a = ours(shapes, args.calls)
-    child = subprocess.run([sys.executable, __file__, "--torch-only", "--calls", str(args.calls),
-                            "--tokens", str(args.tokens)],
-                           env=dict(os.environ, REPR_JAX_KEEP_HOST_MEMORY="0"),
-                           capture_output=True, text=True, check=True)
-    b = json.loads(child.stdout.splitlines()[-1])
+    b = json.loads(torch_side(__file__, "--calls", str(args.calls), "--tokens", str(args.tokens)))
     for name in shapes:  # the same products on both sides
         if abs(a[name][1] - b[name][1]) > 1e-4 * b[name][1]:
             raise SystemExit(f"{name}: results differ (norm {a[name][1]:.6g} vs {b[name][1]:.6g})")

@@ -470,6 +470,10 @@ class EvalConfig:
                                          "per split (0 = all)")
     bootstrap: int = static(1000, ">=0", "bootstrap resamples for intervals (0 = none)")
     reference_rows: bool = static(True, doc="also evaluate raw inputs and the random-init encoder")
+    reference_max_dim: int = static(4096, ">=0", "raw inputs with more dimensions (224-px images: "
+                                                 "150,528) are reduced to this many by a fixed "
+                                                 "seeded random projection (a count sketch), "
+                                                 "named in the row (0 = never reduce)")
     batch_size: int = static(256, ">0", "batch size of the feature pass")
     cache: bool = static(True, doc="keep a checkpoint's features on disk (run dir cache/features/) "
                                    "so later evaluations of it do not encode again")

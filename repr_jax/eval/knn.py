@@ -9,8 +9,11 @@ import jax
 import jax.numpy as jnp
 
 from repr_jax.eval.base import Embedder, Evaluator
-from repr_jax.eval.retrieval import SIMILARITIES, similarity_matrix
+from repr_jax.eval.retrieval import SIMILARITIES, retrieve, similarity_matrix
 from repr_jax.eval.stats import with_ci
+
+
+TILE = 1 << 25  # query x train scores held at once; larger banks go through ``retrieve``
 
 
 @functools.partial(jax.jit, static_argnames=("k", "num_classes", "similarity"))
@@ -18,6 +21,12 @@ def _knn_predict(train_NxD, train_y_N, query_QxD, *, k: int, temperature, num_cl
                  similarity: str):
     sim_QxN = similarity_matrix(query_QxD, train_NxD, similarity)
     top_sim_QxK, top_idx_QxK = jax.lax.top_k(sim_QxN, k)
+    return _vote(top_sim_QxK, top_idx_QxK, train_y_N, temperature=temperature,
+                 num_classes=num_classes)
+
+
+@functools.partial(jax.jit, static_argnames=("num_classes",))
+def _vote(top_sim_QxK, top_idx_QxK, train_y_N, *, temperature, num_classes: int):
     weights_QxK = jnp.exp(top_sim_QxK / temperature)
     votes_QxC = jnp.einsum("qk,qkc->qc", weights_QxK,
                            jax.nn.one_hot(train_y_N[top_idx_QxK], num_classes))
@@ -32,7 +41,10 @@ def knn_classifier(train_x, train_y, test_x, test_y, *, k: int = 20, temperature
     Each test point takes its ``k`` most similar training points (``similarity``: ``cosine`` (the
     default), ``dot`` or ``l2`` = negative squared distance; ties by ``lax.top_k`` order) and predicts
     the class with the largest summed weight (Wu et al. 2018; solo-learn's ``WeightedKNN``).
-    Queries are processed in chunks of ``chunk_size`` so memory is ``O(chunk_size * N)``.
+    Time ``O(Q N D)``. Queries go in chunks of ``chunk_size`` against the whole bank while a
+    chunk's scores fit ``TILE`` (memory ``O(chunk_size * N)``); larger banks are searched with
+    :func:`repr_jax.eval.retrieve` (queries and bank tiled, a running top-k: memory
+    ``O(N D + query_chunk * (corpus_chunk + N / 64))``; the same neighbours).
     Returns ``{"accuracy"}`` (and ``"correct"``, ``[N_test]`` 0/1, with ``per_example``).
     """
     if similarity not in SIMILARITIES:
@@ -42,10 +54,15 @@ def knn_classifier(train_x, train_y, test_x, test_y, *, k: int = 20, temperature
     train_y, test_y = jnp.asarray(train_y), jnp.asarray(test_y)
     k = min(k, len(train_y))
     num_classes = num_classes or int(max(train_y.max(), test_y.max())) + 1
-    preds = [_knn_predict(train_x, train_y, test_x[i:i + chunk_size], k=k,
-                          temperature=temperature, num_classes=num_classes, similarity=similarity)
-             for i in range(0, len(test_y), chunk_size)]
-    correct = (jnp.concatenate(preds) == test_y).astype(jnp.float32)
+    if min(chunk_size, len(test_y)) * len(train_y) <= TILE:
+        preds = jnp.concatenate([
+            _knn_predict(train_x, train_y, test_x[i:i + chunk_size], k=k,
+                         temperature=temperature, num_classes=num_classes, similarity=similarity)
+            for i in range(0, len(test_y), chunk_size)])
+    else:
+        top_sim, top_idx = retrieve(test_x, train_x, k=k, similarity=similarity)
+        preds = _vote(top_sim, top_idx, train_y, temperature=temperature, num_classes=num_classes)
+    correct = (preds == test_y).astype(jnp.float32)
     out = {"accuracy": float(correct.mean())}
     if per_example:
         out["correct"] = correct

@@ -135,23 +135,22 @@ def evaluate(cfg: Config, dataset: Dataset, representations: dict[str, Represent
                                            layers_fn=rep.embed_layers,
                                            eval_sets=eval_sets,
                                            cache_dir=cache_dir / _slug(rep_name)
-                                           if cache_dir and rep_name != RAW else None)
-        try:
-            results = list(EVALUATORS[name](embedders[rep_name], **evaluator_options(cfg, name)).run(
-                rep.variables))
+                                           if cache_dir and not rep_name.startswith(RAW)
+                                           else None)
+        try:  # rows are kept as they come: a metric that fails keeps the ones before it
+            for metric, value in EVALUATORS[name](embedders[rep_name],
+                                                  **evaluator_options(cfg, name)).run(rep.variables):
+                row = dict(step=step, representation=rep_name, evaluator=name, metric=metric,
+                           value=float(value))
+                if isinstance(value, Estimate) and math.isfinite(value.low):
+                    row.update(ci_low=value.low, ci_high=value.high)
+                rows.append(row)
         except Exception as e:  # noqa: BLE001 - one failing protocol must not lose the others
-            message = f"{type(e).__name__}: {e}"
+            message = error_line(e)
             print(f"repr-jax: evaluator {name!r} failed on {rep_name!r}: {message}",
                   file=sys.stderr)
             rows.append(dict(step=step, representation=rep_name, evaluator=name, metric="error",
                              value=math.nan, error=message))
-            continue
-        for metric, value in results:
-            row = dict(step=step, representation=rep_name, evaluator=name, metric=metric,
-                       value=float(value))
-            if isinstance(value, Estimate) and math.isfinite(value.low):
-                row.update(ci_low=value.low, ci_high=value.high)
-            rows.append(row)
     with_rows = {r["evaluator"] for r in rows}
     for name in cfg.eval.evaluators:  # no rows for any representation: say why, once a process
         if name not in with_rows and (name, dataset.name) not in SAID_EMPTY:
@@ -159,6 +158,13 @@ def evaluate(cfg: Config, dataset: Dataset, representations: dict[str, Represent
             print(f"repr-jax: evaluator {name!r} has nothing to evaluate on {dataset.name!r}: "
                   f"{_needs(name)}", file=sys.stderr)
     return rows
+
+
+def error_line(e: BaseException, limit: int = 300) -> str:
+    """An exception in one line: its type and the first line of its message, shortened (XLA's
+    out-of-memory errors run to dozens of lines)."""
+    text = " ".join(str(e).strip().splitlines()[:1])
+    return f"{type(e).__name__}: {text[:limit] + ' ...' if len(text) > limit else text}"
 
 
 SAID_EMPTY: set[tuple[str, str]] = set()  # (evaluator, dataset) with no rows: said once a process
@@ -180,6 +186,36 @@ def _needs(name: str) -> str:
 def _raw_inputs(variables, x):
     del variables
     return x.reshape(x.shape[0], -1)
+
+
+def count_sketch(dim: int, max_dim: int, seed: int = 0):
+    """``x [B, ...] -> [B, max_dim]``: a fixed random projection of the ``dim`` flattened inputs,
+    each input coordinate added with a random sign into one of ``max_dim`` random buckets (a count
+    sketch: inner products are preserved in expectation, Charikar et al. 2002). Time ``O(B dim)``,
+    memory ``O(B (dim + max_dim))``: no ``dim x max_dim`` matrix (2.4 GB at 224 px)."""
+    rng = np.random.default_rng(seed)
+    bucket = jnp.asarray(rng.integers(0, max_dim, dim), jnp.int32)
+    sign = jnp.asarray(rng.choice(np.asarray([-1.0, 1.0], np.float32), dim))
+
+    def predict(variables, x):
+        del variables
+        flat_DxB = (x.reshape(x.shape[0], -1).astype(jnp.float32) * sign[None, :]).T
+        return jax.ops.segment_sum(flat_DxB, bucket, num_segments=max_dim).T
+    return predict
+
+
+def raw_reference(dataset: Dataset, max_dim: int) -> tuple[str, Representation]:
+    """The raw-input reference row's name and representation: the flattened inputs (for token ids
+    their bag of words, hashed into ``max_dim`` buckets). Inputs of more than ``max_dim``
+    dimensions (``eval.reference_max_dim``; 0 = never) are reduced by :func:`count_sketch` and the
+    row says so: "raw inputs (random projection to 4,096)"."""
+    if dataset.vocab:
+        return RAW, Representation(_bag_of_words(len(dataset.vocab), max_dim or 4096), None)
+    dim = int(np.prod(dataset.splits["train"]["x"].shape[1:]))
+    if max_dim and dim > max_dim:
+        return (f"{RAW} (random projection to {max_dim:,})",
+                Representation(count_sketch(dim, max_dim), None))
+    return RAW, Representation(_raw_inputs, None)
 
 
 def _bag_of_words(vocab_size: int, max_dim: int = 4096):
@@ -216,10 +252,13 @@ def _pretrained_reference(cfg: Config) -> dict[str, Representation]:
 
 def reference_rows(cfg: Config, method: Method, dataset: Dataset, workdir: Path,
                    eval_sets: Sequence[Any] = (), progress: bool = False):
-    """Raw-input, random-init-encoder (and pretrained) rows, computed once per workdir and eval
-    section (they never change otherwise)."""
+    """Raw-input, random-init-encoder (and pretrained) rows of the configured evaluators, computed
+    once per workdir and eval settings (they never change otherwise). ``eval/reference.json``
+    keeps every evaluator's rows: evaluating a subset computes only the evaluators it lacks (and
+    retries those that failed) and keeps the others."""
     path = workdir / "eval" / "reference.json"
-    key = config_lib.to_dict(cfg.eval)
+    key = {k: v for k, v in config_lib.to_dict(cfg.eval).items() if k != "evaluators"}
+    saved_rows, done = [], set()
     if path.exists():
         try:
             saved = files.read_json(path)
@@ -227,18 +266,27 @@ def reference_rows(cfg: Config, method: Method, dataset: Dataset, workdir: Path,
             warnings.warn(f"{e}; computing the reference rows again", stacklevel=2)
             saved = None
         if isinstance(saved, dict) and saved.get("eval") == key:
-            return saved["rows"]
-    random_init = method.init(jax.random.split(jax.random.PRNGKey(cfg.seed))[0],
-                              sample_batch(dataset))
-    raw = _bag_of_words(len(dataset.vocab)) if dataset.vocab else _raw_inputs
-    reps = {RAW: Representation(raw, None),
-            "random-init encoder": Representation.of(method, random_init),
-            **_pretrained_reference(cfg)}
-    rows = evaluate(cfg, dataset, reps, step=0, eval_sets=eval_sets, progress=progress,
-                    cache_dir=feature_cache(cfg, workdir, 0))  # the references' features
-    if jax.process_index() == 0:
-        files.write_json(path, {"eval": key, "rows": rows})
-    return rows
+            saved_rows, done = list(saved["rows"]), set(saved.get("evaluators", ()))
+    wanted = tuple(cfg.eval.evaluators)
+    missing = tuple(e for e in wanted if e not in done)
+    if missing:
+        random_init = method.init(jax.random.split(jax.random.PRNGKey(cfg.seed))[0],
+                                  sample_batch(dataset))
+        raw_name, raw = raw_reference(dataset, cfg.eval.reference_max_dim)
+        reps = {raw_name: raw, "random-init encoder": Representation.of(method, random_init),
+                **_pretrained_reference(cfg)}
+        new = evaluate(config_lib.override(cfg, [f"eval.evaluators={missing!r}"]), dataset, reps,
+                       step=0, eval_sets=eval_sets, progress=progress,
+                       cache_dir=feature_cache(cfg, workdir, 0))  # the references' features
+        failed = {r["evaluator"] for r in new if "error" in r}
+        saved_rows = merge_rows(saved_rows, new)
+        done = (done | set(missing)) - failed
+        if jax.process_index() == 0:
+            files.write_json(path, {"eval": key, "evaluators": sorted(done), "rows": saved_rows})
+    reps_order = list(dict.fromkeys(r["representation"] for r in saved_rows))
+    return sorted((r for r in saved_rows if r["evaluator"] in wanted),
+                  key=lambda r: (reps_order.index(r["representation"]),
+                                 wanted.index(r["evaluator"])))
 
 
 def feature_cache(cfg: Config, workdir: Path, step: int) -> Path | None:

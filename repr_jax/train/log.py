@@ -36,6 +36,8 @@ def format_table(rows: Iterable[dict[str, Any]]) -> str:
     for m in metrics:
         lines.append("  ".join([m.ljust(width)] + [cell.get((rep, m), "-").rjust(w)
                                                    for rep, w in zip(reps, col)]))
+    lines += [f"failed: {r['evaluator']} on {r['representation']}: {r['error']}"
+              for r in rows if "error" in r]  # why, one line each
     return "\n".join(lines)
 
 

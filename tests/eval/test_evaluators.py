@@ -274,7 +274,16 @@ def test_battery_through_training_and_repr_jax_eval(tmp_path, capsys):
     assert {"layerwise.png", "matryoshka.png", "quantization.png"} <= {
         p.name for p in (tmp_path / "run" / "plots").iterdir()}
     ref = json.loads((tmp_path / "run" / "eval" / "reference.json").read_text())
-    assert ref["eval"]["evaluators"] == ["layerwise", "matryoshka", "quantization"]
+    # Other eval settings (sets, bootstrap): the reference rows are computed anew for them.
+    assert ref["evaluators"] == ["layerwise", "matryoshka", "quantization"]
+    # A subset under the same settings computes only what is missing and keeps every row.
+    assert main(["eval", "--workdir", str(tmp_path / "run"), "--no-progress",
+                 "--set", "eval.evaluators=('knn',)", "--set", "eval.sets=('latent_retrieval',)",
+                 "--set", "eval.bootstrap=0"]) == 0
+    ref = json.loads((tmp_path / "run" / "eval" / "reference.json").read_text())
+    assert ref["evaluators"] == ["knn", "layerwise", "matryoshka", "quantization"]
+    assert {r["evaluator"] for r in ref["rows"]} == set(ref["evaluators"])
+    assert "knn/accuracy" in capsys.readouterr().out
     assert main(["eval", "--workdir", str(tmp_path / "run"), "--set", "optim.lr=1.0"]) == 2
     assert "only eval.* keys" in capsys.readouterr().err
     # A protocol that fails (all prefixes wider than the embedding) is reported, the rest still run.

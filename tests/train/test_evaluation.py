@@ -40,3 +40,33 @@ def test_no_line_when_another_representation_has_rows(capsys, monkeypatch):
     rows = evaluate(cfg, dataset, {"raw": raw, "paired": paired}, step=0)
     assert {r["representation"] for r in rows} == {"paired"}
     assert capsys.readouterr().err == ""
+
+
+def test_a_metric_that_fails_keeps_the_rows_before_it_and_says_why_in_one_line(
+        mnist1d_small, capsys, monkeypatch):
+    from repr_jax.eval import EVALUATORS
+    from repr_jax.train import evaluation
+    from repr_jax.train.log import format_table
+
+    class HalfWay:
+        def __init__(self, embedder, **options):
+            del embedder, options
+
+        def run(self, variables):
+            yield "first", 0.5
+            raise MemoryError("RESOURCE_EXHAUSTED: Out of memory allocating 96.6 GiB\n"
+                              "  while running replica 0 ...\n" * 5)
+
+    monkeypatch.setitem(EVALUATORS, "geometry", HalfWay)
+    cfg = tiny_config(eval=EvalConfig(evaluators=("geometry", "knn"), bootstrap=0))
+    raw = Representation(lambda variables, x: x.reshape(x.shape[0], -1), None)
+    rows = evaluate(cfg, mnist1d_small, {"raw": raw}, step=0)
+    assert [(r["evaluator"], r["metric"]) for r in rows] == [
+        ("geometry", "first"), ("geometry", "error"), ("knn", "accuracy")]
+    assert rows[1]["error"] == ("MemoryError: RESOURCE_EXHAUSTED: Out of memory allocating "
+                                "96.6 GiB")
+    assert capsys.readouterr().err.count("\n") == 1
+    table = format_table(rows).splitlines()
+    assert table[-1] == ("failed: geometry on raw: MemoryError: RESOURCE_EXHAUSTED: Out of memory "
+                         "allocating 96.6 GiB")
+    assert evaluation.error_line(ValueError("x" * 400)).endswith("x ...")

@@ -1,0 +1,150 @@
+"""Each evaluator takes the cheaper side of N and D: the dual ridge, Gram-form CKA, Sylvester's
+coding rate, blockwise uniformity, streamed bootstrap indices, a tiled kNN bank, bincount
+contingency and a vectorised expected mutual information. Each cheap path is checked against the
+direct formula (float64 numpy, or the path it replaces) at a small size, and run at a size where
+the old path would need D x D, N x N or R x N memory."""
+
+import importlib
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from repr_jax import eval as E
+
+lp = importlib.import_module("repr_jax.eval.linear_probe")
+geometry = importlib.import_module("repr_jax.eval.geometry")
+stats = importlib.import_module("repr_jax.eval.stats")
+knn = importlib.import_module("repr_jax.eval.knn")
+
+RNG = np.random.default_rng(0)
+
+
+def _ridge_reference(x, y, lambdas):
+    """(X^T X + s lambda I)^-1 X^T Y in float64, s = mean eigenvalue of X^T X = trace / D."""
+    x, y = x.astype(np.float64), y.astype(np.float64)
+    d = x.shape[1]
+    s = np.trace(x.T @ x) / d
+    return np.stack([np.linalg.solve(x.T @ x + s * lam * np.eye(d), x.T @ y) for lam in lambdas])
+
+
+@pytest.mark.parametrize("n, d", [(40, 300), (300, 40), (100, 2048)])
+def test_ridge_weights_equal_the_float64_solution_on_either_side(n, d):
+    x = RNG.normal(size=(n, d)).astype(np.float32)
+    y = RNG.normal(size=(n, 3)).astype(np.float32)
+    lambdas = np.asarray(lp.RIDGE_GRID, np.float32)
+    got = np.asarray(lp.ridge_weights(jnp.asarray(x), jnp.asarray(y), jnp.asarray(lambdas)))
+    want = _ridge_reference(x, y, lambdas)
+    # Every penalty, the smallest (1e-6) too: where N < D the primal is off by up to 12x there.
+    rel = np.abs(got - want).max(axis=(1, 2)) / np.abs(want).max(axis=(1, 2))
+    assert rel.max() < 2e-3 if n >= d else rel.max() < 1e-4, rel
+
+
+def test_dual_ridge_pads_rows_without_changing_the_solution():
+    x = jnp.asarray(RNG.normal(size=(37, 500)), jnp.float32)
+    y = jnp.asarray(RNG.normal(size=(37, 4)), jnp.float32)
+    lam = jnp.asarray([1e-3, 1.0], jnp.float32)
+    padded = lp._ridge_weights_dual(jnp.pad(x, ((0, 27), (0, 0))), jnp.pad(y, ((0, 27), (0, 0))),
+                                    lam)
+    chex.assert_trees_all_close(padded, lp._ridge_weights_dual(x, y, lam), rtol=1e-4, atol=1e-6)
+    assert [lp._bucket(n) for n in (1, 8, 9, 250, 256, 257)] == [8, 8, 16, 256, 256, 512]
+
+
+def test_fewshot_at_large_width_is_the_dual_and_compiles_once_per_bucket():
+    """D = 16,384 (a D x D Gram would be 1 GiB): few-shot ridge on <= 64 examples."""
+    d, c = 16_384, 4
+    means = RNG.normal(size=(c, d)).astype(np.float32)
+    y = np.repeat(np.arange(c), 60)
+    x = means[y] + 0.5 * RNG.normal(size=(len(y), d)).astype(np.float32)
+    lp._ridge_weights_dual.clear_cache()
+    out = E.fewshot(x[:200], y[:200], x[200:], y[200:], shots=(1, 2, 5, 8), seeds=2)
+    assert out["5shot"] == 1.0 and out["1shot"] > 0.9
+    if hasattr(lp._ridge_weights_dual, "_cache_size"):  # N = 4, 8, 20, 32: buckets 8 and 32
+        assert lp._ridge_weights_dual._cache_size() == 2
+
+
+def test_linear_cka_gram_form_equals_the_feature_form():
+    n = 50
+    x = RNG.normal(size=(n, 200)).astype(np.float32)
+    y = (x[:, :30] @ RNG.normal(size=(30, 20)) + 0.3 * RNG.normal(size=(n, 20))).astype(np.float32)
+    xc, yc = x - x.mean(0), y - y.mean(0)
+    want = (np.linalg.norm(yc.T.astype(np.float64) @ xc) ** 2
+            / (np.linalg.norm(xc.T.astype(np.float64) @ xc)
+               * np.linalg.norm(yc.T.astype(np.float64) @ yc)))
+    assert float(E.linear_cka(x, y)) == pytest.approx(want, rel=1e-4)  # D > N: the Gram form
+    assert float(geometry._linear_cka_features(jnp.asarray(x), jnp.asarray(y))) == pytest.approx(
+        want, rel=1e-4)
+    chex.assert_trees_all_close(geometry.gram(x, block=7), jnp.asarray(x) @ jnp.asarray(x).T,
+                                rtol=1e-5, atol=1e-3)
+
+
+def test_coding_rate_by_sylvester_equals_the_direct_logdet():
+    eps = 0.5
+    for n, d in [(30, 200), (200, 30)]:
+        z = RNG.normal(size=(n, d)).astype(np.float32) / np.sqrt(d)
+        want = 0.5 * np.linalg.slogdet(np.eye(d) + d / (n * eps ** 2)
+                                       * z.T.astype(np.float64) @ z)[1]
+        assert float(E.coding_rate(z, eps)) == pytest.approx(want, rel=1e-4)
+
+
+def test_blockwise_uniformity_equals_the_exact_one(monkeypatch):
+    z = RNG.normal(size=(203, 8)).astype(np.float32)
+    exact = float(E.uniformity(z))
+    monkeypatch.setattr(geometry, "UNIFORMITY_BLOCK", 16)  # 203 > 4 * 16: blocks, padded rows
+    assert float(E.uniformity(z)) == pytest.approx(exact, rel=1e-5)
+
+
+def test_streamed_bootstrap_draws_chunks_and_keeps_the_interval(monkeypatch):
+    x = jnp.asarray((RNG.random(5000) < 0.3).astype(np.float32))
+    at_once = E.bootstrap_ci(x, num_resamples=400)
+    monkeypatch.setattr(stats, "STREAM_ABOVE", 5000 * 7)  # 7 resamples per chunk, 58 chunks
+    streamed = E.bootstrap_ci(x, num_resamples=400)
+    assert float(streamed) == float(at_once)
+    width = at_once.high - at_once.low
+    assert abs((streamed.high - streamed.low) - width) < 0.25 * width
+    assert streamed.low < float(x.mean()) < streamed.high
+    again = E.bootstrap_ci(x, num_resamples=400)
+    assert (again.low, again.high) == (streamed.low, streamed.high)  # a pure function of the seed
+
+
+def test_knn_through_the_tiled_search_gives_the_same_predictions(monkeypatch):
+    train = RNG.normal(size=(700, 16)).astype(np.float32)
+    ytr = RNG.integers(0, 5, 700)
+    test = RNG.normal(size=(90, 16)).astype(np.float32)
+    yte = RNG.integers(0, 5, 90)
+    for similarity in ("cosine", "dot", "l2"):
+        whole = E.knn_classifier(train, ytr, test, yte, k=7, similarity=similarity,
+                                 per_example=True)
+        monkeypatch.setattr(knn, "TILE", 100)  # every chunk too big: through retrieve
+        tiled = E.knn_classifier(train, ytr, test, yte, k=7, similarity=similarity,
+                                 per_example=True)
+        monkeypatch.undo()
+        np.testing.assert_array_equal(np.asarray(tiled["correct"]), np.asarray(whole["correct"]))
+
+
+def test_clustering_scores_equal_sklearn_with_many_clusters():
+    from sklearn import metrics
+    t = RNG.integers(0, 300, 20_000)
+    p = (t * 7 + RNG.integers(0, 20, 20_000)) % 250
+    assert E.ami(t, p) == pytest.approx(metrics.adjusted_mutual_info_score(t, p), abs=1e-9)
+    assert E.nmi(t, p) == pytest.approx(metrics.normalized_mutual_info_score(t, p), abs=1e-9)
+    np.testing.assert_array_equal(
+        E.clustering.contingency([2, 2, 5, 9], [1, 0, 0, 0]), [[1, 1], [1, 0], [1, 0]])
+
+
+def test_count_sketch_keeps_norms_and_names_the_reduced_raw_row():
+    from repr_jax import data
+    from repr_jax.train.evaluation import RAW, count_sketch, raw_reference
+    x = RNG.normal(size=(20, 30_000)).astype(np.float32)
+    sketch = count_sketch(30_000, 4096)
+    z = np.asarray(jax.jit(sketch)(None, jnp.asarray(x)))
+    assert z.shape == (20, 4096)
+    np.testing.assert_allclose(np.linalg.norm(z, axis=1) / np.linalg.norm(x, axis=1), 1.0,
+                               atol=0.1)
+    np.testing.assert_array_equal(z, np.asarray(count_sketch(30_000, 4096)(None, jnp.asarray(x))))
+    digits = data.load("digits")  # 8 x 8: 64 dimensions
+    assert raw_reference(digits, 4096)[0] == RAW
+    assert raw_reference(digits, 32)[0] == "raw inputs (random projection to 32)"
+    assert raw_reference(digits, 0)[0] == RAW

@@ -27,6 +27,9 @@ import numpy as np
 PredictFn = Callable[[Any, jax.Array], Any]  # (variables, x_BxS) -> embedding_BxE (or a tuple)
 
 
+BATCH_ELEMENTS = 1 << 23  # input values in one feature-pass batch (32 MiB of float32)
+
+
 def _streamed(x) -> bool:
     """A streamed split's column (:class:`repr_jax.data.source.Column`): indexing reads rows from
     disk and ``x.chunks(n)`` reads them ahead, so it is never converted whole."""
@@ -74,7 +77,7 @@ class Embedder:
             raise ValueError(f"this embedder has no {which!r} function")
         if which not in self._jitted:
             self._jitted[which] = jax.jit(self._fns[which])
-        bs = self.batch_size
+        bs = self.batch_for(x)
         for chunk in (x.chunks(bs) if _streamed(x) else
                       (x[start:start + bs] for start in range(0, len(x), bs))):
             pad = bs - len(chunk)  # every batch has one shape: one compilation for all inputs
@@ -82,6 +85,16 @@ class Embedder:
                 chunk = np.concatenate([chunk, np.zeros((pad,) + chunk.shape[1:], chunk.dtype)])
             out = self._jitted[which](variables, jnp.asarray(chunk))
             yield jax.tree.map(lambda o, keep=len(chunk) - pad: o[:keep], out)
+
+    def batch_for(self, x) -> int:
+        """The feature pass's batch: ``batch_size``, halved until a batch holds at most
+        ``BATCH_ELEMENTS`` input values (256 images of 224 px would be 154 MB of input and
+        gigabytes of activations; 32 x 32 images keep 256)."""
+        per_example = max(1, int(np.prod(x.shape[1:])))
+        bs = self.batch_size
+        while bs > 1 and bs * per_example > BATCH_ELEMENTS:
+            bs //= 2
+        return bs
 
     def embed(self, variables: Any, x: np.ndarray, which: str = "x") -> Any:
         """Features of ``x`` (``[N, E]`` float32, or a tuple of them for ``"layers"``)."""
@@ -158,6 +171,16 @@ class EmbedderView(Embedder):
         self.splits, self.batch_size = parent.splits, parent.batch_size
         self.eval_sets, self._fns = parent.eval_sets, parent._fns
         self.pairs_ok = which == "x"
+
+    def batch_for(self, x) -> int:
+        """The feature pass's batch: ``batch_size``, halved until a batch holds at most
+        ``BATCH_ELEMENTS`` input values (256 images of 224 px would be 154 MB of input and
+        gigabytes of activations; 32 x 32 images keep 256)."""
+        per_example = max(1, int(np.prod(x.shape[1:])))
+        bs = self.batch_size
+        while bs > 1 and bs * per_example > BATCH_ELEMENTS:
+            bs //= 2
+        return bs
 
     def embed(self, variables: Any, x: np.ndarray, which: str = "x") -> Any:
         if which != "x" and not self.pairs_ok:

@@ -149,7 +149,7 @@ def table(rows: list[dict]) -> str:
             f"{en if en is None else round(en, 2)}, {ed if ed is None else round(ed, 2)}")
         for i, r in enumerate(r for r in rows if r["evaluator"] == name):
             cells = ([name, f"{t_order} / {m_order}", fit] if i == 0 else ["", "", ""])
-            timing = ([r["warm_s"], r["first_s"], r["peak_mb"]] if r["status"] == "ok"
+            timing = ([str(r["warm_s"]), str(r["first_s"]), str(r["peak_mb"])] if r["status"] == "ok"
                       else [r["status"], "", ""])
             lines.append("| " + " | ".join(cells + [f"{r['n']:,}", f"{r['d']:,}"] + timing) + " |")
     return "\n".join(lines)

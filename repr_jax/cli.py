@@ -51,6 +51,9 @@ def _parser() -> argparse.ArgumentParser:
                         "--set eval.linear_probe.kind=logistic (repeatable)")
     e.add_argument("--no-progress", action="store_true",
                    help="no progress bars (the results table is still printed)")
+    e.add_argument("--dry-run", action="store_true",
+                   help="print each evaluator's estimated work, memory and seconds from N, D and "
+                        "its cost order, and evaluate nothing")
     e.add_argument("--no-cache", action="store_true",
                    help="encode every input again, neither reading nor writing the checkpoint's "
                         "cached features (cache/features/ in the run directory)")
@@ -301,7 +304,8 @@ def _eval(args) -> int:
     from repr_jax.train.sharding import initialize_distributed
     initialize_distributed(args.distributed)
     overrides = args.overrides + (["eval.cache=False"] if args.no_cache else [])
-    evaluate_workdir(args.workdir, overrides=overrides, progress=not args.no_progress)
+    evaluate_workdir(args.workdir, overrides=overrides, progress=not args.no_progress,
+                     dry_run=args.dry_run)
     return 0
 
 

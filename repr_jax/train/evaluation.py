@@ -26,7 +26,7 @@ from repr_jax import files
 from repr_jax.config import Config, ConfigError
 from repr_jax.data import Dataset
 from repr_jax.data.source import subset
-from repr_jax.eval import EVALUATORS, Embedder, Estimate
+from repr_jax.eval import EVALUATORS, Embedder, Estimate, budget
 from repr_jax.methods import Method
 from repr_jax.train.log import format_table, plot_eval
 from repr_jax.train.run import (RESUMABLE_CHANGES, load_eval_sets, load_trained, run_config_path,
@@ -114,6 +114,41 @@ def eval_splits(dataset: Dataset, max_examples: int) -> dict[str, dict[str, np.n
     return out
 
 
+def _applies(name: str, dataset: Dataset, eval_sets: Sequence[Any]) -> bool:
+    """Whether evaluator ``name`` has anything to run on (the budget leaves out what has not)."""
+    kinds = {s.kind for s in eval_sets}
+    if name in ("retrieval", "quantization"):
+        return "x_pos" in dataset.splits["test"] or "retrieval" in kinds
+    if name == "sts":
+        return "similarity" in kinds
+    return True
+
+
+def evaluation_budget(cfg: Config, dataset: Dataset, representations: dict[str, Representation],
+                      eval_sets: Sequence[Any] = ()) -> list[dict[str, Any]]:
+    """Each (representation, evaluator)'s estimated work, memory and seconds from its N and D
+    (:mod:`repr_jax.eval.budget`): what ``repr-jax eval --dry-run`` prints. Each representation's
+    width comes from ``jax.eval_shape`` of its function: nothing is encoded."""
+    splits = eval_splits(dataset, cfg.eval.max_examples)
+    test_x = np.asarray(splits["test"]["x"][:1])
+    labels = np.asarray(splits["train"]["label"])
+    input_dim = int(np.prod(test_x.shape[1:])) if test_x.dtype.kind == "f" else 0
+    rate, rows = budget.flops_per_second(), []
+    for rep_name, rep in representations.items():
+        out = jax.eval_shape(rep.embed, rep.variables, jnp.asarray(test_x))
+        shape = budget.Shape(n_train=len(labels), n_test=len(splits["test"]["label"]),
+                             dim=int(np.prod(out.shape[1:])), classes=int(labels.max()) + 1,
+                             input_dim=input_dim)
+        for name in cfg.eval.evaluators:
+            if not _applies(name, dataset, eval_sets):
+                continue
+            flops, memory = budget.estimate(name, shape, evaluator_options(cfg, name))
+            rows.append(dict(representation=rep_name, evaluator=name, n_train=shape.n_train,
+                             n_test=shape.n_test, dim=shape.dim, gflop=flops / 1e9,
+                             seconds=flops / rate, memory_mb=memory / 2 ** 20))
+    return rows
+
+
 def evaluate(cfg: Config, dataset: Dataset, representations: dict[str, Representation],
              *, step: int, eval_sets: Sequence[Any] = (), progress: bool = False,
              cache_dir: Path | None = None) -> list[dict[str, Any]]:
@@ -123,10 +158,18 @@ def evaluate(cfg: Config, dataset: Dataset, representations: dict[str, Represent
     from tqdm.auto import tqdm
     rows = []
     jobs = [(r, e) for r in representations for e in cfg.eval.evaluators]
-    bar = tqdm(jobs, desc="eval", unit="evaluator", disable=not progress, leave=False,
-               dynamic_ncols=True)
+    weight = {}  # the bar advances by each job's estimated seconds, so its ETA weighs them
+    if progress:
+        try:
+            weight = {(b["representation"], b["evaluator"]): b["seconds"]
+                      for b in evaluation_budget(cfg, dataset, representations, eval_sets)}
+        except Exception:  # noqa: BLE001 - an estimate that cannot be made leaves a plain count
+            weight = {}
+    total = sum(weight.values()) + 0.1 * len(jobs)  # + a floor per job: features, compiles
+    bar = tqdm(total=total, desc="eval", unit="s", disable=not progress, leave=False,
+               dynamic_ncols=True, bar_format="{l_bar}{bar}| [{elapsed}<{remaining}{postfix}]")
     embedders, splits = {}, eval_splits(dataset, cfg.eval.max_examples)
-    for rep_name, name in bar:
+    for rep_name, name in jobs:
         rep = representations[rep_name]
         bar.set_postfix_str(f"{rep_name}: {name}")
         if rep_name not in embedders:
@@ -151,6 +194,9 @@ def evaluate(cfg: Config, dataset: Dataset, representations: dict[str, Represent
                   file=sys.stderr)
             rows.append(dict(step=step, representation=rep_name, evaluator=name, metric="error",
                              value=math.nan, error=message))
+        finally:
+            bar.update(weight.get((rep_name, name), 0.0) + 0.1)
+    bar.close()
     with_rows = {r["evaluator"] for r in rows}
     for name in cfg.eval.evaluators:  # no rows for any representation: say why, once a process
         if name not in with_rows and (name, dataset.name) not in SAID_EMPTY:
@@ -250,6 +296,18 @@ def _pretrained_reference(cfg: Config) -> dict[str, Representation]:
     return {"all-MiniLM-L6-v2": Representation(embed, loaded.params)}
 
 
+def reference_representations(cfg: Config, method: Method, dataset: Dataset
+                              ) -> dict[str, Representation]:
+    """The reference rows' representations: raw inputs (reduced above
+    ``eval.reference_max_dim``), the encoder at its random initialisation, and a pretrained model
+    where one applies."""
+    random_init = method.init(jax.random.split(jax.random.PRNGKey(cfg.seed))[0],
+                              sample_batch(dataset))
+    raw_name, raw = raw_reference(dataset, cfg.eval.reference_max_dim)
+    return {raw_name: raw, "random-init encoder": Representation.of(method, random_init),
+            **_pretrained_reference(cfg)}
+
+
 def reference_rows(cfg: Config, method: Method, dataset: Dataset, workdir: Path,
                    eval_sets: Sequence[Any] = (), progress: bool = False):
     """Raw-input, random-init-encoder (and pretrained) rows of the configured evaluators, computed
@@ -270,11 +328,7 @@ def reference_rows(cfg: Config, method: Method, dataset: Dataset, workdir: Path,
     wanted = tuple(cfg.eval.evaluators)
     missing = tuple(e for e in wanted if e not in done)
     if missing:
-        random_init = method.init(jax.random.split(jax.random.PRNGKey(cfg.seed))[0],
-                                  sample_batch(dataset))
-        raw_name, raw = raw_reference(dataset, cfg.eval.reference_max_dim)
-        reps = {raw_name: raw, "random-init encoder": Representation.of(method, random_init),
-                **_pretrained_reference(cfg)}
+        reps = reference_representations(cfg, method, dataset)
         new = evaluate(config_lib.override(cfg, [f"eval.evaluators={missing!r}"]), dataset, reps,
                        step=0, eval_sets=eval_sets, progress=progress,
                        cache_dir=feature_cache(cfg, workdir, 0))  # the references' features
@@ -357,10 +411,12 @@ def _saved_rows(path: Path) -> list[dict]:
 
 
 def evaluate_workdir(workdir: str | Path, *, overrides: Sequence[str] = (),
-                     progress: bool = True) -> list[dict[str, Any]]:
+                     progress: bool = True, dry_run: bool = False) -> list[dict[str, Any]]:
     """Re-evaluates the latest checkpoint of a finished or interrupted run (``repr-jax eval``);
     ``overrides`` (``eval.*`` keys only) change what is evaluated, never the trained model. The
-    checkpoint's features are kept on disk and reused (``eval.cache=False``: neither)."""
+    checkpoint's features are kept on disk and reused (``eval.cache=False``: neither).
+    ``dry_run``: print each evaluator's estimated cost (:func:`evaluation_budget`) and evaluate
+    nothing; returns the budget rows."""
     bad = [o for o in overrides if not o.strip().startswith("eval.")]
     if bad:
         raise ConfigError(f"repr-jax eval changes only eval.* keys (the model is the checkpoint's); "
@@ -368,6 +424,16 @@ def evaluate_workdir(workdir: str | Path, *, overrides: Sequence[str] = (),
     run_config_path(Path(workdir))  # a directory without a run gets no lock file
     with files.WorkdirLock(workdir, process=jax.process_index()):
         cfg, dataset, method, state = load_trained(workdir, overrides=overrides)
+        if dry_run:
+            reps = {trained_name(cfg): Representation.of(method, state.variables),
+                    **(reference_representations(cfg, method, dataset)
+                       if cfg.eval.reference_rows else {})}
+            rows = evaluation_budget(cfg, dataset, reps, load_eval_sets(cfg, dataset))
+            if jax.process_index() == 0:
+                print(f"estimated evaluation of {workdir} at step {int(state.step)} (nothing "
+                      f"evaluated; reference rows already in eval/reference.json are reused)")
+                print(budget.format_budget(rows))
+            return rows
         if jax.process_index() == 0:  # the results, with or without progress bars
             print(f"evaluation of {workdir} at step {int(state.step)}", flush=True)
         rows = run_evaluation(cfg, method, dataset, state, Path(workdir),

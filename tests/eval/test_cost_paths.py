@@ -148,3 +148,33 @@ def test_count_sketch_keeps_norms_and_names_the_reduced_raw_row():
     assert raw_reference(digits, 4096)[0] == RAW
     assert raw_reference(digits, 32)[0] == "raw inputs (random projection to 32)"
     assert raw_reference(digits, 0)[0] == RAW
+
+
+def test_budget_follows_the_stated_orders():
+    from repr_jax.eval import budget
+
+    def flops(name, n, d, **options):
+        return budget.estimate(name, budget.Shape(n_train=n, n_test=1000, dim=d), options)[0]
+    # Ridge: N D min(N, D); linear in D once D > N (the dual), cubic in D below N.
+    assert flops("linear_probe", 100, 16_384) / flops("linear_probe", 100, 8192) < 2.1
+    assert flops("linear_probe", 100_000, 1024) / flops("linear_probe", 100_000, 512) > 3.5
+    assert flops("knn", 20_000, 64) == pytest.approx(2 * flops("knn", 10_000, 64), rel=1e-3)
+    mem = budget.estimate("linear_probe", budget.Shape(100, 1000, 150_528), {})[1]
+    assert mem < 4 * (3 * 100 * 150_528 + 100 ** 2 + 19 * 150_528 * 10)  # never D x D
+    with pytest.raises(ValueError, match="no cost model"):
+        flops("nope", 10, 10)
+
+
+def test_logistic_probe_wider_than_tall_solves_in_the_row_space():
+    """N < D: the penalised optimum lies in the row space, so the N-dim solve is the same model;
+    checked against sklearn's LogisticRegression on the same objective (C = 1 / (l2 N))."""
+    from sklearn.linear_model import LogisticRegression
+    n, d, l2 = 60, 400, 1e-2
+    y = np.arange(n) % 3
+    x = (RNG.normal(size=(3, d))[y] + RNG.normal(size=(n, d))).astype(np.float32)
+    x = (x - x.mean(0)) / (x.std(0) + 1e-6)
+    w, b = lp._logistic_weights(jnp.asarray(x), jax.nn.one_hot(y, 3), jnp.asarray([l2]),
+                                max_iters=500, tol=1e-6)
+    ref = LogisticRegression(C=1 / (l2 * n), tol=1e-10, max_iter=10_000).fit(x, y)
+    np.testing.assert_allclose(np.asarray(w[0]).T - np.asarray(w[0]).T.mean(0),
+                               ref.coef_ - ref.coef_.mean(0), atol=1e-4)

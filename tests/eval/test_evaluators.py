@@ -284,6 +284,12 @@ def test_battery_through_training_and_repr_jax_eval(tmp_path, capsys):
     assert ref["evaluators"] == ["knn", "layerwise", "matryoshka", "quantization"]
     assert {r["evaluator"] for r in ref["rows"]} == set(ref["evaluators"])
     assert "knn/accuracy" in capsys.readouterr().out
+    # --dry-run: the estimated cost of every (representation, evaluator); nothing written.
+    before = (tmp_path / "run" / "eval" / "step_4.json").read_bytes()
+    assert main(["eval", "--workdir", str(tmp_path / "run"), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "estimated total" in out and "simclr encoder" in out and "geometry" in out
+    assert (tmp_path / "run" / "eval" / "step_4.json").read_bytes() == before
     assert main(["eval", "--workdir", str(tmp_path / "run"), "--set", "optim.lr=1.0"]) == 2
     assert "only eval.* keys" in capsys.readouterr().err
     # A protocol that fails (all prefixes wider than the embedding) is reported, the rest still run.

@@ -83,13 +83,22 @@ def _topk_blocks(q_QxD, c_NxD, *, k: int, similarity: str, corpus_chunk: int, bl
     return jax.lax.map(rank, (q_QxD, blocks_QxB), batch_size=64)
 
 
+BRUTE_FORCE = 1 << 22  # query x corpus scores up to which one matrix and one top-k are used
+
+
+@functools.partial(jax.jit, static_argnames=("k", "similarity"))
+def _topk_brute(q_QxD, c_NxD, *, k: int, similarity: str):
+    return jax.lax.top_k(similarity_matrix(q_QxD, c_NxD, similarity), k)
+
+
 def retrieve(queries, corpus, *, k: int = 10, similarity: str = "cosine",
              query_chunk: int = 4096, corpus_chunk: int = 8192,
              block: int = 64) -> tuple[jax.Array, jax.Array]:
     """Exact top-``k`` search: ``(scores [Q, k], indices [Q, k])``, best first.
 
-    The corpus is scored in chunks of ``corpus_chunk`` keeping only each ``block`` of documents'
-    best score; the ``k`` best blocks of each query are then rescored document by document
+    Time ``O(Q N D)``. Up to ``BRUTE_FORCE`` query-document pairs, one score matrix and one
+    ``top_k``. Above, the corpus is scored in chunks of ``corpus_chunk`` keeping only each
+    ``block`` of documents' best score; the ``k`` best blocks of each query are then rescored document by document
     (:func:`_topk_blocks`). Queries go in batches of ``query_chunk`` (fewer when the block maxima
     of one batch would pass 512 MiB), so memory is ``O(query_chunk * (corpus_chunk + N / block))``.
     Ties go to the lower corpus index.
@@ -106,6 +115,8 @@ def retrieve(queries, corpus, *, k: int = 10, similarity: str = "cosine",
         raise ValueError(f"unknown similarity {similarity!r}; choose from {SIMILARITIES}")
     n = corpus.shape[0]
     k = min(k, n)
+    if queries.shape[0] * n <= BRUTE_FORCE:  # one score matrix is cheapest: no second stage
+        return _topk_brute(queries, corpus, k=k, similarity=similarity)
     block = max(1, min(block, n))
     corpus_chunk = -(-min(corpus_chunk, n) // block) * block  # whole blocks
     query_chunk = max(1, min(query_chunk, 2 ** 27 // -(-n // block)))

@@ -1,6 +1,7 @@
 """Retrieval: exact chunked top-k, ranking metrics equal to pytrec_eval's (trec_eval), quantised
 search."""
 
+import importlib
 import numpy as np
 import pytest
 
@@ -73,8 +74,17 @@ def test_unjudged_queries_are_excluded_and_all_zero_qrels_fail():
         E.retrieval_metrics(scores, qrels[:1], (1,))
 
 
+@pytest.fixture(params=["one matrix", "tiled"])
+def search_path(request, monkeypatch):
+    """Each search test runs both ways ``retrieve`` can take: small problems as one score matrix,
+    large ones tiled with the two-stage search (forced here by a zero threshold)."""
+    if request.param == "tiled":
+        monkeypatch.setattr(importlib.import_module("repr_jax.eval.retrieval"), "BRUTE_FORCE", 0)
+    return request.param
+
+
 @pytest.mark.parametrize("similarity", ["cosine", "dot", "l2"])
-def test_chunked_retrieve_equals_brute_force(similarity):
+def test_chunked_retrieve_equals_brute_force(similarity, search_path):
     rng = np.random.default_rng(3)
     queries, corpus = rng.normal(size=(37, 8)), rng.normal(size=(301, 8))
     scores, idx = E.retrieve(queries, corpus, k=7, similarity=similarity, query_chunk=10,
@@ -92,7 +102,8 @@ def test_chunked_retrieve_equals_brute_force(similarity):
 
 
 @pytest.mark.parametrize("block,corpus_chunk", [(1, 8), (3, 24), (8, 24), (64, 301), (5, 10)])
-def test_two_stage_search_equals_brute_force_with_ties_and_a_padded_tail(block, corpus_chunk):
+def test_two_stage_search_equals_brute_force_with_ties_and_a_padded_tail(block, corpus_chunk,
+                                                                        search_path):
     """Block maxima, then the k best blocks rescored: the same neighbours, in the same order (ties
     to the lower index) as a stable sort of the full score matrix, whatever the block and chunk
     sizes, a corpus that is no multiple of either, and k above the number of blocks per chunk."""
@@ -108,7 +119,7 @@ def test_two_stage_search_equals_brute_force_with_ties_and_a_padded_tail(block, 
         np.testing.assert_array_equal(scores, np.take_along_axis(full, expect, 1))
 
 
-def test_retrieve_keeps_corpus_order_on_ties_across_chunks():
+def test_retrieve_keeps_corpus_order_on_ties_across_chunks(search_path):
     corpus = np.ones((100, 4), np.float32)  # every document ties
     _, idx = E.retrieve(np.ones((2, 4)), corpus, k=5, corpus_chunk=16)
     assert idx.tolist() == [[0, 1, 2, 3, 4]] * 2

@@ -176,8 +176,22 @@ class WorkdirLock:
 
     def acquire(self) -> "WorkdirLock":
         import fcntl
+        import stat
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        f = self.path.open("a+")
+        # Never through a symlink: truncating a lock that points elsewhere (a shared run folder)
+        # would overwrite any file the user can write.
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        except OSError as e:
+            if self.path.is_symlink():
+                raise WorkdirBusy(f"{self.path} is a symbolic link (to {os.readlink(self.path)}); "
+                                  f"refusing to use it as the run's lock: remove it") from None
+            raise
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise WorkdirBusy(f"{self.path} is not a regular file; refusing to use it as the "
+                              f"run's lock: remove it")
+        f = os.fdopen(fd, "r+")
         try:
             fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

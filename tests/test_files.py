@@ -101,3 +101,25 @@ def test_a_full_disk_is_one_line_naming_the_path_and_the_free_space(tmp_path):
     wrapped.__cause__ = OSError(28, "No space left on device")
     assert isinstance(files.storage_error(wrapped, tmp_path), files.StorageError)
     assert files.storage_error(RuntimeError("unrelated"), tmp_path) is None
+
+
+def test_a_symlinked_lock_is_refused_and_its_target_untouched(tmp_path):
+    """A ``.lock`` symlink in a shared run folder must not let the lock truncate and overwrite the
+    file it points to (the lock is opened with O_NOFOLLOW); a lock that is no regular file (a
+    FIFO) is refused too."""
+    from repr_jax.files import WorkdirBusy, WorkdirLock
+    victim = tmp_path / "precious.txt"
+    victim.write_text("keep me\n")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / ".lock").symlink_to(victim)
+    with pytest.raises(WorkdirBusy, match=r"\.lock is a symbolic link .*remove it"):
+        WorkdirLock(run).acquire()
+    assert victim.read_text() == "keep me\n"
+    (run / ".lock").unlink()
+    os.mkfifo(run / ".lock")
+    with pytest.raises(WorkdirBusy, match="not a regular file"):
+        WorkdirLock(run).acquire()
+    (run / ".lock").unlink()
+    with WorkdirLock(run) as lock:  # an ordinary lock still works
+        assert lock.path.read_text().startswith("pid ")

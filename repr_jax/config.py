@@ -91,6 +91,9 @@ def _hints(cls: type) -> dict[str, Any]:
     return typing.get_type_hints(cls)
 
 
+_INT_MAX = 2 ** 31 - 1
+
+
 def _coerce(value: Any, tp: Any, key: str) -> Any:
     """Returns ``value`` converted to annotation ``tp`` or raises ConfigError naming ``key``."""
     origin = typing.get_origin(tp)
@@ -105,6 +108,8 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
             value = int(value)
         if isinstance(value, bool) or not isinstance(value, int):
             raise ConfigError(f"{key} must be an integer, got {value!r}")
+        if abs(value) > _INT_MAX:  # steps, seeds and sizes become int32 on device
+            raise ConfigError(f"{key} must be at most {_INT_MAX:,} (2^31 - 1), got {value!r}")
         return value
     if tp is bool:
         if not isinstance(value, bool):

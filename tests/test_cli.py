@@ -53,7 +53,7 @@ def test_list_names_every_experiment_sweep_and_study_with_its_claim(capsys):
     (["eval", "--workdir", "/nonexistent/run"], "has no config.json"),
     (["train", "--set", "encoder.kernel_size=1000"],
      "encoder.kernel_size=1000 is larger than the inputs of 'mnist1d' (40); use at most 40"),
-    (["train", "--set", "encoder.widths=(100000000000,)"],
+    (["train", "--set", "encoder.widths=(1000000000,)"],
      "parameters: its state and gradients need about"),
     (["train", "--set", "data.name=digits", "--set", "data.num_examples=0", "--set",
       "encoder.name=vit", "--set", "encoder.patch_size=3"],

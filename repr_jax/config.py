@@ -64,6 +64,19 @@ _CHECKS: dict[str, tuple[Callable[[Any, Any], bool], str]] = {
     "[0,1)": (lambda v, _: 0 <= v < 1, "must be in [0, 1)"),
     "[0,1]": (lambda v, _: 0 <= v <= 1, "must be in [0, 1]"),
     "(0,1]": (lambda v, _: 0 < v <= 1, "must be in (0, 1]"),
+    # A preset's overrides: unset (-1, ()) or a value in the op's own domain.
+    "p|unset": (lambda v, _: v == -1 or 0 <= v <= 1,
+                "must be a probability in [0, 1] (or -1: the preset's)"),
+    "count|unset": (lambda v, _: v >= -1, "must be >= 0 (or -1: the preset's)"),
+    "fraction range|unset": (lambda v, _: v == () or (len(v) == 2 and 0 < v[0] <= v[1] <= 1),
+                             "must be (lo, hi) with 0 < lo <= hi <= 1 (or (): the preset's)"),
+    "range|unset": (lambda v, _: v == () or (len(v) == 2 and 0 < v[0] <= v[1]),
+                    "must be (lo, hi) with 0 < lo <= hi (or (): the preset's)"),
+    "jitter|unset": (lambda v, _: v == () or (len(v) == 4 and min(v) >= 0 and v[3] <= 0.5),
+                     "must be 4 numbers >= 0, (brightness, contrast, saturation, hue <= 0.5) "
+                     "(or (): the preset's)"),
+    "positive counts": (lambda v, _: len(v) > 0 and min(v) > 0,
+                        "must be one or more counts > 0"),
 }
 
 
@@ -236,22 +249,25 @@ class ViewsConfig:
                          "repr_jax/data/augment.py) at the input's size, applied before the "
                          "options above")
     # A preset's parameters, overridden in every view (-1 / () = the preset's).
-    crop_scale: tuple[float, ...] = static((), doc="preset: RandomResizedCrop scale (lo, hi)")
-    crop_ratio: tuple[float, ...] = static((), doc="preset: RandomResizedCrop ratio (lo, hi)")
-    flip_p: float = static(-1.0, doc="preset: horizontal flip probability")
-    jitter: tuple[float, ...] = static((), doc="preset: ColorJitter (brightness, contrast, "
-                                                "saturation, hue)")
-    jitter_p: float = static(-1.0, doc="preset: probability of colour jitter")
-    grayscale_p: float = static(-1.0, doc="preset: RandomGrayscale probability")
-    blur_p: float = static(-1.0, doc="preset: Gaussian blur probability")
-    blur_sigma: tuple[float, ...] = static((), doc="preset: Gaussian blur sigma range (lo, hi)")
-    solarize_p: float = static(-1.0, doc="preset: RandomSolarize probability")
-    local_crops: int = static(-1, doc="preset: multi-crop local views besides the two global "
-                                      "ones (-1 = the preset's: dino 6, others 0)")
+    crop_scale: tuple[float, ...] = static((), "fraction range|unset",
+                                           "preset: RandomResizedCrop scale (lo, hi)")
+    crop_ratio: tuple[float, ...] = static((), "range|unset",
+                                           "preset: RandomResizedCrop ratio (lo, hi)")
+    flip_p: float = static(-1.0, "p|unset", "preset: horizontal flip probability")
+    jitter: tuple[float, ...] = static((), "jitter|unset", "preset: ColorJitter (brightness, "
+                                                           "contrast, saturation, hue)")
+    jitter_p: float = static(-1.0, "p|unset", "preset: probability of colour jitter")
+    grayscale_p: float = static(-1.0, "p|unset", "preset: RandomGrayscale probability")
+    blur_p: float = static(-1.0, "p|unset", "preset: Gaussian blur probability")
+    blur_sigma: tuple[float, ...] = static((), "range|unset",
+                                           "preset: Gaussian blur sigma range (lo, hi)")
+    solarize_p: float = static(-1.0, "p|unset", "preset: RandomSolarize probability")
+    local_crops: int = static(-1, "count|unset", "preset: multi-crop local views besides the two "
+                                                 "global ones (-1 = the preset's: dino 6, others 0)")
     local_size: float = static(0.0, ">=0", "preset: local views' side, a fraction of the input's "
                                            "(0 = 96/224, DINO's)")
-    local_scale: tuple[float, ...] = static((), doc="preset: local views' crop scale "
-                                                    "(() = (0.05, 0.4))")
+    local_scale: tuple[float, ...] = static((), "fraction range|unset",
+                                            "preset: local views' crop scale (() = (0.05, 0.4))")
 
 
 @config
@@ -411,7 +427,7 @@ class KNNOptions:
 
 @config
 class FewShotOptions:
-    shots: tuple[int, ...] = static((1, 5, 10, 25), doc="examples per class")
+    shots: tuple[int, ...] = static((1, 5, 10, 25), "positive counts", "examples per class")
     seeds: int = static(5, ">0", "draws per shot count")
 
 

@@ -167,3 +167,28 @@ def test_every_experiment_file_loads():
             assert "def get_study" in source, name
             continue
         assert isinstance(C.load(name), Config)
+
+
+@pytest.mark.parametrize("item, pattern", [
+    ("data.views.flip_p=2.0", r"data.views.flip_p must be a probability in \[0, 1\]"),
+    ("data.views.grayscale_p=-0.5", r"grayscale_p must be a probability in \[0, 1\]"),
+    ("data.views.solarize_p=1.5", r"solarize_p must be a probability"),
+    ("data.views.crop_scale=(0.9,0.1)", r"crop_scale must be \(lo, hi\) with 0 < lo <= hi <= 1"),
+    ("data.views.local_scale=(0.1,2.0)", r"local_scale must be \(lo, hi\) with 0 < lo <= hi <= 1"),
+    ("data.views.crop_ratio=(1.3,0.75)", r"crop_ratio must be \(lo, hi\) with 0 < lo <= hi"),
+    ("data.views.blur_sigma=(0.0,2.0)", r"blur_sigma must be \(lo, hi\) with 0 < lo <= hi"),
+    ("data.views.jitter=(0.4,0.4,0.4,0.9)", r"jitter must be 4 numbers >= 0"),
+    ("data.views.local_crops=-5", r"local_crops must be >= 0 \(or -1: the preset's\)"),
+    ("eval.fewshot.shots=(-1,)", "eval.fewshot.shots must be one or more counts > 0"),
+    ("eval.fewshot.shots=(0,)", "eval.fewshot.shots must be one or more counts > 0"),
+    ("eval.fewshot.shots=()", "eval.fewshot.shots must be one or more counts > 0"),
+])
+def test_values_outside_a_fields_domain_fail_naming_it(item, pattern):
+    """The schema's domains (probabilities, ordered ranges, counts): a value the type accepts but
+    the operation cannot mean fails before anything runs, in one line naming the field."""
+    with pytest.raises(ConfigError, match=pattern) as e:
+        C.override(Config(), [item])
+    assert "\n" not in str(e.value)
+    # the unset markers and in-domain values stay valid
+    C.override(Config(), ["data.views.flip_p=-1", "data.views.crop_scale=()",
+                          "data.views.crop_scale=(0.08,1.0)", "data.views.local_crops=0"])

@@ -25,6 +25,7 @@ from repr_jax.config import (Config, DataConfig, EncoderConfig, EvalConfig, Meth
 
 POOLINGS = ("cls", "mean", "landmark")
 LENGTHS = {"short": 32, "long": 128}
+ARGS = tuple(f"{p}-{n}" for p in POOLINGS for n in LENGTHS)
 
 
 def get_config(arg=None) -> Config:

@@ -32,6 +32,7 @@ from repr_jax.config import (Config, DataConfig, EncoderConfig, MethodConfig, Op
                              TrainConfig, ViewsConfig)
 
 PRESETS = {"": "simclr", "no_color": "simclr_no_color", "no_crop": "simclr_no_crop"}
+ARGS = None  # a preset and/or quick, comma-separated: get_config checks them
 
 
 def get_config(arg=None) -> Config:

@@ -768,11 +768,26 @@ def describe_experiments() -> list[dict[str, Any]]:
     return out
 
 
+def _user_frame(e: BaseException, path: Path) -> str:
+    """``file:line`` of the innermost traceback frame in the experiment file's folder (where the
+    user's code raised), else the file itself."""
+    where = str(path)
+    tb = e.__traceback__
+    while tb is not None:
+        frame_file = tb.tb_frame.f_code.co_filename
+        if Path(frame_file).resolve().parent == path.resolve().parent:
+            where = f"{frame_file}:{tb.tb_lineno}"
+        tb = tb.tb_next
+    return where
+
+
 def load_from(name_or_path: str, function: str, returns: type) -> Any:
     """Calls ``function(arg)`` of an experiment file and checks it returns a ``returns``.
 
     ``name_or_path`` is a path to a ``.py`` file or the name of a file in ``experiments/``, optionally
-    followed by ``:arg`` which is passed on (``simclr_mnist1d:quick``).
+    followed by ``:arg`` which is passed on (``simclr_mnist1d:quick``). A file takes the args in
+    its ``ARGS`` (default ``("quick",)``; ``ARGS = None``: any, checked by the file itself); errors
+    in the file (a syntax error, an exception from ``function``) are one line naming its line.
     """
     name, _, arg = name_or_path.partition(":")
     path = Path(name)
@@ -786,11 +801,29 @@ def load_from(name_or_path: str, function: str, returns: type) -> Any:
     sys.path.insert(0, str(path.parent))  # experiment files may import a sibling base config
     try:
         spec.loader.exec_module(module)
+    except SyntaxError as e:
+        raise ConfigError(f"{e.filename}:{e.lineno}: {e.msg} (in the experiment file "
+                          f"{path})") from None
+    except ConfigError:
+        raise
+    except Exception as e:  # noqa: BLE001 - the user's file: its line, not our stack
+        raise ConfigError(f"{_user_frame(e, path)}: {type(e).__name__}: {e} (while reading "
+                          f"{path})") from None
     finally:
         sys.path.remove(str(path.parent))
     if not hasattr(module, function):
         raise ConfigError(f"{path} defines no {function}()")
-    value = getattr(module, function)(arg or None)
+    accepted = getattr(module, "ARGS", ("quick",))  # a file takes :quick unless it says
+    if arg and accepted is not None and arg not in accepted:
+        raise ConfigError(f"{path.stem} takes {' or '.join(':' + a for a in accepted)} or "
+                          f"nothing after its name, not :{arg}")
+    try:
+        value = getattr(module, function)(arg or None)
+    except ConfigError:
+        raise
+    except Exception as e:  # noqa: BLE001
+        raise ConfigError(f"{_user_frame(e, path)}: {function}({arg or None!r}) raised "
+                          f"{type(e).__name__}: {e}") from None
     if not isinstance(value, returns):
         raise ConfigError(f"{path}: {function}() must return {returns.__module__}."
                           f"{returns.__name__}, got {type(value).__name__}")

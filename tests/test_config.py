@@ -192,3 +192,24 @@ def test_values_outside_a_fields_domain_fail_naming_it(item, pattern):
     # the unset markers and in-domain values stay valid
     C.override(Config(), ["data.views.flip_p=-1", "data.views.crop_scale=()",
                           "data.views.crop_scale=(0.08,1.0)", "data.views.local_crops=0"])
+
+
+def test_experiment_args_and_errors_in_a_users_file_are_one_line(tmp_path):
+    """``name:arg`` takes the args the file declares (``ARGS``, default ``:quick``): a misspelt
+    arg no longer runs the full config silently; a syntax error or an exception in a config file
+    names the user's file and line, not repr_jax's stack."""
+    for name in ("simclr_mnist1d:bogus", "simclr_mnist1d:quick:extra", "pooling_latent_topics:x"):
+        with pytest.raises(ConfigError, match=r"takes :.* nothing after its name, not :") as e:
+            C.load(name)
+        assert "\n" not in str(e.value)
+    assert C.load("simclr_mnist1d:quick").train.steps < C.load("simclr_mnist1d").train.steps
+    assert C.load("pooling_latent_topics:cls-short").data.max_len == 32
+    broken = tmp_path / "broken.py"
+    broken.write_text("def get_config(arg=None):\n    x = 1 +\n")
+    with pytest.raises(ConfigError, match=rf"{broken}:2: invalid syntax"):
+        C.load(str(broken))
+    raises = tmp_path / "raises.py"
+    raises.write_text("def helper():\n    return {}['k']\n\n\n"
+                      "def get_config(arg=None):\n    return helper()\n")
+    with pytest.raises(ConfigError, match=rf"{raises}:2: get_config\(None\) raised KeyError"):
+        C.load(str(raises))

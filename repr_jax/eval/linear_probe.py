@@ -53,19 +53,21 @@ def _ridge_weights_dual(x_NxD, y_NxC, lambdas_L):
 
 
 def _bucket(n: int) -> int:
-    """``n`` rounded up to a power of two (at least 8): the row counts that compile."""
-    return max(8, 1 << (n - 1).bit_length())
+    """``n`` rounded up to a power of two (at least 8) up to 256, above that to a multiple of 64:
+    the row counts that compile (few, for few-shot's sizes; at most ~1.25x the rows, so at most
+    ~2x the dual's ``N^3``, for larger N)."""
+    return max(8, 1 << (n - 1).bit_length()) if n <= 256 else -(-n // 64) * 64
 
 
 def ridge_weights(x_NxD, y_NxC, lambdas_L):
     """Ridge weights ``[L, D, C]`` on the cheaper side: the dual when ``N < D`` (rows padded to a
-    power of two, so a new N rarely compiles), else the primal. For ``N < D`` the dual is also the
-    accurate one: the primal's ``D - N`` null eigenvalues, divided by a small penalty in float32,
+    few sizes, :func:`_bucket`, where that stays below D, so a new N rarely compiles), else the
+    primal. For ``N < D`` the dual is also the accurate one: the primal's ``D - N`` null eigenvalues, divided by a small penalty in float32,
     blow rounding up (12x the weights at ``l2 = 1e-6``, N = 100, D = 2,048; the dual: 1e-6)."""
     n, d = x_NxD.shape
     if n >= d:
         return _ridge_weights(x_NxD, y_NxC, lambdas_L)
-    pad = _bucket(n) - n
+    pad = _bucket(n) - n if _bucket(n) < d else 0
     return _ridge_weights_dual(jnp.pad(x_NxD, ((0, pad), (0, 0))),
                                jnp.pad(y_NxC, ((0, pad), (0, 0))), lambdas_L)
 

@@ -49,7 +49,8 @@ def test_dual_ridge_pads_rows_without_changing_the_solution():
     padded = lp._ridge_weights_dual(jnp.pad(x, ((0, 27), (0, 0))), jnp.pad(y, ((0, 27), (0, 0))),
                                     lam)
     chex.assert_trees_all_close(padded, lp._ridge_weights_dual(x, y, lam), rtol=1e-4, atol=1e-6)
-    assert [lp._bucket(n) for n in (1, 8, 9, 250, 256, 257)] == [8, 8, 16, 256, 256, 512]
+    assert [lp._bucket(n) for n in (1, 8, 9, 250, 256, 257, 9000)] == [8, 8, 16, 256, 256, 320,
+                                                                         9024]
 
 
 def test_fewshot_at_large_width_is_the_dual_and_compiles_once_per_bucket():

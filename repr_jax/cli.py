@@ -138,7 +138,10 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _positive_int(text: str) -> int:
-    value = int(text)
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
     return value
@@ -150,7 +153,7 @@ def _grid_options(parser, what: str) -> None:
     parser.add_argument("--set", dest="overrides", action="append", default=[],
                         metavar="KEY=VALUE", help="override a config value of every run "
                         "(repeatable)")
-    parser.add_argument("--jobs", type=int, default=None, help="runs trained at once (default: "
+    parser.add_argument("--jobs", type=_positive_int, default=None, help="runs trained at once (default: "
                         "one per CPU core on CPU, 1 on an accelerator; slurm: the array's "
                         "parallelism)")
     ex = parser.add_argument_group(
@@ -173,7 +176,7 @@ def _grid_options(parser, what: str) -> None:
                     help="ray/slurm: times a run whose process or node died is started again "
                          "(it resumes from its checkpoints; default 2)")
     ex.add_argument("--slurm-partition", default=None, help="slurm: the partition")
-    ex.add_argument("--slurm-time", type=int, default=None, metavar="MIN",
+    ex.add_argument("--slurm-time", type=_positive_int, default=None, metavar="MIN",
                     help="slurm: each job's time limit in minutes (default 60)")
     ex.add_argument("--slurm-cluster", default=None, choices=("auto", "slurm", "local", "debug"),
                     help="slurm: submitit's cluster (local: processes here, for trying it out)")

@@ -105,6 +105,7 @@ def _hints(cls: type) -> dict[str, Any]:
 
 
 _INT_MAX = 2 ** 31 - 1
+_F32_TINY, _F32_MAX = 1.1754944e-38, 3.4028235e38  # float32's smallest normal and largest
 
 
 def _coerce(value: Any, tp: Any, key: str) -> Any:
@@ -115,6 +116,9 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
             raise ConfigError(f"{key} must be a number, got {value!r}")
         if not math.isfinite(value):  # 1e999 parses as inf
             raise ConfigError(f"{key} must be a finite number, got {value!r}")
+        if value and not _F32_TINY <= abs(value) <= _F32_MAX:  # inf or 0 on device
+            raise ConfigError(f"{key}={value!r} does not fit float32, which the step computes "
+                              f"in: use a magnitude between {_F32_TINY:.1e} and {_F32_MAX:.1e}")
         return float(value)
     if tp is int:
         if isinstance(value, float) and value.is_integer():

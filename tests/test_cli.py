@@ -154,3 +154,20 @@ def test_fit_in_linear_space_takes_non_positive_y(tmp_path, capsys):
     result = json.loads((tmp_path / "fit_log_linear.json").read_text())
     assert result["log_space"] is False and result["points"] == 6
     assert result["params"]["b"]["value"] == pytest.approx(-0.1, rel=1e-3)
+
+
+@pytest.mark.parametrize("option, value, message", [
+    ("--jobs", "0", "argument --jobs: must be at least 1, got 0"),
+    ("--jobs", "-1", "argument --jobs: must be at least 1, got -1"),
+    ("--slurm-time", "-5", "argument --slurm-time: must be at least 1, got -5"),
+])
+def test_sweep_counts_must_be_positive(capsys, tmp_path, option, value, message):
+    """`sweep --jobs 0` ran nothing and `--slurm-time -5` failed each point with nothing on
+    stderr: both are refused while parsing, naming the option."""
+    from repr_jax.cli import main
+    with pytest.raises(SystemExit) as e:
+        main(["sweep", "--config", "simclr_mnist1d:quick", "--grid", "seed=[0,1]",
+              "--workdir", str(tmp_path / "sw"), option, value, "--dry-run"])
+    assert e.value.code == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "sw").exists()

@@ -49,6 +49,8 @@ def test_unknown_key_names_closest_and_valid_keys():
     ("train.steps=0", "train.steps must be > 0"),
     ("train.steps=99999999999999999999", r"train.steps must be at most 2,147,483,647 \(2\^31"),
     ("seed=-4294967296", "seed must be at most"),
+    ("optim.lr=1e300", r"optim.lr=1e\+300 does not fit float32"),
+    ("method.temperature=1e-300", "method.temperature=1e-300 does not fit float32"),
     ("method.name=simclrr", "did you mean 'simclr'"),
     ("method.queue_size=8", "unknown config key 'method.queue_size'.*temperature"),
     ("optim=1", "optim is a section"),

@@ -319,6 +319,21 @@ def _one_line_warning(message, category, filename, lineno, line=None) -> str:
     return f"repr-jax: warning: {kind}{message}\n"
 
 
+def _check_folder_args(args) -> None:
+    """A ``--workdir`` (or export ``--out``) that is a file or a dangling symlink: one line."""
+    from repr_jax.config import ConfigError
+    for flag in ("workdir", "out"):
+        value = getattr(args, flag, None)
+        if not value or (flag == "out" and args.command != "export"):
+            continue
+        path = Path(value)
+        if path.is_symlink() and not path.exists():
+            raise ConfigError(f"--{flag} {path} is a symbolic link to a missing "
+                              f"{os.readlink(path)}; remove it or point it at a folder")
+        if path.exists() and not path.is_dir():
+            raise ConfigError(f"--{flag} {path} is a file, not a folder")
+
+
 def main(argv: list[str] | None = None) -> int:
     from repr_jax.host_memory import keep_host_memory
     keep_host_memory()  # before JAX's backend starts: the CLI opts in (repr_jax/host_memory.py)
@@ -329,8 +344,12 @@ def main(argv: list[str] | None = None) -> int:
     from repr_jax.files import StorageError, WorkdirBusy
     from repr_jax.train import TrainingDiverged
     try:
+        _check_folder_args(args)
         return {"train": _train, "eval": _eval, "sweep": _sweep, "study": _study,
                 "fit": _fit, "export": _export, "list": _list}[args.command](args)
+    except BrokenPipeError:  # `repr-jax ... | head`: the reader left; no traceback for that
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     except (ConfigError, TrainingDiverged, WorkdirBusy, StorageError, FileNotFoundError) as e:
         print(f"repr-jax: error: {e}", file=sys.stderr)
         return 2

@@ -171,3 +171,26 @@ def test_sweep_counts_must_be_positive(capsys, tmp_path, option, value, message)
     assert e.value.code == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "sw").exists()
+
+
+def test_a_workdir_that_is_a_file_or_a_dangling_link_is_one_line(capsys, tmp_path):
+    from repr_jax.cli import main
+    (tmp_path / "afile").write_text("x")
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    for name, message in (("afile", "is a file, not a folder"),
+                          ("dangling", "is a symbolic link to a missing")):
+        assert main(["train", "--config", "simclr_mnist1d:quick", "--workdir",
+                     str(tmp_path / name)]) == 2
+        err = capsys.readouterr().err
+        assert message in err and err.count("\n") == 1, err
+    assert (tmp_path / "afile").read_text() == "x" and not (tmp_path / "nowhere").exists()
+
+
+@pytest.mark.slow
+def test_output_cut_short_by_its_reader_is_no_traceback():
+    """`repr-jax train --print-config | head -1`: the reader closes the pipe early."""
+    proc = subprocess.Popen([sys.executable, "-m", "repr_jax.cli", "train", "--print-config"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0)
+    proc.stdout.close()  # before the child prints (it imports JAX first): its write breaks
+    err = proc.stderr.read().decode()
+    assert proc.wait() in (0, 1) and "Traceback" not in err, err

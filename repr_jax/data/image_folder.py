@@ -34,6 +34,9 @@ class ImageFolderConfig(tfds.core.BuilderConfig):
 def _layout(root: str | Path) -> tuple[Path, dict[str, Path], list[str]]:
     """``(root, {split: its folder}, classes)``, from the folder names alone (cheap: no file is
     listed); a missing folder, or one without class subfolders, is a one-line ValueError."""
+    if not str(root).strip():
+        raise ValueError("data.name=imagefolder: needs a folder after the colon, e.g. "
+                         "imagefolder:/path/to/images")
     root = Path(root).expanduser()
     if not root.is_dir():
         raise ValueError(f"data.name=imagefolder:{root}: no such folder")
@@ -46,6 +49,9 @@ def _layout(root: str | Path) -> tuple[Path, dict[str, Path], list[str]]:
     if not classes:
         raise ValueError(f"imagefolder {class_root} has no class subfolders (expected "
                          f"{class_root}/<class>/<image files>)")
+    if len(classes) < 2:
+        raise ValueError(f"imagefolder {class_root} has one class folder ({classes[0]}/): the "
+                         f"probes, kNN and clustering need at least two classes")
     return root, split_roots, classes
 
 
@@ -142,6 +148,9 @@ class ImageFolder(tfds.core.GeneratorBasedBuilder):
                 skipped.append(f"{path} ({type(e).__name__})")
                 continue
             yield n, {"x": Image.fromarray(image), "label": index[cls]}  # PNG-encoded by PIL
+        if len(skipped) == len(items):  # else TFDS fails with "No examples were yielded"
+            raise ValueError(f"imagefolder: none of the {len(items)} files of split {split} is "
+                             f"an image PIL can read (e.g. {skipped[0]})")
         if skipped:
             warnings.warn(f"imagefolder: skipped {len(skipped)} unreadable file(s) of split "
                           f"{split}: " + "; ".join(skipped[:10])

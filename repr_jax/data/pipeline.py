@@ -120,8 +120,28 @@ def _prepared(lock_name: str, make_builder, data_dir: str):
             print(f"preparing {builder.name}{config} in {builder.data_dir} (generated here, "
                   f"nothing downloaded)", file=sys.stderr, flush=True)
         builder._log_download_bytes = builder._log_download_done = lambda: None  # noqa: SLF001
-        builder.download_and_prepare()
+        try:
+            builder.download_and_prepare()
+        except BaseException:
+            _remove_unprepared(Path(builder.data_dir), Path(data_dir))
+            raise
     return builder
+
+
+def _remove_unprepared(version_dir: Path, data_dir: Path) -> None:
+    """After a failed preparation: the dataset's folder if it holds no finished dataset (no
+    ``dataset_info.json``), then its parents up to ``data_dir`` while they are empty, so a later
+    run does not meet an empty prepared folder."""
+    import shutil
+    if version_dir.is_dir() and not (version_dir / "dataset_info.json").exists():
+        shutil.rmtree(version_dir, ignore_errors=True)
+    parent = version_dir.parent
+    while parent != data_dir and data_dir in parent.parents:
+        try:
+            parent.rmdir()  # only when empty
+        except OSError:
+            break
+        parent = parent.parent
 
 
 def _builder(name: str, data_dir: str, **config_kwargs: Any):

@@ -3,7 +3,8 @@
 ``sentence-transformers``: a directory ``SentenceTransformer(OUT)`` loads offline (text_transformer
 encoders with mean or CLS pooling and a WordPiece vocabulary). ``safetensors``: any encoder's
 parameters and batch statistics under flattened names, with ``repr_jax_config.json`` from which
-:func:`repr_jax.encoders.load_exported` rebuilds it. Both carry a ``README.md`` model card.
+:func:`repr_jax.encoders.load_exported` rebuilds it. Both carry a ``README.md`` model card and
+the run's config (``train_config.json``: ``repr-jax train --config`` reproduces the run from it).
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from repr_jax.encoders.pretrained import (LoadedModel, SentenceTransformerConfig
 from repr_jax.train.log import eval_steps, format_table
 from repr_jax.train.pretrained import encoder_fields, encoder_module, encoder_subtrees
 from repr_jax.train.run import load_trained
+
+RUN_CONFIG = "train_config.json"  # the run's whole config, written beside the export's card
 
 FORMATS = ("sentence-transformers", "safetensors")
 ST_POOLING = ("mean", "cls")  # what our pooling and sentence-transformers' compute alike
@@ -68,8 +71,8 @@ def model_card(workdir: Path, cfg: Config, fmt: str, step: int) -> str:
     else:
         lines.append("(no evaluation recorded)")
     lines += ["", "## Reproduce", "", "```bash",
-              "repr-jax train --config config.json --workdir runs/reproduced   # config.json is "
-              "the run's", f"repr-jax export --workdir runs/reproduced --format {fmt} --out OUT",
+              f"repr-jax train --config {RUN_CONFIG} --workdir runs/reproduced   # the run's "
+              "config, beside this card", f"repr-jax export --workdir runs/reproduced --format {fmt} --out OUT",
               "```", ""]
     return "\n".join(lines)
 
@@ -111,6 +114,11 @@ def export_run(workdir: str | Path, fmt: str, out: str | Path) -> Path:
     if fmt not in FORMATS:
         raise ConfigError(f"--format {fmt!r}: choose {' or '.join(FORMATS)}")
     workdir, out = Path(workdir), Path(out)
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--out {out} is a file; give a new folder for the export")
+    if out.is_dir() and any(out.iterdir()):
+        raise ConfigError(f"--out {out} is not empty; give a new (or empty) folder, so the "
+                          f"export is not mixed with other files")
     cfg, dataset, _, state = load_trained(workdir)
     step = int(jax.device_get(state.step))
     subtrees = encoder_subtrees(flatten_tree(jax.device_get(state.variables)))
@@ -127,6 +135,7 @@ def export_run(workdir: str | Path, fmt: str, out: str | Path) -> Path:
                     subtree=prefix)
         export_safetensors({k: np.asarray(v) for k, v in tensors.items()}, meta, out)
         files.write_text(out / "README.md", card)
+        config_lib.save_json(cfg, out / RUN_CONFIG)
         return out
     params = unflatten_tree({k: v for k, v in tensors.items() if k.startswith("params/")})
     loaded = as_sentence_transformer(cfg, dataset, params["params"])
@@ -137,7 +146,9 @@ def export_run(workdir: str | Path, fmt: str, out: str | Path) -> Path:
     if extra:
         raise ConfigError(f"the encoder has parameters a BERT model does not ({', '.join(extra)}); "
                           f"use --format safetensors")
-    return export_sentence_transformer(loaded, out, card=card)
+    out = export_sentence_transformer(loaded, out, card=card)
+    config_lib.save_json(cfg, out / RUN_CONFIG)
+    return out
 
 
 __all__ = ["FORMATS", "as_sentence_transformer", "export_run", "model_card"]

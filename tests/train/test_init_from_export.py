@@ -149,7 +149,11 @@ def test_a_trained_run_exports_reloads_and_initialises_another(tmp_path):
     np.testing.assert_allclose(np.asarray(module.apply(variables, x)[0]),
                                np.asarray(method.embed(state.variables, x)), atol=1e-6)
     card = (out / "README.md").read_text()
-    assert "knn/accuracy" in card and "repr-jax train --config config.json" in card
+    assert "knn/accuracy" in card and "repr-jax train --config train_config.json" in card
+    assert config_lib.load(str(out / "train_config.json")) == cfg  # the card's command runs
+    for bad, message in ((out, "is not empty"), (out / "README.md", "is a file")):
+        with pytest.raises(ConfigError, match=message):  # nothing written beside other files
+            export_run(run, "safetensors", bad)
     refused = subprocess.run([sys.executable, "-m", "repr_jax.cli", "export", "--workdir",
                               str(run), "--format", "sentence-transformers", "--out",
                               str(tmp_path / "st")], capture_output=True, text=True)

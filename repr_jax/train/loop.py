@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import sys
 import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -119,6 +120,11 @@ def _loop(trainee: Trainee, logs: list[RunLog], *, progress: bool, desc: str
     start = int(np.asarray(jax.device_get(state.step)).flat[0])
     if found is not None and lead:
         print(f"resuming from step {start} ({ckpt.directory})", flush=True)
+    damaged = ckpt.directory.with_name(ckpt.directory.name + ".damaged")
+    if found is None and lead and damaged.is_dir() and any(damaged.iterdir()):
+        print(f"repr-jax: warning: no checkpoint in {ckpt.directory} restores and verifies (the "
+              f"damaged ones are in {damaged}); training starts again from step 0",
+              file=sys.stderr, flush=True)
     logs += [RunLog(m.workdir, m.cfg.log, resume_step=start, lead=lead,
                    hparams=m.hparams if m.hparams is not None else config_lib.flatten(m.cfg),
                    trained=trained_name(m.cfg)) for m in members]

@@ -138,3 +138,25 @@ def test_supervised_method_trains_on_digits(tmp_path):
     out = train_and_evaluate(cfg, tmp_path / "run", progress=False, verbose=False)
     acc = {(r["representation"], r["evaluator"]): r["value"] for r in out["eval_rows"]}
     assert acc["supervised encoder", "linear_probe"] > 0.8
+
+
+@pytest.mark.slow
+def test_training_says_so_when_no_checkpoint_verifies_before_starting_over(tmp_path, capfd,
+                                                                           mnist1d_small):
+    """Every checkpoint damaged: `repr-jax eval` moves them aside and says so; the next train
+    then starts from step 0 and says that too, in one line, before training."""
+    from repr_jax.train import evaluate_workdir
+    from repr_jax.train.checkpoint import NoVerifiedCheckpoint
+    cfg = tiny_config(train=C.TrainConfig(batch_size=32, steps=2, ckpt_every=1, num_devices=1),
+                      eval=C.EvalConfig(evaluators=("knn",), reference_rows=False, bootstrap=0))
+    run = tmp_path / "run"
+    train_and_evaluate(cfg, run, progress=False, verbose=False, dataset=mnist1d_small)
+    for step in (run / "checkpoints").iterdir():
+        if step.name.isdigit():
+            (step / "state" / "_METADATA").unlink()
+    with pytest.raises(NoVerifiedCheckpoint):
+        evaluate_workdir(run, progress=False)
+    capfd.readouterr()
+    train_and_evaluate(cfg, run, progress=False, verbose=False, dataset=mnist1d_small)
+    err = [line for line in capfd.readouterr().err.splitlines() if "starts again" in line]
+    assert len(err) == 1 and "no checkpoint in" in err[0] and "checkpoints.damaged" in err[0]

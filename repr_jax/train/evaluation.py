@@ -198,7 +198,12 @@ def evaluate(cfg: Config, dataset: Dataset, representations: dict[str, Represent
             bar.update(weight.get((rep_name, name), 0.0) + 0.1)
     bar.close()
     with_rows = {r["evaluator"] for r in rows}
-    for name in cfg.eval.evaluators:  # no rows for any representation: say why, once a process
+    # No rows for any representation: say why, once a process, for evaluators the user asked for
+    # (the default battery's retrieval and sts simply do not apply to most datasets).
+    default = tuple(cfg.eval.evaluators) == config_lib.EvalConfig().evaluators
+    for name in cfg.eval.evaluators:
+        if default and name in _NEEDS:
+            continue
         if name not in with_rows and (name, dataset.name) not in SAID_EMPTY:
             SAID_EMPTY.add((name, dataset.name))
             print(f"repr-jax: evaluator {name!r} has nothing to evaluate on {dataset.name!r}: "

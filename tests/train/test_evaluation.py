@@ -70,3 +70,15 @@ def test_a_metric_that_fails_keeps_the_rows_before_it_and_says_why_in_one_line(
     assert table[-1] == ("failed: geometry on raw: MemoryError: RESOURCE_EXHAUSTED: Out of memory "
                          "allocating 96.6 GiB")
     assert evaluation.error_line(ValueError("x" * 400)).endswith("x ...")
+
+
+def test_the_default_battery_says_nothing_of_evaluators_that_do_not_apply(mnist1d_small, capsys,
+                                                                         monkeypatch):
+    from repr_jax.train import evaluation
+    monkeypatch.setattr(evaluation, "SAID_EMPTY", set())
+    cfg = tiny_config(eval=EvalConfig(bootstrap=0))  # the default evaluators
+    assert "retrieval" in cfg.eval.evaluators and "sts" in cfg.eval.evaluators
+    raw = Representation(lambda variables, x: x.reshape(x.shape[0], -1), None)
+    rows = evaluate(cfg, mnist1d_small, {"raw": raw}, step=0)
+    assert {"retrieval", "sts"}.isdisjoint(r["evaluator"] for r in rows)
+    assert "nothing to evaluate" not in capsys.readouterr().err

@@ -280,6 +280,28 @@ def _study(args) -> int:
     return 0
 
 
+def _reach_of(source: str, cfg) -> list[str]:
+    """For a config file given by path (not a shipped experiment): one line for each setting it
+    makes that reads outside the run folder or sends data off the machine, so nothing does so
+    unnoticed."""
+    name = source.partition(":")[0]
+    if not (name.endswith((".json", ".py")) and Path(name).is_file()):
+        return []
+    said = []
+    if cfg.data.data_dir:
+        said.append(f"data.data_dir={cfg.data.data_dir!r} (TFDS data is read from there)")
+    if cfg.data.name.startswith("imagefolder:"):
+        said.append(f"data.name={cfg.data.name!r} (images are read from there)")
+    if cfg.data.tokenizer not in ("", "minilm"):
+        said.append(f"data.tokenizer={cfg.data.tokenizer!r} (a vocabulary is read from there)")
+    if cfg.encoder.init_from:
+        said.append(f"encoder.init_from={cfg.encoder.init_from!r} (weights are read from there)")
+    if cfg.log.wandb and cfg.log.wandb_mode == "online":
+        said.append(f"log.wandb={cfg.log.wandb!r} with log.wandb_mode='online' (metrics and "
+                    f"evaluation rows are sent to Weights & Biases)")
+    return [f"repr-jax: note: {name} sets {s}" for s in said]
+
+
 def _train(args) -> int:
     import json
 
@@ -289,6 +311,8 @@ def _train(args) -> int:
     if args.print_config:
         print(json.dumps(config_lib.to_dict(cfg), indent=2))
         return 0
+    for line in _reach_of(args.config, cfg):
+        print(line, file=sys.stderr)
     workdir = args.workdir or os.path.join(
         "runs", f"{Path(args.config.partition(':')[0]).stem}-"
                 f"{datetime.datetime.now():%Y%m%d-%H%M%S}")

@@ -194,3 +194,21 @@ def test_output_cut_short_by_its_reader_is_no_traceback():
     proc.stdout.close()  # before the child prints (it imports JAX first): its write breaks
     err = proc.stderr.read().decode()
     assert proc.wait() in (0, 1) and "Traceback" not in err, err
+
+
+def test_a_config_file_from_elsewhere_says_what_it_reaches(tmp_path):
+    """A config file given by path prints, one line each, the settings that read outside the run
+    folder or send data off the machine; a shipped experiment prints none."""
+    from repr_jax import config as C
+    from repr_jax.cli import _reach_of
+    cfg = C.override(C.load("simclr_mnist1d"), [
+        "data.data_dir=/srv/tfds", "log.wandb=proj", "log.wandb_mode=online"])
+    path = tmp_path / "other.json"
+    C.save_json(cfg, path)
+    lines = _reach_of(str(path), cfg)
+    assert lines == [f"repr-jax: note: {path} sets data.data_dir='/srv/tfds' (TFDS data is read "
+                     f"from there)",
+                     f"repr-jax: note: {path} sets log.wandb='proj' with log.wandb_mode='online' "
+                     f"(metrics and evaluation rows are sent to Weights & Biases)"]
+    assert _reach_of("simclr_mnist1d", cfg) == []
+    assert _reach_of(str(path), C.load("simclr_mnist1d")) == []

@@ -414,6 +414,10 @@ class SlurmExecutor:
             params["slurm_array_parallelism"] = jobs
         self._ex.update_parameters(**params)
         self.local = self._ex.cluster in ("local", "debug")
+        if self.local and cluster in (None, "", "auto"):  # submitit found no sbatch here
+            raise ConfigError("--executor slurm: no SLURM on this machine (sbatch not found); "
+                              "run the points here with --slurm-cluster local, or use "
+                              "--executor local")
         self.jobs, self.max_retries = jobs or (default_jobs() if self.local else None), max_retries
         self._token, self._env = _new_token(workdir), _forwarded_env()
         self._handles: list[_SubmititHandle] = []

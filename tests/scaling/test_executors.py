@@ -115,6 +115,18 @@ def test_executor_errors_and_a_held_point_lock(tmp_path):
     assert running_elsewhere(tmp_path) is None
 
 
+def test_slurm_without_slurm_refuses_instead_of_running_here(tmp_path):
+    """submitit falls back to running points as local processes where there is no sbatch; the
+    sweep said nothing. Now that is refused unless asked for (--slurm-cluster local)."""
+    pytest.importorskip("submitit")
+    import shutil
+    if shutil.which("sbatch"):
+        pytest.skip("this machine has SLURM")
+    with pytest.raises(ConfigError, match="no SLURM on this machine.*--slurm-cluster local"):
+        make_executor("slurm", tmp_path)
+    assert make_executor("slurm", tmp_path, options={"cluster": "local"}).local
+
+
 def test_the_cli_refuses_another_executors_flags(capsys):
     from repr_jax.cli import main
     assert main(["sweep", "x", "--workdir", "w", "--executor", "ray",

@@ -313,6 +313,25 @@ class _RayHandle:
         ray.cancel(self.ref, force=True)  # kills the worker; the point's process dies with it
 
 
+RAY_CONNECT_TIMEOUT = 10.0  # seconds to reach a cluster's head before giving up
+
+
+def _check_reachable(address: str, timeout: float = RAY_CONNECT_TIMEOUT) -> None:
+    """A ``HOST:PORT`` Ray head that does not accept a connection within ``timeout`` seconds is
+    a one-line ConfigError (``ray.init`` retries "Failed to connect to GCS" for ever)."""
+    import socket
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    try:
+        with socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout):
+            return
+    except ValueError:
+        raise ConfigError(f"--ray-address {address!r} is not HOST:PORT") from None
+    except OSError as e:
+        raise ConfigError(f"--executor ray: no Ray cluster answers at {address} within "
+                          f"{timeout:g} s ({e.strerror or e}); start one (ray start --head) or "
+                          f"fix --ray-address; the sweep folder is kept and resumes") from None
+
+
 class RayExecutor:
     """One Ray task per point, each in a fresh worker process (``max_calls=1``) that starts the
     point's own process. ``address``: a running cluster ("auto", "HOST:PORT"; default
@@ -331,8 +350,20 @@ class RayExecutor:
             raise ConfigError("--executor ray needs Ray: pip install -e \".[cluster]\"") from None
         self._started = not ray.is_initialized()
         if self._started:
-            ray.init(address=address or os.environ.get("RAY_ADDRESS") or None,
-                     include_dashboard=False, log_to_driver=False, configure_logging=False)
+            address = address or os.environ.get("RAY_ADDRESS") or None
+            if address and address != "auto":
+                _check_reachable(address)
+            try:
+                ray.init(address=address, include_dashboard=False, log_to_driver=False,
+                         configure_logging=False)
+            except Exception as e:  # noqa: BLE001 - Ray's errors run to pages; the cause here
+                text = str(e)
+                why = ("the cluster refused this machine's authentication token (Ray's token "
+                       "authentication: every node needs the head's token, e.g. "
+                       "RAY_AUTH_TOKEN_PATH)" if "auth" in text.lower() and "token" in
+                       text.lower() else files.first_line(e))
+                raise ConfigError(f"--executor ray: cannot join the cluster at "
+                                  f"{address or 'a new local one'}: {why}") from None
         self._task = ray.remote(
             num_cpus=point_cpus, num_gpus=point_gpus, resources=dict(resources or {}),
             max_calls=1, max_retries=max_retries, retry_exceptions=[PointKilled])(_ray_point)

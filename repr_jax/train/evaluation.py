@@ -189,7 +189,7 @@ def evaluate(cfg: Config, dataset: Dataset, representations: dict[str, Represent
                     row.update(ci_low=value.low, ci_high=value.high)
                 rows.append(row)
         except Exception as e:  # noqa: BLE001 - one failing protocol must not lose the others
-            message = error_line(e)
+            message = f"{type(e).__name__}: {files.first_line(e)}"
             print(f"repr-jax: evaluator {name!r} failed on {rep_name!r}: {message}",
                   file=sys.stderr)
             rows.append(dict(step=step, representation=rep_name, evaluator=name, metric="error",
@@ -209,13 +209,6 @@ def evaluate(cfg: Config, dataset: Dataset, representations: dict[str, Represent
             print(f"repr-jax: evaluator {name!r} has nothing to evaluate on {dataset.name!r}: "
                   f"{_needs(name)}", file=sys.stderr)
     return rows
-
-
-def error_line(e: BaseException, limit: int = 300) -> str:
-    """An exception in one line: its type and the first line of its message, shortened (XLA's
-    out-of-memory errors run to dozens of lines)."""
-    text = " ".join(str(e).strip().splitlines()[:1])
-    return f"{type(e).__name__}: {text[:limit] + ' ...' if len(text) > limit else text}"
 
 
 SAID_EMPTY: set[tuple[str, str]] = set()  # (evaluator, dataset) with no rows: said once a process

@@ -127,6 +127,23 @@ def test_slurm_without_slurm_refuses_instead_of_running_here(tmp_path):
     assert make_executor("slurm", tmp_path, options={"cluster": "local"}).local
 
 
+def test_an_unreachable_ray_cluster_fails_in_one_line_and_keeps_the_sweep(tmp_path, capsys):
+    """`--ray-address 127.0.0.1:1` retried "Failed to connect to GCS" for ever."""
+    pytest.importorskip("ray")
+    from repr_jax.cli import main
+    from repr_jax.scaling import executors
+    with pytest.raises(ConfigError, match=r"no Ray cluster answers at 127.0.0.1:1 within 10 s"):
+        executors._check_reachable("127.0.0.1:1")
+    with pytest.raises(ConfigError, match="is not HOST:PORT"):
+        executors._check_reachable("nohost")
+    assert main(["sweep", "--config", "simclr_mnist1d:quick", "--grid", "seed=[0,1]",
+                 "--workdir", str(tmp_path / "sw"), "--executor", "ray", "--ray-address",
+                 "127.0.0.1:1"]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
+    assert len(err) == 1 and "no Ray cluster answers" in err[0]  # (data preparation aside)
+    assert (tmp_path / "sw" / "sweep.json").exists()  # resumable once a cluster is there
+
+
 def test_the_cli_refuses_another_executors_flags(capsys):
     from repr_jax.cli import main
     assert main(["sweep", "x", "--workdir", "w", "--executor", "ray",

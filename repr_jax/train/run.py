@@ -38,8 +38,14 @@ RESUMABLE_CHANGES = ("eval.", "train.eval_every", "train.ckpt_every", "train.log
 # Data
 # --------------------------------------------------------------------------------------------------
 
+MIN_EXAMPLES = 50  # a generated dataset smaller than this has empty splits
+
+
 def load_dataset(cfg: Config) -> data.Dataset:
     d = cfg.data
+    if 0 < d.num_examples < MIN_EXAMPLES:
+        raise ConfigError(f"data.num_examples={d.num_examples} is too few to split into train, "
+                          f"validation and test; use at least {MIN_EXAMPLES}")
     sizes = {k: v for k, v in (("num_examples", d.num_examples), ("num_classes", d.num_classes),
                                ("pairs", d.pairs), ("image_size", d.image_size)) if v}
     dataset = data.load(d.name, data_dir=d.data_dir, tokenizer=d.tokenizer, max_len=d.max_len,
@@ -124,6 +130,22 @@ def check_buildable(cfg: Config) -> None:
     _check_eval_section(cfg.eval)
 
 
+def check_fits_data(cfg: Config, dataset: data.Dataset) -> None:
+    """The settings that only the dataset can refute, before anything is built: a tokenizer for
+    data that holds no text, more kNN neighbours than training examples."""
+    if cfg.data.tokenizer and (dataset.vocab is None or cfg.data.name == "latent_topics"):
+        raise ConfigError(f"data.tokenizer={cfg.data.tokenizer!r} applies to text read by a "
+                          f"tokenizer; {cfg.data.name!r} has none (it would be ignored): remove it")
+    protocols = {*cfg.eval.evaluators, cfg.eval.layerwise.protocol if "layerwise" in
+                 cfg.eval.evaluators else "", cfg.eval.matryoshka.protocol if "matryoshka" in
+                 cfg.eval.evaluators else ""}
+    n = len(dataset.splits["train"]["label"])
+    n = min(n, cfg.eval.max_examples) if cfg.eval.max_examples else n
+    if "knn" in protocols and cfg.eval.knn.k > n:
+        raise ConfigError(f"eval.knn.k={cfg.eval.knn.k} exceeds the {n} training examples the "
+                          f"evaluation sees; use at most {n}")
+
+
 def _check_eval_section(e) -> None:
     from repr_jax.data.eval_sets import EVAL_SETS
     from repr_jax.eval import EVALUATORS, PROTOCOLS
@@ -195,6 +217,7 @@ def build_run(cfg: Config, dataset: data.Dataset | None = None, *, pretrained: b
         dataset = load_dataset(cfg) if jax.process_index() == 0 else None
         multihost_utils.sync_global_devices("repr_jax: dataset prepared")
     dataset = dataset or load_dataset(cfg)
+    check_fits_data(cfg, dataset)
     method = build_method(cfg, dataset)
     weights = pretrained_for(cfg, method, dataset) if pretrained else {}
     return mesh, dataset, method, init_state(cfg, method, sample_batch(dataset), mesh, weights)

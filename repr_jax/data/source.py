@@ -13,9 +13,12 @@ the consumer on grain's thread pool, so reading and decoding overlap the device 
 from __future__ import annotations
 
 import collections.abc
+from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
+
+from repr_jax import files
 
 Arrays = dict[str, np.ndarray]
 
@@ -91,9 +94,31 @@ class SourceSplit(collections.abc.Mapping):
         if not rows:
             return {k: np.zeros((0,) + c.row_shape, c.dtype) for k, c in self._columns.items()}
         if labels_only:
-            records = self._sources[1].__getitems__(rows)
+            records = self._read(self._sources[1], rows)
             return {"label": np.asarray([r[self.label_key] for r in records], np.int32)}
-        return convert(self._sources[0].__getitems__(rows), self.input_key, self.label_key)
+        return convert(self._read(self._sources[0], rows), self.input_key, self.label_key)
+
+    def _read(self, source, rows: list[int]):
+        try:
+            return source.__getitems__(rows)
+        except Exception as e:  # noqa: BLE001 - Riegeli's 40-line errors name no file
+            raise DataCorrupted(self._locate(source, rows, e)) from None
+
+    def _locate(self, source, rows: list[int], error: Exception) -> str:
+        """The file and record of the first of ``rows`` that cannot be read, in one line."""
+        info = self.builder.info.splits[self.split]
+        ends = np.cumsum(info.shard_lengths)
+        for row in rows:
+            try:
+                source.__getitems__([row])
+            except Exception as e:  # noqa: BLE001
+                shard = int(np.searchsorted(ends, row, side="right"))
+                start = int(ends[shard - 1]) if shard else 0
+                path = Path(self.builder.data_dir) / info.filenames[shard]
+                return (f"{path}: record {row - start} (row {row} of split {self.split!r}) "
+                        f"cannot be read: {files.first_line(e)}; prepare the dataset again "
+                        f"(delete {self.builder.data_dir})")
+        return f"split {self.split!r} of {self.builder.name}: {files.first_line(error)}"
 
     def subset(self, idx) -> "SourceSplit":
         """The rows ``idx`` of this split, in that order (no data is read)."""
@@ -110,6 +135,10 @@ class SourceSplit(collections.abc.Mapping):
     def __repr__(self) -> str:
         return (f"SourceSplit({self.builder.name!r}, {self.split!r}, {len(self)} rows, "
                 f"{', '.join(f'{k}{c.row_shape}' for k, c in self._columns.items())})")
+
+
+class DataCorrupted(ValueError):
+    """A stored record that cannot be read; the message (one line) names its file and record."""
 
 
 class Column:

@@ -80,7 +80,9 @@ def _topk_blocks(q_QxD, c_NxD, *, k: int, similarity: str, corpus_chunk: int, bl
         top_s, pos = jax.lax.top_k(jnp.where(ids < n, s, -jnp.inf), k)
         return top_s, ids[pos]
 
-    return jax.lax.map(rank, (q_QxD, blocks_QxB), batch_size=64)
+    # Queries rescored together: their gathered blocks (batch x k x block x D) stay under 256 MiB.
+    batch = max(1, min(64, (1 << 26) // (kb * block * c_NxD.shape[1])))
+    return jax.lax.map(rank, (q_QxD, blocks_QxB), batch_size=batch)
 
 
 BRUTE_FORCE = 1 << 22  # query x corpus scores up to which one matrix and one top-k are used

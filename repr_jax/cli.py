@@ -79,8 +79,11 @@ def _parser() -> argparse.ArgumentParser:
                    help=f"the experiment --grid varies (default: {DEFAULT_EXPERIMENT})")
     _grid_options(s, "sweep")
     s.add_argument("--dry-run", action="store_true",
-                   help="list the points, their steps and an estimate of the time (from one timed "
-                        "step of the first point) and exit")
+                   help="list the points, their steps and an estimate of the time (it compiles "
+                        "and times a few steps of each distinct model: seconds to minutes) and "
+                        "exit")
+    s.add_argument("--no-timing", action="store_true",
+                   help="with --dry-run: list the points and steps only, timing nothing")
     s.add_argument("--collect", action="store_true",
                    help="only rewrite results.csv/.json from what the runs have written so far")
 
@@ -255,7 +258,11 @@ def _sweep(args) -> int:
     if args.dry_run:
         from repr_jax.scaling.executors import default_jobs
         jobs = args.jobs or default_jobs()
-        print("\n".join(sweep_lib.dry_run(sweep, args.overrides, jobs=jobs)))
+        if not args.no_timing:
+            print("timing a few train steps of each distinct model for the estimate "
+                  "(--no-timing skips it)", file=sys.stderr, flush=True)
+        print("\n".join(sweep_lib.dry_run(sweep, args.overrides, jobs=jobs,
+                                           time_step=not args.no_timing)))
         return 0
     rows = sweep_lib.run_sweep(sweep, args.workdir, jobs=args.jobs, overrides=args.overrides,
                                retry_failed=args.retry_failed, progress=not args.no_progress,

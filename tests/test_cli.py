@@ -216,3 +216,13 @@ def test_a_config_file_from_elsewhere_says_what_it_reaches(tmp_path):
                      f"(metrics and evaluation rows are sent to Weights & Biases)"]
     assert _reach_of("simclr_mnist1d", cfg) == []
     assert _reach_of(str(path), C.load("simclr_mnist1d")) == []
+
+
+def test_sweep_dry_run_without_timing_lists_points_at_once(capsys, tmp_path):
+    from repr_jax.cli import main
+    assert main(["sweep", "--config", "simclr_mnist1d:quick", "--grid", "seed=[0,1]",
+                 "--workdir", str(tmp_path / "sw"), "--dry-run", "--no-timing"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.splitlines() == ["seed=0  (200 steps)", "seed=1  (200 steps)",
+                                         "2 points, 400 train steps in all"]
+    assert "timing" not in captured.err and not (tmp_path / "sw").exists()

@@ -9,6 +9,7 @@ machine's outward address and listens on every interface)."""
 import csv
 import json
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -152,7 +153,7 @@ def test_the_cli_refuses_another_executors_flags(capsys):
 
 
 @pytest.mark.slow
-def test_local_slurm_and_ray_executors_write_the_same_table(tmp_path):
+def test_local_slurm_and_ray_executors_write_the_same_table(tmp_path, monkeypatch):
     if os.environ.get("REPR_JAX_IN_NETNS") != "1" and _netns_available():
         # Again, inside a network namespace with only loopback: Ray can bind nowhere else.
         test = f"{Path(__file__)}::test_local_slurm_and_ray_executors_write_the_same_table"
@@ -188,6 +189,12 @@ def test_local_slurm_and_ray_executors_write_the_same_table(tmp_path):
     assert list((tmp_path / "slurm" / "slurm").iterdir())  # submitit's job folders
 
     # ------------------------------------------------ a head and a worker node on 127.0.0.1
+    # The cluster's own token, read by every node and the driver (they inherit the environment):
+    # a token an earlier Ray head left in ~/.ray/auth_token must not decide whether nodes join.
+    token = tmp_path / "ray_auth_token"
+    token.write_text(secrets.token_hex(32))
+    monkeypatch.setenv("RAY_AUTH_MODE", "token")
+    monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(token))
     env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0")
     common = ["--node-ip-address", "127.0.0.1", "--num-cpus", "1", "--disable-usage-stats"]
 

@@ -139,7 +139,7 @@ class ImageFolder(tfds.core.GeneratorBasedBuilder):
         from PIL import Image
         from tqdm.auto import tqdm
         index = {c: i for i, c in enumerate(classes)}
-        skipped = []
+        skipped, unread = [], {c for _, c in items}  # classes with no image read yet
         for n, (path, cls) in enumerate(tqdm(items, desc=f"imagefolder: {split}", unit="image",
                                               leave=False, dynamic_ncols=True)):
             try:
@@ -147,10 +147,14 @@ class ImageFolder(tfds.core.GeneratorBasedBuilder):
             except Exception as e:  # noqa: BLE001 - PIL raises many kinds for a bad file
                 skipped.append(f"{path} ({type(e).__name__})")
                 continue
+            unread.discard(cls)
             yield n, {"x": Image.fromarray(image), "label": index[cls]}  # PNG-encoded by PIL
         if len(skipped) == len(items):  # else TFDS fails with "No examples were yielded"
             raise ValueError(f"imagefolder: none of the {len(items)} files of split {split} is "
                              f"an image PIL can read (e.g. {skipped[0]})")
+        if split == "train" and unread:  # it would train and report on the other classes
+            raise ValueError(f"imagefolder: no readable image in class folder(s) "
+                             f"{', '.join(sorted(unread))} of split train (e.g. {skipped[0]})")
         if skipped:
             warnings.warn(f"imagefolder: skipped {len(skipped)} unreadable file(s) of split "
                           f"{split}: " + "; ".join(skipped[:10])

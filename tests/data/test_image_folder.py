@@ -97,3 +97,31 @@ def test_repr_jax_trains_and_evaluates_on_an_image_folder(tmp_path):
                        capture_output=True, text=True)
     assert r.returncode == 2 and "has no class subfolders" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_folders_that_cannot_make_a_dataset_are_one_line_and_leave_nothing(tmp_path,
+                                                                          monkeypatch):
+    """No path, one class, no readable image, a class whose images are all unreadable: each a
+    one-line error before training, and no half-prepared dataset left in the data dir."""
+    data_dir = tmp_path / "tfds"
+    monkeypatch.setenv("REPR_JAX_DATA_DIR", str(data_dir))
+    with pytest.raises(ValueError, match="imagefolder: needs a folder after the colon"):
+        data.load("imagefolder:")
+    one = _make_folder(tmp_path / "one", per_class=10, classes=("red",))
+    with pytest.raises(ValueError, match=r"has one class folder \(red/\)"):
+        data.load(f"imagefolder:{one}")
+    junk = tmp_path / "junk"
+    for name in ("a", "b"):
+        (junk / name).mkdir(parents=True)
+        for i in range(12):
+            (junk / name / f"{i}.png").write_bytes(b"not an image")
+    with pytest.raises(ValueError, match="none of the .* files of split .* is an image PIL can "
+                                         "read"):
+        data.load(f"imagefolder:{junk}")
+    half = _make_folder(tmp_path / "half", per_class=15, classes=("red", "green"))
+    for f in (half / "green").iterdir():
+        f.write_bytes(b"not an image")
+    with pytest.raises(ValueError, match=r"no readable image in class folder\(s\) green"):
+        data.load(f"imagefolder:{half}")
+    left = [p for p in (data_dir / "image_folder").iterdir() if not p.name.startswith(".")]
+    assert left == [], left

@@ -19,7 +19,7 @@ from repr_jax.eval.retrieval import _normalize
 @jax.jit
 def alignment(z1, z2, alpha: float = 2.0) -> jax.Array:
     """Mean ``||f(x) - f(x+)||^alpha`` of L2-normalised positive pairs (Wang & Isola 2020; lower is
-    better aligned, in ``[0, 2^alpha]``)."""
+    better aligned, in ``[0, 2^alpha]``). Time and memory ``O(N D)``."""
     z1, z2 = _normalize(jnp.asarray(z1, jnp.float32)), _normalize(jnp.asarray(z2, jnp.float32))
     return jnp.mean(jnp.linalg.norm(z1 - z2, axis=-1) ** alpha)
 
@@ -66,7 +66,9 @@ def _uniformity_blocked(z, t, block: int):
 @jax.jit
 def effective_rank(z, eps: float = 1e-7) -> jax.Array:
     """RankMe (Garrido et al. 2023): ``exp(-sum p_k log p_k)`` with ``p_k = s_k / ||s||_1 + eps`` over
-    the singular values ``s`` of the (uncentred) embedding matrix; between 1 and ``min(N, D)``."""
+    the singular values ``s`` of the (uncentred) embedding matrix; between 1 and ``min(N, D)``.
+    Time ``O(N D min(N, D))`` (an SVD; measured no slower than a QR first or the Gram's
+    eigenvalues, which also lose the small ones), memory ``O(N D + min(N, D)^2)``."""
     s = jnp.linalg.svd(jnp.asarray(z, jnp.float32), compute_uv=False)
     p = s / jnp.sum(s) + eps
     return jnp.exp(-jnp.sum(p * jnp.log(p)))
@@ -76,7 +78,7 @@ def effective_rank(z, eps: float = 1e-7) -> jax.Array:
 def anisotropy(z) -> jax.Array:
     """Mean cosine similarity of two *different* random embeddings (Ethayarajh 2019), computed exactly
     over all ``N (N - 1)`` ordered pairs: ``(||sum_i u_i||^2 - N) / (N (N - 1))`` with ``u = z/||z||``.
-    0 for isotropic embeddings, 1 when all point the same way."""
+    0 for isotropic embeddings, 1 when all point the same way. Time and memory ``O(N D)``."""
     u = _normalize(jnp.asarray(z, jnp.float32))
     n = u.shape[0]
     return (jnp.sum(jnp.sum(u, 0) ** 2) - n) / (n * (n - 1))
@@ -154,7 +156,11 @@ def feature_std(z) -> jax.Array:
 class Geometry(Evaluator):
     """Label-free geometry of the ``test`` features (the first ``max_examples``): uniformity,
     effective rank, anisotropy, coding rate (of L2-normalised features), feature std; alignment of
-    the test pairs when the data has them; linear CKA with the raw inputs when those are vectors."""
+    the test pairs when the data has them; linear CKA with the raw inputs when those are vectors.
+
+    Cost on ``n = min(N, max_examples)`` rows of D dims (raw inputs of D_in): time
+    ``O(n^2 D + n D min(n, D) + n^2 D_in)``, memory ``O(n D + n^2)``: never ``D x D`` or
+    ``D_in x D_in``."""
 
     name = "geometry"
 

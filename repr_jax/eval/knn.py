@@ -70,7 +70,10 @@ def knn_classifier(train_x, train_y, test_x, test_y, *, k: int = 20, temperature
 
 
 class KNN(Evaluator):
-    """kNN classifier with the ``train`` split as memory bank, scored on ``test``."""
+    """kNN classifier with the ``train`` split as memory bank, scored on ``test``.
+
+    Cost (Q test rows, N train rows, D dims): time ``O(Q N D)``, memory ``O(N D + tile)``
+    (:func:`knn_classifier`)."""
 
     name = "knn"
 

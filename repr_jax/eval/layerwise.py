@@ -18,7 +18,9 @@ def protocol_evaluator(protocol: str) -> type[Evaluator]:
 
 class Layerwise(Evaluator):
     """Runs ``protocol`` (an evaluator name) on each encoder layer's pooled features and on the final
-    embedding; yields ``layer_{i}/{metric}`` and ``embedding/{metric}``."""
+    embedding; yields ``layer_{i}/{metric}`` and ``embedding/{metric}``.
+
+    Cost: the protocol's, once per layer (each at that layer's width)."""
 
     name = "layerwise"
 

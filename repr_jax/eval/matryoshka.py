@@ -24,7 +24,9 @@ def prefix_dims(dim: int, smallest: int = 8) -> tuple[int, ...]:
 class Matryoshka(Evaluator):
     """Runs ``protocol`` (an evaluator name) on every embedding prefix ``[:, :d]``; yields
     ``dim_{d}/{metric}``. ``dims=()`` takes powers of two up to the embedding width; dims wider than
-    a representation (a reference row's raw inputs, say) are skipped for it."""
+    a representation (a reference row's raw inputs, say) are skipped for it.
+
+    Cost: the protocol's, once per prefix (each at its width d)."""
 
     name = "matryoshka"
 

@@ -94,7 +94,9 @@ def quantized_search(queries, corpus, *, precision: str = "int8", k: int = 10,
 
 class Quantization(Evaluator):
     """Retrieval quality against storage: every retrieval task at float32, int8, binary and binary
-    with a float-rescored shortlist; yields ``{precision}/{metric}`` and ``{precision}/bytes``."""
+    with a float-rescored shortlist; yields ``{precision}/{metric}`` and ``{precision}/bytes``.
+
+    Cost: four searches, time ``O(Q N D)`` each, memory ``O(N D)``."""
 
     name = "quantization"
 

@@ -269,7 +269,10 @@ def retrieval_tasks(embedder, variables, *, max_queries: int = 2000):
 
 class Retrieval(Evaluator):
     """Exact top-k retrieval on every retrieval task (see :func:`retrieval_tasks`), with per-query
-    bootstrap intervals."""
+    bootstrap intervals.
+
+    Cost (Q queries, N documents, D dims): time ``O(Q N D)``, memory ``O(N D + query_chunk x
+    (corpus_chunk + N / block))`` (:func:`retrieve`); metrics ``O(Q k)`` from the top-k."""
 
     name = "retrieval"
 

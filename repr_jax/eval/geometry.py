@@ -63,13 +63,24 @@ def _uniformity_blocked(z, t, block: int):
     return jax.nn.logsumexp(per_block) - jnp.log(n * (n - 1) / 2)
 
 
-@jax.jit
+QR_ABOVE = 8192  # a side longer than this goes through a QR first: the SVD would hold it squared
+
+
 def effective_rank(z, eps: float = 1e-7) -> jax.Array:
     """RankMe (Garrido et al. 2023): ``exp(-sum p_k log p_k)`` with ``p_k = s_k / ||s||_1 + eps`` over
     the singular values ``s`` of the (uncentred) embedding matrix; between 1 and ``min(N, D)``.
-    Time ``O(N D min(N, D))`` (an SVD; measured no slower than a QR first or the Gram's
-    eigenvalues, which also lose the small ones), memory ``O(N D + min(N, D)^2)``."""
-    s = jnp.linalg.svd(jnp.asarray(z, jnp.float32), compute_uv=False)
+    Time ``O(N D min(N, D))``, memory ``O(N D + min(N, D)^2)``: when the longer side exceeds
+    ``QR_ABOVE``, a QR of it first and the SVD of the square ``R`` (the same singular values,
+    backward stable; XLA's SVD of a 100,000 x 64 matrix asked for 40 GB, ``N^2``)."""
+    z = jnp.asarray(z, jnp.float32)
+    return _effective_rank(z, eps, max(z.shape) > QR_ABOVE)
+
+
+@functools.partial(jax.jit, static_argnames=("qr_first",))
+def _effective_rank(z, eps, qr_first: bool):
+    if qr_first:
+        z = jnp.linalg.qr(z.T if z.shape[0] < z.shape[1] else z, mode="r")
+    s = jnp.linalg.svd(z, compute_uv=False)
     p = s / jnp.sum(s) + eps
     return jnp.exp(-jnp.sum(p * jnp.log(p)))
 
@@ -81,7 +92,7 @@ def anisotropy(z) -> jax.Array:
     0 for isotropic embeddings, 1 when all point the same way. Time and memory ``O(N D)``."""
     u = _normalize(jnp.asarray(z, jnp.float32))
     n = u.shape[0]
-    return (jnp.sum(jnp.sum(u, 0) ** 2) - n) / (n * (n - 1))
+    return (jnp.sum(jnp.sum(u, 0) ** 2) - n) / (n * (n - 1.0))  # a float: N^2 passes int32
 
 
 def linear_cka(x, y) -> jax.Array:

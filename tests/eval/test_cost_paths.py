@@ -179,3 +179,17 @@ def test_logistic_probe_wider_than_tall_solves_in_the_row_space():
     ref = LogisticRegression(C=1 / (l2 * n), tol=1e-10, max_iter=10_000).fit(x, y)
     np.testing.assert_allclose(np.asarray(w[0]).T - np.asarray(w[0]).T.mean(0),
                                ref.coef_ - ref.coef_.mean(0), atol=1e-4)
+
+
+def test_effective_rank_through_a_qr_equals_the_svd(monkeypatch):
+    """Low rank on purpose: the QR route keeps the small singular values (a Gram matrix's
+    eigenvalues would not), and it holds no N x N workspace for a long side."""
+    z = (RNG.normal(size=(300, 40)) @ RNG.normal(size=(40, 120))).astype(np.float32)
+    by_svd = float(E.effective_rank(z))
+    monkeypatch.setattr(geometry, "QR_ABOVE", 10)
+    assert float(E.effective_rank(z)) == pytest.approx(by_svd, rel=1e-4)
+    assert float(E.effective_rank(z.T)) == pytest.approx(by_svd, rel=1e-4)
+    monkeypatch.undo()
+    tall = RNG.normal(size=(100_000, 16)).astype(np.float32)  # an SVD would want 40 GB
+    assert 15.5 < float(E.effective_rank(tall)) <= 16
+    assert abs(float(E.anisotropy(tall))) < 1e-3  # N (N - 1) = 1e10 passed int32 before

@@ -172,16 +172,6 @@ class EmbedderView(Embedder):
         self.eval_sets, self._fns = parent.eval_sets, parent._fns
         self.pairs_ok = which == "x"
 
-    def batch_for(self, x) -> int:
-        """The feature pass's batch: ``batch_size``, halved until a batch holds at most
-        ``BATCH_ELEMENTS`` input values (256 images of 224 px would be 154 MB of input and
-        gigabytes of activations; 32 x 32 images keep 256)."""
-        per_example = max(1, int(np.prod(x.shape[1:])))
-        bs = self.batch_size
-        while bs > 1 and bs * per_example > BATCH_ELEMENTS:
-            bs //= 2
-        return bs
-
     def embed(self, variables: Any, x: np.ndarray, which: str = "x") -> Any:
         if which != "x" and not self.pairs_ok:
             raise ValueError(f"a {self.which!r} view cannot embed {which!r} inputs")

@@ -182,7 +182,7 @@ class WorkdirLock:
         # would overwrite any file the user can write.
         try:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-        except OSError as e:
+        except OSError:
             if self.path.is_symlink():
                 raise WorkdirBusy(f"{self.path} is a symbolic link (to {os.readlink(self.path)}); "
                                   f"refusing to use it as the run's lock: remove it") from None

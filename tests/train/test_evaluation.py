@@ -45,7 +45,6 @@ def test_no_line_when_another_representation_has_rows(capsys, monkeypatch):
 def test_a_metric_that_fails_keeps_the_rows_before_it_and_says_why_in_one_line(
         mnist1d_small, capsys, monkeypatch):
     from repr_jax.eval import EVALUATORS
-    from repr_jax.train import evaluation
     from repr_jax.train.log import format_table
 
     class HalfWay:

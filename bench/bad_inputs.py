@@ -136,8 +136,9 @@ def main(argv=None) -> int:
     print("| --- | --- | --- | --- | --- | --- |")
     for i, r in enumerate(rows, 1):
         text = r["line"].replace("|", "\\|")
-        print(f"| {args.case or i} | {r['case']} | {r['exit']} | {'yes' if r['traceback'] else 'no'}"
-              f" | {'yes' if r['left'] else 'no'} | {text} |")
+        yes = {True: "yes", False: "no"}
+        print(f"| {args.case or i} | {r['case']} | {r['exit']} | {yes[r['traceback']]} | "
+              f"{yes[r['left']]} | {text} |")
     return 0
 
 

@@ -8,10 +8,10 @@ exponents beside the order its docstring states.
 Each (evaluator, N, D) cell runs in a fresh process (its peak RSS is the cell's own) on synthetic
 features: 10 Gaussian classes, ``N`` training rows and 1,000 test rows / queries, float32. Time is
 a warm call (the first call, which compiles, is reported beside it; a first call past 20 s is the
-time). Peak memory is the cell process's peak RSS (~260-400 MB of it is the JAX runtime). A cell that needs more than
-``--max-gb`` of input, or runs past ``--timeout``, is recorded as skipped or timed out; results go
-to a CSV (written atomically after each cell; a rerun skips the cells it holds, so the bench
-resumes).
+time). Peak memory is the cell process's peak RSS (~260-400 MB of it is the JAX runtime). A cell
+that needs more than ``--max-gb`` of input, or runs past ``--timeout``, is recorded as skipped or
+timed out; results go to a CSV (written atomically after each cell; a rerun skips the cells it
+holds, so the bench resumes).
 """
 
 from __future__ import annotations
@@ -152,8 +152,8 @@ def table(rows: list[dict]) -> str:
             f"{en if en is None else round(en, 2)}, {ed if ed is None else round(ed, 2)}")
         for i, r in enumerate(r for r in rows if r["evaluator"] == name):
             cells = ([name, f"{t_order} / {m_order}", fit] if i == 0 else ["", "", ""])
-            timing = ([str(r["warm_s"]), str(r["first_s"]), str(r["peak_mb"])] if r["status"] == "ok"
-                      else [r["status"], "", ""])
+            timing = ([str(r["warm_s"]), str(r["first_s"]), str(r["peak_mb"])]
+                      if r["status"] == "ok" else [r["status"], "", ""])
             lines.append("| " + " | ".join(cells + [f"{r['n']:,}", f"{r['d']:,}"] + timing) + " |")
     return "\n".join(lines)
 

@@ -156,9 +156,9 @@ def _grid_options(parser, what: str) -> None:
     parser.add_argument("--set", dest="overrides", action="append", default=[],
                         metavar="KEY=VALUE", help="override a config value of every run "
                         "(repeatable)")
-    parser.add_argument("--jobs", type=_positive_int, default=None, help="runs trained at once (default: "
-                        "one per CPU core on CPU, 1 on an accelerator; slurm: the array's "
-                        "parallelism)")
+    parser.add_argument("--jobs", type=_positive_int, default=None,
+                        help="runs trained at once (default: one per CPU core on CPU, 1 on an "
+                        "accelerator; slurm: the array's parallelism)")
     ex = parser.add_argument_group(
         "executors", "where the runs' processes go. The workdir (and the data dir) must be on "
         "storage every node mounts at the same path.")

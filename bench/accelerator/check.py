@@ -105,7 +105,7 @@ def mfu_configs(smoke: bool) -> dict:
     if smoke:
         images = ["data.image_size=32", "data.num_examples=120", "train.batch_size=16", dtype]
         text = ["data.num_examples=200", "data.max_len=16", "train.batch_size=16", dtype]
-        vit, resnet, minilm = ["encoder.variant=tiny"], ["encoder.variant=tiny"], ["encoder.variant=tiny"]
+        vit = resnet = minilm = ["encoder.variant=tiny"]
     else:
         images = ["data.image_size=224", "data.num_examples=1200", dtype]
         text = ["data.num_examples=12000", "data.max_len=128", "train.batch_size=1024", dtype]
@@ -117,8 +117,8 @@ def mfu_configs(smoke: bool) -> dict:
     return {
         f"ViT-B/16 SimCLR 224px{tag}": override(shapes, ["encoder.name=vit", *images, *vit]),
         f"ResNet-50 SimCLR 224px{tag}": override(shapes, ["encoder.name=resnet", *images, *resnet]),
-        f"MiniLM-L6 bi-encoder (max_len 128){tag}": override(load("pooling_latent_topics:mean-long"), [
-            "method.name=biencoder", *text, *minilm]),
+        f"MiniLM-L6 bi-encoder (max_len 128){tag}": override(
+            load("pooling_latent_topics:mean-long"), ["method.name=biencoder", *text, *minilm]),
     }
 
 
@@ -190,7 +190,8 @@ def step_eval(smoke: bool, work: Path) -> dict:
     trd, ted = jax.device_put(tr), jax.device_put(te)
     out = {"n": n, "d": d, "classes": c, "queries": q}
     cases = {
-        "ridge_probe": lambda: ev.linear_probe(trd, ytr, ted, yte, kind="ridge", l2=1e-3)["accuracy"],
+        "ridge_probe": lambda: ev.linear_probe(trd, ytr, ted, yte, kind="ridge",
+                                               l2=1e-3)["accuracy"],
         "logistic_probe": lambda: ev.linear_probe(trd, ytr, ted, yte, kind="logistic",
                                                   l2=1e-4)["accuracy"],
         "knn": lambda: ev.knn_classifier(trd, ytr, ted, yte, k=20)["accuracy"],

@@ -266,8 +266,9 @@ class ViewsConfig:
     blur_sigma: tuple[float, ...] = static((), "range|unset",
                                            "preset: Gaussian blur sigma range (lo, hi)")
     solarize_p: float = static(-1.0, "p|unset", "preset: RandomSolarize probability")
-    local_crops: int = static(-1, "count|unset", "preset: multi-crop local views besides the two "
-                                                 "global ones (-1 = the preset's: dino 6, others 0)")
+    local_crops: int = static(-1, "count|unset", "preset: multi-crop local views besides the "
+                                                 "two global ones (-1 = the preset's: dino 6, "
+                                                 "others 0)")
     local_size: float = static(0.0, ">=0", "preset: local views' side, a fraction of the input's "
                                            "(0 = 96/224, DINO's)")
     local_scale: tuple[float, ...] = static((), "fraction range|unset",

@@ -181,8 +181,8 @@ def v_measure(labels_true, labels_pred, beta: float = 1.0) -> float:
 class Clustering(Evaluator):
     """k-means on the ``test`` features with k = the number of classes, scored against the labels.
 
-    Cost (N test rows, D dims, K classes): time ``O(inits x iters x N K D)``, memory ``O(N D + N K)``;
-    the scores from a ``bincount`` contingency table, ``O(N + K^2)``."""
+    Cost (N test rows, D dims, K classes): time ``O(inits x iters x N K D)``, memory
+    ``O(N D + N K)``; the scores from a ``bincount`` contingency table, ``O(N + K^2)``."""
 
     name = "clustering"
 

@@ -62,8 +62,9 @@ def _bucket(n: int) -> int:
 def ridge_weights(x_NxD, y_NxC, lambdas_L):
     """Ridge weights ``[L, D, C]`` on the cheaper side: the dual when ``N < D`` (rows padded to a
     few sizes, :func:`_bucket`, where that stays below D, so a new N rarely compiles), else the
-    primal. For ``N < D`` the dual is also the accurate one: the primal's ``D - N`` null eigenvalues, divided by a small penalty in float32,
-    blow rounding up (12x the weights at ``l2 = 1e-6``, N = 100, D = 2,048; the dual: 1e-6)."""
+    primal. For ``N < D`` the dual is also the accurate one: the primal's ``D - N`` null
+    eigenvalues, divided by a small penalty in float32, blow rounding up (12x the weights at
+    ``l2 = 1e-6``, N = 100, D = 2,048; the dual: 1e-6)."""
     n, d = x_NxD.shape
     if n >= d:
         return _ridge_weights(x_NxD, y_NxC, lambdas_L)

@@ -181,8 +181,8 @@ def evaluate(cfg: Config, dataset: Dataset, representations: dict[str, Represent
                                            if cache_dir and not rep_name.startswith(RAW)
                                            else None)
         try:  # rows are kept as they come: a metric that fails keeps the ones before it
-            for metric, value in EVALUATORS[name](embedders[rep_name],
-                                                  **evaluator_options(cfg, name)).run(rep.variables):
+            evaluator = EVALUATORS[name](embedders[rep_name], **evaluator_options(cfg, name))
+            for metric, value in evaluator.run(rep.variables):
                 row = dict(step=step, representation=rep_name, evaluator=name, metric=metric,
                            value=float(value))
                 if isinstance(value, Estimate) and math.isfinite(value.low):

@@ -72,7 +72,8 @@ def model_card(workdir: Path, cfg: Config, fmt: str, step: int) -> str:
         lines.append("(no evaluation recorded)")
     lines += ["", "## Reproduce", "", "```bash",
               f"repr-jax train --config {RUN_CONFIG} --workdir runs/reproduced   # the run's "
-              "config, beside this card", f"repr-jax export --workdir runs/reproduced --format {fmt} --out OUT",
+              "config, beside this card",
+              f"repr-jax export --workdir runs/reproduced --format {fmt} --out OUT",
               "```", ""]
     return "\n".join(lines)
 

@@ -101,9 +101,9 @@ def retrieve(queries, corpus, *, k: int = 10, similarity: str = "cosine",
     Time ``O(Q N D)``. Up to ``BRUTE_FORCE`` query-document pairs, one score matrix and one
     ``top_k``. Above, the corpus is scored in chunks of ``corpus_chunk`` keeping only each
     ``block`` of documents' best score; the ``k`` best blocks of each query are then rescored
-    document by document
-    (:func:`_topk_blocks`). Queries go in batches of ``query_chunk`` (fewer when the block maxima
-    of one batch would pass 512 MiB), so memory is ``O(query_chunk * (corpus_chunk + N / block))``.
+    document by document (:func:`_topk_blocks`). Queries go in batches of ``query_chunk`` (fewer
+    when the block maxima of one batch would pass 512 MiB), so memory is
+    ``O(query_chunk * (corpus_chunk + N / block))``.
     Ties go to the lower corpus index.
 
     >>> s, i = retrieve(jnp.eye(2), jnp.asarray([[0., 1.], [1., 0.], [1., 1.]]), k=2)

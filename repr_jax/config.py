@@ -791,7 +791,8 @@ def load_from(name_or_path: str, function: str, returns: type) -> Any:
 
     ``name_or_path`` is a path to a ``.py`` file or the name of a file in ``experiments/``, optionally
     followed by ``:arg`` which is passed on (``simclr_mnist1d:quick``). A file takes the args in
-    its ``ARGS`` (default ``("quick",)``; ``ARGS = None``: any, checked by the file itself); errors
+    its ``ARGS`` (``None``: any, checked by the file itself; without ``ARGS``, the shipped
+    experiments take ``:quick`` and a user's file anything, as before); errors
     in the file (a syntax error, an exception from ``function``) are one line naming its line.
     """
     name, _, arg = name_or_path.partition(":")
@@ -818,7 +819,8 @@ def load_from(name_or_path: str, function: str, returns: type) -> Any:
         sys.path.remove(str(path.parent))
     if not hasattr(module, function):
         raise ConfigError(f"{path} defines no {function}()")
-    accepted = getattr(module, "ARGS", ("quick",))  # a file takes :quick unless it says
+    shipped = path.resolve().parent == experiments_dir().resolve()
+    accepted = getattr(module, "ARGS", ("quick",) if shipped else None)  # a user's file: any
     if arg and accepted is not None and arg not in accepted:
         raise ConfigError(f"{path.stem} takes {' or '.join(':' + a for a in accepted)} or "
                           f"nothing after its name, not :{arg}")

@@ -351,11 +351,12 @@ def _one_line_warning(message, category, filename, lineno, line=None) -> str:
 
 
 def _check_folder_args(args) -> None:
-    """A ``--workdir`` (or export ``--out``) that is a file or a dangling symlink: one line."""
+    """A ``--workdir`` that is a file or a dangling symlink: one line (export's ``--out`` is
+    checked by ``export_run`` itself, for library callers too)."""
     from repr_jax.config import ConfigError
-    for flag in ("workdir", "out"):
+    for flag in ("workdir",):
         value = getattr(args, flag, None)
-        if not value or (flag == "out" and args.command != "export"):
+        if not value:
             continue
         path = Path(value)
         if path.is_symlink() and not path.exists():

@@ -145,7 +145,15 @@ def _remove_unprepared(version_dir: Path, data_dir: Path) -> None:
 
 
 def _builder(name: str, data_dir: str, **config_kwargs: Any):
-    from repr_jax.data import builders
+    from repr_jax.data import builders, text_pairs
+    if text_pairs.is_text_pairs(name):
+        extra = sorted(set(config_kwargs) - {"tokenizer", "max_len", "negatives"})
+        if extra:
+            raise ValueError(f"data.name={name.split(':')[0]}: takes data.tokenizer and "
+                             f"data.max_len only; set " + ", ".join(f"data.{k}=0" for k in extra))
+        config = text_pairs.config_for(name, **config_kwargs)
+        return _prepared(f"text_pairs.{config.name}",
+                         lambda: text_pairs.TextPairs(data_dir=data_dir, config=config), data_dir)
     if name.startswith(IMAGE_FOLDER):
         from repr_jax.data import image_folder
         image_size = config_kwargs.pop("image_size", 0)
@@ -230,24 +238,34 @@ def _tokenize_text(splits, tokenizer: str, max_len: int) -> tuple[str, ...]:
 
 
 def load(name: str, *, data_dir: str = "", tokenizer: str = "", max_len: int = 0,
-         in_memory_mb: float = 1024, **config_kwargs: Any) -> Dataset:
+         in_memory_mb: float = 1024, negatives: int = 0, **config_kwargs: Any) -> Dataset:
     """Prepares (first time only) a dataset, and reads its splits into memory or opens them for
     reading by index.
 
     Args:
       name: a built-in name (``mnist1d``, ``digits``, ``latent_classes``, ``latent_modalities``,
-        ``latent_topics``, ``wordnet``), the name of a TFDS dataset prepared in ``data_dir``, or the
+        ``latent_topics``, ``wordnet``), ``imagefolder:DIR``, ``pairs:FILE.jsonl``,
+        ``beir:DIR``, the name of a TFDS dataset prepared in ``data_dir``, or the
         path of a prepared TFDS dataset version directory.
       data_dir: the TFDS data dir; default ``$REPR_JAX_DATA_DIR`` or ``~/.cache/repr_jax/tfds``.
-      tokenizer: for text features: ``""`` (bytes) or the path of a WordPiece ``vocab.txt``.
+      tokenizer: for text features: ``""`` (bytes), ``"minilm"`` or the path of a WordPiece
+        ``vocab.txt``.
       max_len: sequence length: a builder setting for generated token data (latent_topics), else the
         length text is tokenized to (default 64).
       in_memory_mb: a split whose arrays would take more than this many MiB is a
         :class:`~repr_jax.data.source.SourceSplit` (read by index, decoded on access); 0 streams
         every split. Text is tokenised at load, so text splits are always read into memory.
+      negatives: ``pairs:FILE``: hard negatives kept per example (a ``negatives [K, T]``
+        feature; see :mod:`repr_jax.data.text_pairs`).
       **config_kwargs: builder-config values for generated datasets (``num_examples``, ...).
     """
-    from repr_jax.data import builders
+    from repr_jax.data import builders, text_pairs
+    pretokenized = text_pairs.is_text_pairs(name)  # tokenised at preparation
+    if pretokenized:
+        config_kwargs.update(tokenizer=tokenizer, max_len=max_len, negatives=negatives)
+    elif negatives:
+        raise ValueError(f"hard negatives come from data.name=pairs:FILE (lines with "
+                         f"'negatives'); {name!r} has none")
     config_cls = (type(builders.BUILDERS[name].BUILDER_CONFIGS[0])
                   if name in builders.BUILDERS and builders.BUILDERS[name].BUILDER_CONFIGS else None)
     if max_len and config_cls is not None and "max_len" in inspect.signature(config_cls).parameters:
@@ -273,7 +291,9 @@ def load(name: str, *, data_dir: str = "", tokenizer: str = "", max_len: int = 0
         splits["train"] = subset(train, perm[n_val:])
     num_classes = info.features[label_key].num_classes
     vocab = (info.metadata or {}).get("vocab")
-    if splits["train"]["x"].dtype.kind in "OSU":
+    if pretokenized:
+        vocab = make_tokenizer(tokenizer).vocab
+    elif splits["train"]["x"].dtype.kind in "OSU":
         vocab = _tokenize_text(splits, tokenizer, max_len or 64)
     return Dataset(name=name, splits=splits, num_classes=int(num_classes),
                    vocab=tuple(vocab) if vocab else None)

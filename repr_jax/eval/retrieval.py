@@ -15,6 +15,7 @@ Conventions (checked against ``pytrec_eval`` in ``tests/test_eval_retrieval.py``
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import Sequence
 
@@ -129,23 +130,32 @@ def retrieve(queries, corpus, *, k: int = 10, similarity: str = "cosine",
     return jnp.concatenate([o[0] for o in out]), jnp.concatenate([o[1] for o in out])
 
 
-def ranked_metrics(gains_QxK: jax.Array, qrels_QxN: jax.Array, ks: Sequence[int]
+def ranked_metrics(gains_QxK: jax.Array, qrels_QxN, ks: Sequence[int]
                    ) -> dict[str, jax.Array]:
     """Per-query metrics from the grades of the retrieved documents in rank order (``gains_QxK``) and
-    the full qrels (for the number of relevant documents and the ideal ranking): ``{"ndcg@10": [Q]}``.
-    """
-    return _ranked_metrics(gains_QxK, qrels_QxN, tuple(int(k) for k in ks))
+    the full qrels (dense ``[Q, N]`` or :class:`SparseQrels`: for the number of relevant documents
+    and the ideal ranking): ``{"ndcg@10": [Q]}``."""
+    ideal_QxK, num_rel_Q = _ideal(qrels_QxN, gains_QxK.shape[1])
+    return _ranked_metrics(gains_QxK, ideal_QxK, num_rel_Q, tuple(int(k) for k in ks))
+
+
+def _ideal(qrels, kmax: int) -> tuple[jax.Array, jax.Array]:
+    """Each query's ``kmax`` best grades (descending, zero-padded) and its relevant count."""
+    if isinstance(qrels, SparseQrels):
+        return jnp.asarray(qrels.ideal(kmax)), jnp.asarray(qrels.num_relevant())
+    qrels = jnp.asarray(qrels, jnp.float32)
+    ideal = -jnp.sort(-qrels, axis=1)[:, :kmax]
+    return (jnp.pad(ideal, ((0, 0), (0, kmax - ideal.shape[1]))),
+            jnp.sum(qrels >= 1, axis=1).astype(jnp.float32))
 
 
 @functools.partial(jax.jit, static_argnames=("ks",))
-def _ranked_metrics(gains_QxK, qrels_QxN, ks: tuple[int, ...]):
+def _ranked_metrics(gains_QxK, ideal_QxK, num_rel_Q, ks: tuple[int, ...]):
     gains_QxK = jnp.asarray(gains_QxK, jnp.float32)
-    qrels = jnp.asarray(qrels_QxN, jnp.float32)
+    ideal_QxK = jnp.asarray(ideal_QxK, jnp.float32)
+    num_rel_Q = jnp.asarray(num_rel_Q, jnp.float32)
     kmax = gains_QxK.shape[1]
     rel_QxK = (gains_QxK >= 1).astype(jnp.float32)
-    num_rel_Q = jnp.sum(qrels >= 1, axis=1).astype(jnp.float32)
-    ideal_QxK = -jnp.sort(-qrels, axis=1)[:, :kmax]
-    ideal_QxK = jnp.pad(ideal_QxK, ((0, 0), (0, kmax - ideal_QxK.shape[1])))
     discount_K = 1.0 / jnp.log2(jnp.arange(kmax, dtype=jnp.float32) + 2.0)
     ranks_K = jnp.arange(1, kmax + 1, dtype=jnp.float32)
     hits_QxK = jnp.cumsum(rel_QxK, axis=1)
@@ -165,6 +175,77 @@ def _ranked_metrics(gains_QxK, qrels_QxN, ks: tuple[int, ...]):
         out[f"map@{k}"] = (jnp.sum(rel_QxK[:, :kk] * hits_QxK[:, :kk] / ranks_K[None, :kk], 1)
                             / safe_rel)
     return out
+
+
+@dataclasses.dataclass(frozen=True)
+class SparseQrels:
+    """Graded judgements kept sparse: ``J`` (query row, document column, grade) triples standing
+    for a ``[Q, N]`` qrels matrix whose other cells are 0 (10^4 queries x 10^6 documents would be
+    10^10 dense cells). Memory ``O(J)``; looking up the grades of ``[Q, k]`` retrieved documents
+    costs ``O(Q k log J)``.
+
+    >>> r = SparseQrels([0, 0, 1], [2, 0, 1], [1, 2, 1], (2, 3))
+    >>> r.gains(np.asarray([[0, 1], [1, 2]])).tolist(), r.ideal(3).tolist()
+    ([[2, 0], [1, 0]], [[2, 1, 0], [1, 0, 0]])
+    """
+    query: np.ndarray
+    doc: np.ndarray
+    grade: np.ndarray
+    shape: tuple[int, int]
+
+    def __post_init__(self):
+        q, d = np.asarray(self.query, np.int64), np.asarray(self.doc, np.int64)
+        g = np.asarray(self.grade, np.int32)
+        if not (q.shape == d.shape == g.shape) or q.ndim != 1:
+            raise ValueError(f"SparseQrels: query, doc and grade must be equal-length vectors; got "
+                             f"{q.shape}, {d.shape}, {g.shape}")
+        nq, nd = self.shape
+        if len(q) and (q.min() < 0 or q.max() >= nq or d.min() < 0 or d.max() >= nd):
+            raise ValueError(f"SparseQrels: an index lies outside the shape {self.shape}")
+        keys = q * nd + d
+        order = np.argsort(keys, kind="stable")
+        if len(keys) > 1 and (np.diff(keys[order]) == 0).any():
+            raise ValueError("SparseQrels: a (query, document) pair is judged twice")
+        for name, v in (("query", q), ("doc", d), ("grade", g)):
+            object.__setattr__(self, name, v[order])
+        object.__setattr__(self, "_keys", keys[order])
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def gains(self, indices_QxK) -> np.ndarray:
+        """The grades of the retrieved documents ``indices_QxK`` (0 where unjudged)."""
+        idx = np.asarray(indices_QxK, np.int64)
+        keys = np.arange(idx.shape[0], dtype=np.int64)[:, None] * self.shape[1] + idx
+        pos = np.minimum(np.searchsorted(self._keys, keys), max(len(self._keys) - 1, 0))
+        hit = self._keys[pos] == keys if len(self._keys) else np.zeros(keys.shape, bool)
+        return np.where(hit, self.grade[pos], 0).astype(np.float32)
+
+    def ideal(self, k: int) -> np.ndarray:
+        """``[Q, k]``: each query's ``k`` best grades, descending, zero-padded."""
+        order = np.lexsort((-self.grade, self.query))
+        q, g = self.query[order], self.grade[order]
+        starts = np.searchsorted(q, np.arange(self.shape[0]))
+        rank = np.arange(len(q)) - starts[q]
+        keep = rank < k
+        out = np.zeros((self.shape[0], k), np.float32)
+        out[q[keep], rank[keep]] = g[keep]
+        return out
+
+    def num_relevant(self) -> np.ndarray:
+        """``[Q]``: judgements with grade >= 1 (trec_eval's ``relevance_level=1``)."""
+        return np.bincount(self.query[self.grade >= 1], minlength=self.shape[0]).astype(np.float32)
+
+    def dense(self) -> np.ndarray:
+        """The ``[Q, N]`` int32 matrix (small collections, tests)."""
+        out = np.zeros(self.shape, np.int32)
+        out[self.query, self.doc] = self.grade
+        return out
+
+    def rows(self, n: int) -> "SparseQrels":
+        """The judgements of the first ``n`` queries."""
+        keep = self.query < n
+        return SparseQrels(self.query[keep], self.doc[keep], self.grade[keep], (n, self.shape[1]))
 
 
 def rerank(queries_QxD, corpus_NxD, candidates_QxS, *, k: int, similarity: str = "cosine"
@@ -187,6 +268,8 @@ def rerank(queries_QxD, corpus_NxD, candidates_QxS, *, k: int, similarity: str =
 
 def judged_queries(qrels_QxN) -> np.ndarray:
     """Boolean mask of the queries that have at least one relevant document."""
+    if isinstance(qrels_QxN, SparseQrels):
+        return qrels_QxN.num_relevant() > 0
     return np.asarray(jnp.any(jnp.asarray(qrels_QxN) >= 1, axis=1))
 
 
@@ -238,9 +321,13 @@ def class_qrels(query_labels, corpus_labels, *, pair_grade: int | None = None) -
 def topk_metrics(indices_QxK, qrels_QxN, ks: Sequence[int] = (1, 5, 10), *,
                  per_query: bool = False):
     """:func:`retrieval_metrics` from retrieved indices (e.g. :func:`retrieve`'s) instead of a full
-    score matrix."""
-    qrels = jnp.asarray(qrels_QxN)
-    gains = jnp.take_along_axis(qrels, jnp.asarray(indices_QxK), axis=1)
+    score matrix; ``qrels_QxN`` dense or :class:`SparseQrels`."""
+    if isinstance(qrels_QxN, SparseQrels):
+        gains = jnp.asarray(qrels_QxN.gains(indices_QxK))
+        qrels = qrels_QxN
+    else:
+        qrels = jnp.asarray(qrels_QxN)
+        gains = jnp.take_along_axis(qrels, jnp.asarray(indices_QxK), axis=1)
     return _reduce(ranked_metrics(gains, qrels, ks), judged_queries(qrels), per_query)
 
 

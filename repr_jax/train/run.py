@@ -49,7 +49,8 @@ def load_dataset(cfg: Config) -> data.Dataset:
     sizes = {k: v for k, v in (("num_examples", d.num_examples), ("num_classes", d.num_classes),
                                ("pairs", d.pairs), ("image_size", d.image_size)) if v}
     dataset = data.load(d.name, data_dir=d.data_dir, tokenizer=d.tokenizer, max_len=d.max_len,
-                        in_memory_mb=d.in_memory_mb, **sizes)
+                        in_memory_mb=d.in_memory_mb,
+                        negatives=getattr(cfg.method, "negatives_per_query", 0), **sizes)
     return subset_train(dataset, d.train_examples) if d.train_examples else dataset
 
 
@@ -71,7 +72,14 @@ def load_eval_sets(cfg: Config, dataset: data.Dataset) -> list:
     from repr_jax.data import eval_sets
     d, out = cfg.data, []
     for name in cfg.eval.sets:
-        if name in eval_sets.TEXT_SETS:
+        if name.startswith("beir:"):
+            from repr_jax.data import beir
+            if dataset.vocab is None or d.name == "latent_topics":
+                raise ConfigError(f"eval.sets: {name!r} is text; dataset {d.name!r} is not text "
+                                  f"read by a tokenizer")
+            out.append(beir.eval_set(name[len("beir:"):], tokenizer=d.tokenizer,
+                                     max_len=d.max_len or 64, data_dir=d.data_dir))
+        elif name in eval_sets.TEXT_SETS:
             if dataset.vocab is None or d.name == "latent_topics":
                 raise ConfigError(f"eval.sets: {name!r} is text; dataset {d.name!r} is not text "
                                   f"read by a tokenizer")

@@ -1,0 +1,280 @@
+"""BEIR-format retrieval collections (Thakur et al. 2021): ``beir:DIR`` for training and
+``eval.sets=("beir:DIR",)`` for evaluation.
+
+``DIR`` holds ``corpus.jsonl`` (``{"_id", "title", "text"}`` a line), ``queries.jsonl``
+(``{"_id", "text"}``) and ``qrels/{train,dev,test}.tsv`` (``query-id, corpus-id, score``, tab
+separated, a header line). A document is encoded as ``title + " " + text`` (BEIR's convention);
+evaluation takes the queries of ``qrels/test.tsv`` (else ``dev.tsv``), keeps the qrels **sparse**
+(:class:`~repr_jax.eval.retrieval.SparseQrels`) and the tokenised corpus on disk (one ``.npy`` under
+the data dir, memory-mapped), so a million-document corpus costs its embeddings and a search tile.
+Missing files, malformed lines, duplicate ids and qrels naming unknown ids are one-line errors.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import io
+import json
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+
+FILES = ("corpus.jsonl", "queries.jsonl")
+QREL_SPLITS = ("train", "dev", "test")
+
+
+def check_layout(root: str | Path, *, need_train: bool = False) -> Path:
+    """The collection's folder; a missing folder or file is a one-line ValueError."""
+    root = Path(root).expanduser().absolute()
+    layout = ("a BEIR collection holds corpus.jsonl, queries.jsonl and qrels/{train,dev,test}.tsv")
+    if not root.is_dir():
+        raise ValueError(f"beir:{root}: no such folder")
+    for f in FILES:
+        if not (root / f).is_file():
+            raise ValueError(f"beir:{root}: no {f} ({layout})")
+    splits = [s for s in QREL_SPLITS if (root / "qrels" / f"{s}.tsv").is_file()]
+    if not splits:
+        raise ValueError(f"beir:{root}: no qrels/*.tsv ({layout})")
+    if need_train and "train" not in splits:
+        raise ValueError(f"beir:{root}: no qrels/train.tsv to train on (it has "
+                         f"{', '.join(f'qrels/{s}.tsv' for s in splits)}); evaluate on it with "
+                         f"eval.sets=('beir:{root}',) and train on other data")
+    return root
+
+
+def _read_jsonl(path: Path, fields: tuple[str, ...]) -> tuple[list[str], list[dict]]:
+    ids, rows, first = [], [], {}
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            where = f"{path}:{number}"
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{where}: not JSON ({e.msg} at column {e.colno})") from None
+            if not isinstance(row, dict) or "_id" not in row:
+                raise ValueError(f"{where}: no '_id' field (a line is "
+                                 f"{{{', '.join(repr(k) for k in ('_id',) + fields)}}})")
+            key = str(row["_id"])
+            if key in first:
+                raise ValueError(f"{where}: duplicate _id {key!r} (first at line {first[key]})")
+            first[key] = number
+            ids.append(key)
+            rows.append(row)
+    if not ids:
+        raise ValueError(f"{path}: no lines")
+    return ids, rows
+
+
+def _read_qrels(path: Path, queries: dict[str, int], docs: dict[str, int]
+                ) -> dict[str, np.ndarray]:
+    q, d, g = [], [], []
+    seen: dict[tuple[int, int], int] = {}
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+            fields = line.rstrip("\n\r").split("\t")
+            if not line.strip():
+                continue
+            where = f"{path}:{number}"
+            if len(fields) != 3:
+                raise ValueError(f"{where}: expected 3 tab-separated fields (query-id, corpus-id, "
+                                 f"score), got {len(fields)}")
+            try:
+                grade = int(fields[2])
+            except ValueError:
+                if number == 1:
+                    continue  # the header
+                raise ValueError(f"{where}: score {fields[2]!r} is not an integer") from None
+            if fields[0] not in queries:
+                raise ValueError(f"{where}: query-id {fields[0]!r} is not in queries.jsonl")
+            if fields[1] not in docs:
+                raise ValueError(f"{where}: corpus-id {fields[1]!r} is not in corpus.jsonl")
+            pair = (queries[fields[0]], docs[fields[1]])
+            if pair in seen:
+                raise ValueError(f"{where}: duplicate judgement of ({fields[0]}, {fields[1]}) "
+                                 f"(first at line {seen[pair]})")
+            seen[pair] = number
+            q.append(pair[0])
+            d.append(pair[1])
+            g.append(grade)
+    if not q:
+        raise ValueError(f"{path}: no judgements")
+    return {"query": np.asarray(q, np.int64), "doc": np.asarray(d, np.int64),
+            "grade": np.asarray(g, np.int32)}
+
+
+@dataclasses.dataclass
+class Collection:
+    """A BEIR collection read into memory: ids and texts, and each qrels split as parallel
+    arrays of query index, document index and grade."""
+    root: Path
+    doc_ids: list[str]
+    doc_texts: list[str]
+    query_ids: list[str]
+    query_texts: list[str]
+    qrels: dict[str, dict[str, np.ndarray]]
+
+    @property
+    def test_split(self) -> str:
+        for s in ("test", "dev"):
+            if s in self.qrels:
+                return s
+        raise ValueError(f"beir:{self.root}: no qrels/test.tsv or qrels/dev.tsv to evaluate on")
+
+    def pairs(self, split: str, *, best: bool = False) -> Iterator[tuple[str, str, str, list]]:
+        """``(where, query, relevant document, [])`` for every judgement with grade >= 1 of
+        ``split`` (``best``: one per query, its highest grade, the first listed among equals)."""
+        r = self.qrels[split]
+        keep = np.flatnonzero(r["grade"] >= 1)
+        if best:
+            order = np.lexsort((keep, -r["grade"][keep], r["query"][keep]))
+            keep = keep[order]
+            _, first = np.unique(r["query"][keep], return_index=True)
+            keep = np.sort(keep[first])
+        for i in keep:
+            yield (f"{self.root}/qrels/{split}.tsv: judgement {i + 1}",
+                   self.query_texts[r["query"][i]], self.doc_texts[r["doc"][i]], [])
+
+
+def read_collection(root: str | Path) -> Collection:
+    """Reads and checks a BEIR collection (see the module docstring)."""
+    root = check_layout(root)
+    doc_ids, docs = _read_jsonl(root / "corpus.jsonl", ("title", "text"))
+    query_ids, queries = _read_jsonl(root / "queries.jsonl", ("text",))
+
+    def text(row, where):
+        body = row.get("text", "")
+        if not isinstance(body, str):
+            raise ValueError(f"{where}: 'text' must be a string")
+        title = row.get("title") or ""
+        return f"{title} {body}" if title else body
+
+    doc_texts = [text(r, f"{root / 'corpus.jsonl'} _id {i!r}") for i, r in zip(doc_ids, docs)]
+    query_texts = [text(r, f"{root / 'queries.jsonl'} _id {i!r}")
+                   for i, r in zip(query_ids, queries)]
+    qindex = {k: i for i, k in enumerate(query_ids)}
+    dindex = {k: i for i, k in enumerate(doc_ids)}
+    qrels = {s: _read_qrels(root / "qrels" / f"{s}.tsv", qindex, dindex)
+             for s in QREL_SPLITS if (root / "qrels" / f"{s}.tsv").is_file()}
+    return Collection(root, doc_ids, doc_texts, query_ids, query_texts, qrels)
+
+
+# --------------------------------------------------------------------------------------------------
+# Evaluation set
+# --------------------------------------------------------------------------------------------------
+
+def _tokenized(texts: list[str], path: Path, tokenizer: str, max_len: int, what: str) -> np.ndarray:
+    """``[N, max_len]`` token ids of ``texts``, kept at ``path`` (memory-mapped); made once, in
+    chunks with a progress bar, written atomically; a damaged file is made again."""
+    if path.exists():
+        try:
+            ids = np.load(path, mmap_mode="r")
+            if ids.shape == (len(texts), max_len):
+                return ids
+        except (OSError, ValueError) as e:
+            import warnings
+            warnings.warn(f"{path}: damaged token file ({type(e).__name__}); tokenising again",
+                          stacklevel=2)
+    from tqdm.auto import tqdm
+
+    from repr_jax import files
+    from repr_jax.data.pipeline import make_tokenizer
+    tok = make_tokenizer(tokenizer)
+    out = np.zeros((len(texts), max_len), np.int32)
+    step = 4096
+    for start in tqdm(range(0, len(texts), step), desc=f"beir: tokenising {what}", unit="chunk",
+                      leave=False, dynamic_ncols=True, disable=len(texts) <= step):
+        out[start:start + step] = tok.encode(texts[start:start + step], max_len=max_len,
+                                             pad_to=max_len).ids
+    buffer = io.BytesIO()
+    np.save(buffer, out)
+    files.write_bytes(path, buffer.getvalue())
+    return np.load(path, mmap_mode="r")
+
+
+def eval_set(root: str | Path, *, tokenizer: str = "", max_len: int = 64, data_dir: str = "",
+             split: str = ""):
+    """A :class:`~repr_jax.data.eval_sets.RetrievalSet` of the collection's test (else dev)
+    queries against its whole corpus, qrels sparse, token ids memory-mapped from the data dir."""
+    from repr_jax.data.eval_sets import RetrievalSet
+    from repr_jax.data.pipeline import default_data_dir
+    from repr_jax.eval.retrieval import SparseQrels
+    collection = read_collection(root)
+    split = split or collection.test_split
+    r = collection.qrels[split]
+    used = np.unique(r["query"])  # BEIR evaluates the queries its qrels judge
+    row = np.searchsorted(used, r["query"])
+    stamp = "|".join(f"{p}:{p.stat().st_size}:{p.stat().st_mtime_ns}"
+                     for p in (collection.root / f for f in FILES))
+    digest = hashlib.sha1(f"{collection.root}|{stamp}|{tokenizer}|{max_len}".encode()
+                          ).hexdigest()[:12]
+    cache = Path(data_dir or default_data_dir()) / "beir" / f"{collection.root.name}_{digest}"
+    corpus = _tokenized(collection.doc_texts, cache / "corpus_ids.npy", tokenizer, max_len,
+                        "corpus")
+    queries = _tokenized([collection.query_texts[i] for i in used],
+                         cache / f"queries_{split}_ids.npy", tokenizer, max_len, "queries")
+    qrels = SparseQrels(row, r["doc"], r["grade"], (len(used), len(collection.doc_ids)))
+    return RetrievalSet(f"beir_{collection.root.name}", queries, corpus, qrels,
+                        corpus_is_pos=True)
+
+
+# --------------------------------------------------------------------------------------------------
+# Writing collections
+# --------------------------------------------------------------------------------------------------
+
+def write_collection(root: str | Path, corpus: dict[str, tuple[str, str]],
+                     queries: dict[str, str],
+                     qrels: dict[str, list[tuple[str, str, int]]]) -> Path:
+    """Writes a BEIR collection: ``corpus {id: (title, text)}``, ``queries {id: text}``,
+    ``qrels {split: [(query id, doc id, grade)]}``; each file atomically."""
+    from repr_jax import files
+    root = Path(root)
+    files.write_text(root / "corpus.jsonl", "".join(
+        json.dumps({"_id": k, "title": t, "text": x}) + "\n" for k, (t, x) in corpus.items()))
+    files.write_text(root / "queries.jsonl", "".join(
+        json.dumps({"_id": k, "text": x}) + "\n" for k, x in queries.items()))
+    for split, rows in qrels.items():
+        files.write_text(root / "qrels" / f"{split}.tsv", "query-id\tcorpus-id\tscore\n" + "".join(
+            f"{q}\t{d}\t{g}\n" for q, d, g in rows))
+    return root
+
+
+def synthetic_collection(root: str | Path, *, num_docs: int = 1000, num_queries: int = 100,
+                         num_train: int = 0, topics: int = 20, vocab: int = 2000,
+                         seed: int = 0) -> Path:
+    """A generated BEIR collection with known relevance: documents of 8-24 words, each word from
+    the document's topic (a sixth of the time) or a Zipfian background; query ``i`` is 5 words of
+    its source document plus 2 background words. Grades: 2 for the source document, 1 for two
+    other documents of its topic. ``num_train`` more queries make ``qrels/train.tsv``."""
+    rng = np.random.default_rng(seed)
+    words = np.asarray([f"w{i}" for i in range(vocab)])
+    per_topic = vocab // topics
+    topical = rng.permutation(vocab)[:per_topic * topics].reshape(topics, per_topic)
+    zipf = 1.0 / np.arange(1, vocab + 1)
+    zipf /= zipf.sum()
+    doc_topic = rng.integers(0, topics, num_docs)
+    lengths = rng.integers(8, 25, num_docs)
+    docs = []
+    for t, n in zip(doc_topic, lengths):
+        from_topic = rng.random(n) < 1 / 6
+        docs.append(np.where(from_topic, rng.choice(topical[t], n), rng.choice(vocab, n, p=zipf)))
+    by_topic = [np.flatnonzero(doc_topic == t) for t in range(topics)]
+    corpus = {f"d{i}": (f"topic {doc_topic[i]}" if i % 2 else "", " ".join(words[d]))
+              for i, d in enumerate(docs)}
+    queries, qrels = {}, {"test": [], "train": []}
+    for j in range(num_queries + num_train):
+        src = int(rng.integers(num_docs))
+        text = np.concatenate([rng.choice(docs[src], 5), rng.choice(vocab, 2, p=zipf)])
+        qid = f"q{j}"
+        queries[qid] = " ".join(words[text])
+        split = "test" if j < num_queries else "train"
+        qrels[split].append((qid, f"d{src}", 2))
+        others = by_topic[doc_topic[src]]
+        for o in rng.choice(others[others != src], min(2, len(others) - 1), replace=False):
+            qrels[split].append((qid, f"d{o}", 1))
+    if not num_train:
+        del qrels["train"]
+    return write_collection(root, corpus, queries, qrels)

@@ -1,0 +1,231 @@
+"""A user's text pairs as a TFDS dataset: ``data.name=pairs:FILE.jsonl`` or ``data.name=beir:DIR``.
+
+``pairs:FILE.jsonl`` holds one training example a line::
+
+    {"query": "what is a bank", "positive": "a financial institution ...", "negatives": ["..."]}
+
+``negatives`` is optional; sentence-transformers' column names are read too (``anchor`` for
+``query``; ``negative`` (a string or a list) or ``negative_1``, ``negative_2``, ... for
+``negatives``). ``beir:DIR`` trains on the (query, relevant document) pairs of a BEIR collection's
+``qrels/train.tsv`` (see :mod:`repr_jax.data.beir`).
+
+Text is tokenised **at preparation** (once, with a progress bar) and stored as int32 token ids in
+array_record files under the data dir — one prepared copy per file version (path, size and
+modification time), tokenizer, length and negatives count — so a split larger than
+``data.in_memory_mb`` is streamed like any other: a batch reads its rows only. Each example is
+``x`` (the query's ids ``[T]``), ``x_pos`` (the positive's) and, when ``negatives`` > 0,
+``negatives [K, T]``: a line's first K negatives, repeated in order when it has fewer. The test
+split is a fixed 5% of the queries (by a hash of the query text, so a query's lines stay together);
+``beir:DIR`` tests on ``qrels/test.tsv`` (else ``dev.tsv``), each query with its best-graded
+document. ``label`` is 0 everywhere: pairs have no classes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import zlib
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+import tensorflow_datasets as tfds
+
+PAIRS, BEIR = "pairs:", "beir:"
+TEST_FRACTION = 0.05
+CHUNK = 4096  # lines tokenised together
+_NEGATIVE_N = re.compile(r"negative_(\d+)$")
+
+
+class TextPairsConfig(tfds.core.BuilderConfig):
+    def __init__(self, *, source: str = "", tokenizer: str = "", max_len: int = 64,
+                 negatives: int = 0, **kwargs):
+        super().__init__(**kwargs)
+        self.source, self.tokenizer = source, tokenizer
+        self.max_len, self.negatives = max_len, negatives
+
+
+def is_text_pairs(name: str) -> bool:
+    return name.startswith((PAIRS, BEIR))
+
+
+def _path_of(name: str) -> Path:
+    kind = PAIRS if name.startswith(PAIRS) else BEIR
+    rest = name[len(kind):].strip()
+    if not rest:
+        what = "a .jsonl file" if kind == PAIRS else "a BEIR folder"
+        raise ValueError(f"data.name={kind} needs {what} after the colon, e.g. {kind}"
+                         f"{'/path/to/pairs.jsonl' if kind == PAIRS else '/path/to/collection'}")
+    path = Path(rest).expanduser().absolute()
+    if kind == PAIRS and not path.is_file():
+        raise ValueError(f"data.name={name}: no such file")
+    if kind == BEIR and not path.is_dir():
+        raise ValueError(f"data.name={name}: no such folder")
+    return path
+
+
+def config_for(name: str, *, tokenizer: str = "", max_len: int = 0,
+               negatives: int = 0) -> TextPairsConfig:
+    """The builder config of ``pairs:FILE`` / ``beir:DIR``: its name tells file versions,
+    tokenizers, lengths and negative counts apart (an edited file is prepared again)."""
+    path = _path_of(name)
+    if name.startswith(BEIR):
+        from repr_jax.data import beir
+        beir.check_layout(path, need_train=True)
+        watched = [path / f for f in beir.FILES] + sorted((path / "qrels").glob("*.tsv"))
+    else:
+        watched = [path]
+    stamp = "|".join(f"{p}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in watched
+                     if p.exists())
+    digest = hashlib.sha1(f"{stamp}|{tokenizer}".encode()).hexdigest()[:10]
+    slug = re.sub(r"[^a-z0-9]+", "_", path.stem.lower()).strip("_") or "pairs"
+    kind = "pairs" if name.startswith(PAIRS) else "beir"
+    length = max_len or 64
+    return TextPairsConfig(name=f"{kind}_{slug}_{digest}_t{length}_k{negatives}",
+                           source=f"{kind}:{path}", tokenizer=tokenizer, max_len=length,
+                           negatives=negatives, description=f"text pairs from {path}")
+
+
+def _text(value, field: str, where: str) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"{where}: {field!r} must be a string, got {type(value).__name__}")
+    if not value.strip():
+        raise ValueError(f"{where}: {field!r} is empty")
+    return value
+
+
+def parse_line(line: str, where: str) -> tuple[str, str, list[str]]:
+    """``(query, positive, negatives)`` of one ``pairs:`` line; ``where`` (``FILE:LINE``) starts
+    every error."""
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{where}: not JSON ({e.msg} at column {e.colno})") from None
+    if not isinstance(row, dict):
+        raise ValueError(f"{where}: a line must be a JSON object, got {type(row).__name__}")
+    query_key = "query" if "query" in row else "anchor"
+    for key in (query_key, "positive"):
+        if key not in row:
+            raise ValueError(f"{where}: no {key!r} field (it has {sorted(row)}; a line is "
+                             f'{{"query": ..., "positive": ..., "negatives": [...]}})')
+    negs = row.get("negatives", row.get("negative", []))
+    numbered = sorted((int(m.group(1)), k) for k in row if (m := _NEGATIVE_N.match(k)))
+    if numbered:
+        negs = [row[k] for _, k in numbered]
+    if isinstance(negs, str):
+        negs = [negs]
+    if not isinstance(negs, list):
+        raise ValueError(f"{where}: 'negatives' must be a list of strings")
+    return (_text(row[query_key], query_key, where), _text(row["positive"], "positive", where),
+            [_text(n, "negatives", where) for n in negs])
+
+
+def read_pairs(path: str | Path) -> Iterator[tuple[int, str, str, list[str]]]:
+    """``(line number, query, positive, negatives)`` for each non-blank line of a ``pairs:``
+    file; a bad line is a one-line ValueError naming the file and line."""
+    path = Path(path)
+    with open(path, encoding="utf-8", errors="strict") as f:
+        for number, line in enumerate(f, 1):
+            if line.strip():
+                try:
+                    yield (number, *parse_line(line, f"{path}:{number}"))
+                except UnicodeDecodeError as e:
+                    raise ValueError(f"{path}:{number}: not UTF-8 ({e.reason})") from None
+
+
+def is_test(query: str) -> bool:
+    """The fixed test share of a ``pairs:`` file, by a hash of the query text."""
+    return zlib.crc32(query.encode("utf-8")) % 1000 < TEST_FRACTION * 1000
+
+
+class TextPairs(tfds.core.GeneratorBasedBuilder):
+    """Tokenised text pairs from a ``pairs:`` file or a BEIR collection (module docstring)."""
+
+    VERSION = tfds.core.Version("1.0.0")
+    RELEASE_NOTES = {"1.0.0": "First release."}
+    BUILDER_CONFIGS = [TextPairsConfig(name="unset")]
+
+    def __init__(self, **kwargs):
+        kwargs.setdefault("file_format", "array_record")
+        super().__init__(**kwargs)
+
+    def _info(self) -> tfds.core.DatasetInfo:
+        c = self.builder_config
+        feats = {"x": tfds.features.Tensor(shape=(c.max_len,), dtype=np.int32),
+                 "x_pos": tfds.features.Tensor(shape=(c.max_len,), dtype=np.int32),
+                 "label": tfds.features.ClassLabel(names=["pair"])}
+        if c.negatives:
+            feats["negatives"] = tfds.features.Tensor(shape=(c.negatives, c.max_len),
+                                                      dtype=np.int32)
+        return tfds.core.DatasetInfo(
+            builder=self, description=c.description, features=tfds.features.FeaturesDict(feats),
+            supervised_keys=("x", "label"), disable_shuffling=True,  # file order, no spill
+            metadata=tfds.core.MetadataDict(source=c.source, tokenizer=c.tokenizer))
+
+    def _split_generators(self, dl_manager):
+        del dl_manager  # nothing is downloaded
+        source = self.builder_config.source
+        if source.startswith(BEIR):
+            from repr_jax.data import beir
+            collection = beir.read_collection(source[len(BEIR):])
+            return {"train": self._generate_examples(collection.pairs("train"), "train"),
+                    "test": self._generate_examples(
+                        collection.pairs(collection.test_split, best=True), "test")}
+        path = source[len(PAIRS):]
+
+        def rows(test: bool):
+            for n, q, p, negs in read_pairs(path):
+                if is_test(q) == test:
+                    yield f"{path}:{n}", q, p, negs
+
+        return {"train": self._generate_examples(rows(False), "train"),
+                "test": self._generate_examples(rows(True), "test")}
+
+    def _generate_examples(self, rows, split: str):
+        from tqdm.auto import tqdm
+
+        from repr_jax.data.pipeline import make_tokenizer
+        c = self.builder_config
+        tok = make_tokenizer(c.tokenizer)
+
+        def encode(texts):
+            return tok.encode(texts, max_len=c.max_len, pad_to=c.max_len).ids
+
+        bar = tqdm(desc=f"{c.source.split(':')[0]}: tokenising {split}", unit="pair",
+                   leave=False, dynamic_ncols=True)
+        chunk, count = [], 0
+        for row in rows:
+            chunk.append(row)
+            if len(chunk) == CHUNK:
+                yield from self._encode_chunk(chunk, encode)
+                bar.update(len(chunk))
+                count += len(chunk)
+                chunk = []
+        if chunk:
+            yield from self._encode_chunk(chunk, encode)
+            bar.update(len(chunk))
+            count += len(chunk)
+        bar.close()
+        if not count:
+            raise ValueError(f"{c.source}: no pairs for the {split} split"
+                             + (" (5% of the queries, by a hash of their text: add lines)"
+                                if split == "test" and c.source.startswith(PAIRS) else ""))
+
+    def _encode_chunk(self, chunk, encode):
+        k = self.builder_config.negatives
+        queries = encode([q for _, q, _, _ in chunk])
+        positives = encode([p for _, _, p, _ in chunk])
+        if k:
+            for where, _, _, negs in chunk:
+                if not negs:
+                    raise ValueError(f"{where}: no negatives, and method.negatives_per_query={k} "
+                                     f"needs them on every line (a line with fewer than {k} "
+                                     f"repeats its own)")
+            negatives = encode([negs[j % len(negs)] for _, _, _, negs in chunk
+                                for j in range(k)]).reshape(len(chunk), k, -1)
+        for i, (where, _, _, _) in enumerate(chunk):
+            example = {"x": queries[i], "x_pos": positives[i], "label": 0}
+            if k:
+                example["negatives"] = negatives[i]
+            yield where, example

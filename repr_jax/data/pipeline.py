@@ -147,6 +147,9 @@ def _remove_unprepared(version_dir: Path, data_dir: Path) -> None:
 def _builder(name: str, data_dir: str, **config_kwargs: Any):
     from repr_jax.data import builders, text_pairs
     if text_pairs.is_text_pairs(name):
+        if name.startswith(text_pairs.BEIR) and config_kwargs.get("negatives"):
+            raise ValueError(f"data.name={name} has no hard negatives: mine them (repr-jax mine "
+                             f"--data {name} --out FILE.jsonl ...) and train on pairs:FILE")
         extra = sorted(set(config_kwargs) - {"tokenizer", "max_len", "negatives"})
         if extra:
             raise ValueError(f"data.name={name.split(':')[0]}: takes data.tokenizer and "

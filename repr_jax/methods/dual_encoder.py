@@ -61,10 +61,23 @@ class TwoTowers(nn.Module):
 def dual_encoder(name: str, encoder_a, encoder_b, views_fn: Callable, objective, *, proj_dim: int,
                  init_logit_scale: float = 0.0, init_logit_bias: float | None = None,
                  matryoshka_dims: Sequence[int] = (), matryoshka_layers: bool = False,
-                 grad_cache_chunk: int = 0) -> Method:
+                 grad_cache_chunk: int = 0, negatives: int = 0) -> Method:
     """``objective(a, b, log_scale, bias, batch, hp)`` on the two towers' projections (or, with
     ``matryoshka_dims``, on nested prefixes of their embeddings). ``grad_cache_chunk``: its
-    gradient by a gradient cache over chunks of that many pairs."""
+    gradient by a gradient cache over chunks of that many pairs.
+
+    ``negatives=K``: the batch's ``negatives [B, K, ...]`` (hard negatives of each query) go
+    through tower B too, and the objective is called with ``negatives=[B, K, D]``. The loss is
+    written on the global batch, so under ``jax.jit`` with the batch sharded over the mesh XLA
+    gathers every device's documents and negatives: each query scores the whole global batch."""
+    if negatives and matryoshka_dims:
+        raise ValueError("method.negatives_per_query with Matryoshka dims is not supported: "
+                         "set one of them to 0 / ()")
+
+    def tower_b_negatives(apply_b, views):
+        b, k = views["negatives"].shape[:2]
+        return apply_b(views["negatives"].reshape(b * k, *views["negatives"].shape[2:])
+                       ).reshape(b, k, -1)
     model = TwoTowers(Tower(encoder_a, head(proj_dim, 0, "none") if proj_dim else None),
                       Tower(encoder_b, head(proj_dim, 0, "none") if proj_dim else None),
                       init_logit_scale, init_logit_bias,
@@ -75,29 +88,48 @@ def dual_encoder(name: str, encoder_a, encoder_b, views_fn: Callable, objective,
             return lambda params, x: model.apply(
                 {"params": params}, x, method=lambda m, x: getattr(m, which)(x, train=True)[2])
 
-        def cached_objective(params, aux, za, zb):
+        def cached_objective(params, aux, za, zb, *zn):
+            extra = {"negatives": zn[0].reshape(za.shape[0], negatives, -1)} if zn else {}
             return jnp.mean(objective(za, zb, params["logit_scale"], params.get("logit_bias"),
-                                      *aux))
+                                      *aux, **extra))
 
-        cached = grad_cache_loss(name, (tower("tower_a"), tower("tower_b")), cached_objective,
-                                 grad_cache_chunk, bool(matryoshka_dims))
+        fns = (tower("tower_a"), tower("tower_b"))
+        if negatives:
+            tower_b = tower("tower_b")
+            fns += (lambda params, xn: tower_b_negatives(
+                lambda x: tower_b(params, x), {"negatives": xn}).reshape(xn.shape[0], -1),)
+        cached = grad_cache_loss(name, fns, cached_objective, grad_cache_chunk,
+                                 bool(matryoshka_dims))
 
     def loss(params, model_state, extra, batch, key, hp):
-        ka, kb = jax.random.split(key)
+        ka, kb, kn = jax.random.split(key, 3)
         views = dict(batch, x=views_fn(ka, batch["x"]), x_pos=views_fn(kb, batch["x_pos"]))
+        if negatives:
+            if "negatives" not in batch:
+                raise ValueError("method.negatives_per_query needs a 'negatives' feature: "
+                                 "data.name=pairs:FILE with negatives on its lines")
+            n = batch["negatives"]
+            views["negatives"] = views_fn(kn, n.reshape(-1, *n.shape[2:])).reshape(n.shape)
         if cached is not None:
-            value = cached(params, model_state, (views["x"], views["x_pos"]), (batch, hp))
+            inputs = (views["x"], views["x_pos"]) + ((views["negatives"],) if negatives else ())
+            value = cached(params, model_state, inputs, (batch, hp))
             return hp.loss_weight * value, (model_state, extra,
                                             {"logit_scale": jnp.exp(params["logit_scale"])})
         ((emb_a, fa, za, _), (emb_b, fb, zb, _), log_scale, bias), model_state = apply_train(
             model, params, model_state, views)
+        hard = {}
+        if negatives:
+            def apply_b(x):
+                return apply_train(model, params, model_state, x,
+                                   method=lambda m, x, train: m.tower_b(x, train=train)[2])[0]
+            hard = {"negatives": tower_b_negatives(apply_b, views)}
         if matryoshka_dims:
             nested = matryoshka_objective(
                 lambda a, b, batch, hp: objective(a, b, log_scale, bias, batch, hp),
                 tuple(matryoshka_dims), matryoshka_layers)
             value = nested(emb_a, emb_b, fa.get("layers", ()), fb.get("layers", ()), batch, hp)
         else:
-            value = jnp.mean(objective(za, zb, log_scale, bias, batch, hp))
+            value = jnp.mean(objective(za, zb, log_scale, bias, batch, hp, **hard))
         metrics = {"emb_std": normalized_std(emb_a), "logit_scale": jnp.exp(log_scale)}
         return hp.loss_weight * value, (model_state, extra, metrics)
 
@@ -135,18 +167,26 @@ def graded_relevance(labels: jax.Array) -> jax.Array:
 
 
 def biencoder(encoder_a, encoder_b, views_fn, *, proj_dim: int, objective: str,
-              **options) -> Method:
+              negatives_per_query: int = 0, **options) -> Method:
     """A query/document bi-encoder trained with ``info_nce`` (in-batch negatives), ``graded_bce``
     (graded in-batch relevance, BiXSE) or ``kl_distill`` (match a teacher's in-batch score
-    distribution; the teacher's embeddings come with the data as ``teacher`` / ``teacher_pos``)."""
+    distribution; the teacher's embeddings come with the data as ``teacher`` / ``teacher_pos``).
+
+    ``negatives_per_query=K`` (``info_nce`` only): each query's softmax runs over the global
+    batch's B positives and its B x K hard negatives (its own K and every other query's), as
+    sentence-transformers' MultipleNegativesRankingLoss with negative columns and Tevatron's
+    ``train_n_passages = K + 1`` do."""
     if objective not in BIENCODER_OBJECTIVES:
         raise ValueError(f"unknown biencoder objective {objective!r}; choose from: "
                          f"{', '.join(BIENCODER_OBJECTIVES)}")
+    if negatives_per_query and objective != "info_nce":
+        raise ValueError(f"method.negatives_per_query applies to objective info_nce, not "
+                         f"{objective!r}")
 
-    def fn(a, b, log_scale, bias, batch, hp):
+    def fn(a, b, log_scale, bias, batch, hp, negatives=None):
         del log_scale, bias
         if objective == "info_nce":
-            return O.info_nce(a, b, hp.temperature)
+            return O.info_nce(a, b, hp.temperature, negatives=negatives)
         if objective == "graded_bce":
             return O.graded_bce(a, b, graded_relevance(batch["label"]), hp.temperature)
         if "teacher" not in batch:
@@ -158,7 +198,7 @@ def biencoder(encoder_a, encoder_b, views_fn, *, proj_dim: int, objective: str,
         return O.kl_distill(student, teacher)
 
     return dual_encoder("biencoder", encoder_a, encoder_b, views_fn, fn, proj_dim=proj_dim,
-                        **options)
+                        negatives=negatives_per_query, **options)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -177,6 +217,9 @@ class DualEncoderConfig(MatryoshkaConfig):
 class BiEncoderConfig(DualEncoderConfig):
     objective: str = static("info_nce", BIENCODER_OBJECTIVES, "the in-batch objective")
     temperature: float = hyper(0.5, ">0", "softmax temperature")
+    negatives_per_query: int = static(0, ">=0", "info_nce: hard negatives per query from the "
+                                      "data (pairs:FILE lines' 'negatives'); each query's softmax "
+                                      "spans the global batch's positives and negatives")
 
 
 def _towers(builder, *own: str):
@@ -193,4 +236,5 @@ def _towers(builder, *own: str):
 
 CLIP = MethodSpec(DualEncoderConfig, _towers(clip), grad_cache=True)
 SIGLIP = MethodSpec(DualEncoderConfig, _towers(siglip), grad_cache=True)
-BIENCODER = MethodSpec(BiEncoderConfig, _towers(biencoder, "objective"), grad_cache=True)
+BIENCODER = MethodSpec(BiEncoderConfig, _towers(biencoder, "objective", "negatives_per_query"),
+                       grad_cache=True)

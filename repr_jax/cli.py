@@ -108,6 +108,39 @@ def _parser() -> argparse.ArgumentParser:
                         "repr_jax.encoders.load_exported(OUT)")
     x.add_argument("--out", required=True, help="output directory")
 
+    m = sub.add_parser("mine", help="mine hard negatives into a pairs: file",
+                       description="Encode a pairs: file's or BEIR collection's corpus with a "
+                       "trained run (its query and document towers) or a local "
+                       "sentence-transformers model, search it exactly for every training query, "
+                       "and write a pairs: file whose lines carry negatives chosen as "
+                       "sentence-transformers' mine_hard_negatives does (train on it with "
+                       "--set data.name=pairs:OUT --set method.negatives_per_query=K).")
+    m.add_argument("--data", required=True, metavar="pairs:FILE|beir:DIR",
+                   help="the pairs to mine for (beir: the pairs of qrels/train.tsv)")
+    m.add_argument("--out", required=True, metavar="FILE.jsonl", help="the pairs: file written")
+    m.add_argument("--workdir", default=None, help="a run directory written by `repr-jax train`")
+    m.add_argument("--init-from", default=None, metavar="MODEL_DIR",
+                   help="instead of --workdir: a local sentence-transformers model directory")
+    m.add_argument("--range-min", type=_at_least(0), default=0,
+                   help="skip this many best-scoring non-positive documents (likely false "
+                        "negatives; default 0)")
+    m.add_argument("--range-max", type=_at_least(1), default=100,
+                   help="consider only the documents ranked below this (default 100)")
+    m.add_argument("--margin", type=float, default=None,
+                   help="keep a negative only if its score + MARGIN < its positive's score")
+    m.add_argument("--max-score", type=float, default=None,
+                   help="keep a negative only if its score <= MAX_SCORE")
+    m.add_argument("--num-negatives", type=_at_least(1), default=3,
+                   help="negatives per pair (default 3)")
+    m.add_argument("--sampling", choices=("top", "random"), default="top",
+                   help="the best-scoring candidates (default) or a seeded random draw of them")
+    m.add_argument("--seed", type=int, default=0)
+    m.add_argument("--max-len", type=_at_least(0), default=0,
+                   help="tokens per text (default: the run's data.max_len, or the model's)")
+    m.add_argument("--batch-size", type=_at_least(1), default=128,
+                   help="texts encoded at once (default 128)")
+    m.add_argument("--no-progress", action="store_true", help="no progress bars")
+
     sub.add_parser("list", help="list the experiments, sweeps and studies with their claims",
                    description="List experiments/: what each file defines (train it, sweep it, "
                    "run its study) and its one-line claim.")
@@ -140,14 +173,20 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
+def _at_least(low: int):
+    """An argparse type: a whole number ``>= low``."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be at least {low}, got {value}")
+        return value
+    return parse
+
+
+_positive_int = _at_least(1)
 
 
 def _grid_options(parser, what: str) -> None:
@@ -343,6 +382,16 @@ def _eval(args) -> int:
     return 0
 
 
+def _mine(args) -> int:
+    from repr_jax.train.mine import mine
+    mine(data=args.data, out=args.out, workdir=args.workdir, init_from=args.init_from,
+         range_min=args.range_min, range_max=args.range_max, margin=args.margin,
+         max_score=args.max_score, num_negatives=args.num_negatives, sampling=args.sampling,
+         seed=args.seed, max_len=args.max_len, batch_size=args.batch_size,
+         progress=not args.no_progress)
+    return 0
+
+
 def _one_line_warning(message, category, filename, lineno, line=None) -> str:
     """Warnings as the CLI's errors read: one line, no source excerpt."""
     del filename, lineno, line
@@ -378,7 +427,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         _check_folder_args(args)
         return {"train": _train, "eval": _eval, "sweep": _sweep, "study": _study,
-                "fit": _fit, "export": _export, "list": _list}[args.command](args)
+                "fit": _fit, "export": _export, "list": _list, "mine": _mine}[args.command](args)
     except BrokenPipeError:  # `repr-jax ... | head`: the reader left; no traceback for that
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1

@@ -1,0 +1,244 @@
+"""Hard-negative mining: ``repr-jax mine`` (sentence-transformers' ``util.mine_hard_negatives``).
+
+For every (query, positive) pair of a ``pairs:`` file or a BEIR collection's ``qrels/train.tsv``,
+the corpus (BEIR: its documents; a pairs file: every distinct positive and negative text) is
+searched exactly (:func:`repr_jax.eval.retrieval.retrieve`, tiled) with the query tower of a
+trained run or a local sentence-transformers model, and the negatives are chosen from the
+documents ranked ``[range_min, range_max)`` among those that are not one of the query's positives,
+keeping those scoring below ``max_score`` and below ``positive score - margin``, the best first
+(``sampling="top"``) or drawn at random. The result is a ``pairs:`` file (written atomically) with
+the scores beside the texts; a pair with no negative passing the filters is left out and counted.
+The corpus embeddings are kept beside the output (``<out>.cache/``), keyed by the model and the
+texts, so mining again with other knobs does not encode again.
+
+Cost (Q queries, N documents, D dims): encoding ``O((Q + N) T^2)`` per model; search ``O(Q N D)``
+time and ``O(N D)`` memory plus a tile.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import io
+import json
+import sys
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+SAMPLING = ("top", "random")
+
+
+@dataclasses.dataclass
+class MiningData:
+    """Queries, corpus texts, and the pairs to mine for: ``pairs[i] = (query index, positive's
+    corpus index)``; ``positives[q]`` every corpus index relevant to query ``q``."""
+    queries: list[str]
+    corpus: list[str]
+    pairs: list[tuple[int, int]]
+    positives: list[set[int]]
+
+
+def mining_data(spec: str) -> MiningData:
+    """The pairs and corpus of ``pairs:FILE`` or ``beir:DIR``."""
+    from repr_jax.data import text_pairs
+    if spec.startswith(text_pairs.BEIR):
+        from repr_jax.data import beir
+        c = beir.read_collection(spec[len(text_pairs.BEIR):])
+        if "train" not in c.qrels:
+            raise ValueError(f"{spec}: no qrels/train.tsv: nothing to mine negatives for")
+        r = c.qrels["train"]
+        keep = r["grade"] >= 1
+        used = np.unique(r["query"][keep])
+        row = {int(q): i for i, q in enumerate(used)}
+        pairs = [(row[int(q)], int(d)) for q, d in zip(r["query"][keep], r["doc"][keep])]
+        positives: list[set[int]] = [set() for _ in used]
+        for q, d in pairs:
+            positives[q].add(d)
+        return MiningData([c.query_texts[i] for i in used], c.doc_texts, pairs, positives)
+    if not spec.startswith(text_pairs.PAIRS):
+        raise ValueError(f"--data takes pairs:FILE.jsonl or beir:DIR, not {spec!r}")
+    path = text_pairs._path_of(spec)  # noqa: SLF001 - the same one-line checks as data.name
+    queries: dict[str, int] = {}
+    corpus: dict[str, int] = {}
+    pairs = []
+    for _, query, positive, negatives in text_pairs.read_pairs(path):
+        q = queries.setdefault(query, len(queries))
+        pairs.append((q, corpus.setdefault(positive, len(corpus))))
+        for n in negatives:
+            corpus.setdefault(n, len(corpus))
+    if not pairs:
+        raise ValueError(f"{path}: no pairs")
+    positives = [set() for _ in queries]
+    for q, d in pairs:
+        positives[q].add(d)
+    return MiningData(list(queries), list(corpus), pairs, positives)
+
+
+@dataclasses.dataclass
+class Encoders:
+    """Texts to embeddings: ``query(texts)`` and ``document(texts)`` ``[n, D]`` float32;
+    ``identity`` names the model for the embedding cache."""
+    query: Callable[[Sequence[str]], np.ndarray]
+    document: Callable[[Sequence[str]], np.ndarray]
+    identity: str
+
+
+def _batched(apply, tokenizer, max_len: int, batch_size: int, what: str, progress: bool):
+    """``texts -> [n, D]``: tokenised and embedded ``batch_size`` at a time (the last batch padded:
+    one compilation), with a progress bar."""
+    import jax
+    import jax.numpy as jnp
+    from tqdm.auto import tqdm
+    jitted = jax.jit(apply)
+
+    def embed(texts: Sequence[str]) -> np.ndarray:
+        out = []
+        for start in tqdm(range(0, len(texts), batch_size), desc=f"mine: encoding {what}",
+                          unit="batch", disable=not progress, leave=False, dynamic_ncols=True):
+            chunk = list(texts[start:start + batch_size])
+            ids = tokenizer.encode(chunk + [""] * (batch_size - len(chunk)), max_len=max_len,
+                                   pad_to=max_len).ids
+            out.append(np.asarray(jitted(jnp.asarray(ids)), np.float32)[:len(chunk)])
+        return np.concatenate(out).reshape(len(texts), -1)
+    return embed
+
+
+def encoders_of(*, workdir: str | None = None, init_from: str | None = None, max_len: int = 0,
+                batch_size: int = 128, progress: bool = True) -> Encoders:
+    """The query and document encoders of a trained run (its two towers where it has them, in
+    the space its objective compared them) or of a local sentence-transformers model."""
+    if bool(workdir) == bool(init_from):
+        raise ValueError("give one of --workdir RUN or --init-from MODEL_DIR")
+    if init_from:
+        from repr_jax.encoders.pretrained import load_sentence_transformer
+        loaded = load_sentence_transformer(init_from)
+        module, params = loaded.module, loaded.params
+        length = min(max_len or loaded.config.max_seq_length, loaded.config.max_seq_length)
+
+        def apply(ids):
+            return module.apply({"params": params}, ids)[0]
+        fn = _batched(apply, loaded.tokenizer, length, batch_size, "texts", progress)
+        return Encoders(fn, fn, f"{Path(init_from).absolute()}|{length}")
+    from repr_jax.data.pipeline import make_tokenizer
+    from repr_jax.train.run import load_trained
+    cfg, _, method, state = load_trained(workdir)
+    variables = state.variables
+    tokenizer = make_tokenizer(cfg.data.tokenizer)
+    length = max_len or cfg.data.max_len or 64
+    query = method.embed_query or method.embed
+    document = method.embed_pos or method.embed
+    import jax
+    step = int(jax.device_get(state.step))
+    return Encoders(
+        _batched(lambda ids: query(variables, ids), tokenizer, length, batch_size, "queries",
+                 progress),
+        _batched(lambda ids: document(variables, ids), tokenizer, length, batch_size, "corpus",
+                 progress),
+        f"{Path(workdir).absolute()}|step {step}|{length}")
+
+
+def select_negatives(scores_QxK: np.ndarray, indices_QxK: np.ndarray, pairs, positives,
+                     positive_scores: np.ndarray, *, range_min: int, range_max: int,
+                     margin: float | None, max_score: float | None, num_negatives: int,
+                     sampling: str, seed: int) -> list[list[tuple[int, float]]]:
+    """For each pair: ``[(corpus index, score)]`` of its negatives (see the module docstring).
+    ``scores_QxK``/``indices_QxK``: each query's best documents, best first."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for (q, _), pos_score in zip(pairs, positive_scores):
+        ranked = [(int(i), float(s)) for i, s in zip(indices_QxK[q], scores_QxK[q])
+                  if int(i) not in positives[q]][range_min:range_max]
+        kept = [(i, s) for i, s in ranked
+                if (margin is None or s + margin < pos_score)
+                and (max_score is None or s <= max_score)]
+        if sampling == "random" and len(kept) > num_negatives:
+            pick = np.sort(rng.choice(len(kept), num_negatives, replace=False))
+            kept = [kept[j] for j in pick]
+        out.append(kept[:num_negatives])
+    return out
+
+
+def mine(*, data: str, out: str | Path, workdir: str | None = None, init_from: str | None = None,
+         range_min: int = 0, range_max: int = 100, margin: float | None = None,
+         max_score: float | None = None, num_negatives: int = 3, sampling: str = "top",
+         seed: int = 0, max_len: int = 0, batch_size: int = 128,
+         progress: bool = True) -> dict[str, Any]:
+    """Mines hard negatives and writes a ``pairs:`` file at ``out``; returns a summary."""
+    import jax.numpy as jnp
+
+    from repr_jax import files
+    from repr_jax.eval.retrieval import retrieve
+    if sampling not in SAMPLING:
+        raise ValueError(f"--sampling {sampling!r}; choose from {', '.join(SAMPLING)}")
+    if not 0 <= range_min < range_max:
+        raise ValueError(f"--range-min {range_min} and --range-max {range_max}: need "
+                         f"0 <= range-min < range-max")
+    if num_negatives < 1:
+        raise ValueError(f"--num-negatives must be at least 1, got {num_negatives}")
+    out = Path(out)
+    if out.is_dir():
+        raise ValueError(f"--out {out} is a folder; give a .jsonl file")
+    d = mining_data(data)
+    enc = encoders_of(workdir=workdir, init_from=init_from, max_len=max_len,
+                      batch_size=batch_size, progress=progress)
+    corpus_emb = _cached(out, enc, d.corpus, lambda: enc.document(d.corpus))
+    query_emb = enc.query(d.queries)
+    most_positives = max(len(p) for p in d.positives)
+    k = min(range_max + most_positives, len(d.corpus))
+    print(f"mine: searching {len(d.queries):,} queries x {len(d.corpus):,} documents (top {k})",
+          file=sys.stderr, flush=True)
+    scores, indices = retrieve(jnp.asarray(query_emb), jnp.asarray(corpus_emb), k=k)
+    scores, indices = np.asarray(scores), np.asarray(indices)
+    qn = query_emb / np.maximum(np.linalg.norm(query_emb, axis=1, keepdims=True), 1e-12)
+    cn = corpus_emb / np.maximum(np.linalg.norm(corpus_emb, axis=1, keepdims=True), 1e-12)
+    pos_scores = np.einsum("pd,pd->p", qn[[q for q, _ in d.pairs]], cn[[c for _, c in d.pairs]])
+    chosen = select_negatives(scores, indices, d.pairs, d.positives, pos_scores,
+                              range_min=range_min, range_max=range_max, margin=margin,
+                              max_score=max_score, num_negatives=num_negatives,
+                              sampling=sampling, seed=seed)
+    lines, dropped, short = [], 0, 0
+    for (q, p), pos, negs in zip(d.pairs, pos_scores, chosen):
+        if not negs:
+            dropped += 1
+            continue
+        short += len(negs) < num_negatives
+        lines.append(json.dumps({
+            "query": d.queries[q], "positive": d.corpus[p],
+            "negatives": [d.corpus[i] for i, _ in negs], "positive_score": round(float(pos), 6),
+            "negative_scores": [round(s, 6) for _, s in negs]}) + "\n")
+    if not lines:
+        raise ValueError("no pair has a negative passing the filters (--range-min/--range-max/"
+                         "--margin/--max-score): nothing written")
+    files.write_text(out, "".join(lines))
+    summary = dict(pairs=len(d.pairs), written=len(lines), dropped=dropped, fewer=short,
+                   queries=len(d.queries), corpus=len(d.corpus), out=str(out))
+    print(f"mine: {len(lines):,} of {len(d.pairs):,} pairs written with negatives "
+          f"({dropped:,} had none passing the filters and are left out; {short:,} have fewer "
+          f"than {num_negatives}) -> {out}", file=sys.stderr)
+    return summary
+
+
+def _cached(out: Path, enc: Encoders, texts: list[str], compute) -> np.ndarray:
+    """The corpus embeddings, kept in ``<out>.cache/`` under a digest of the model and texts
+    (atomic; a damaged file is computed again with a warning)."""
+    from repr_jax import files
+    digest = hashlib.blake2b(enc.identity.encode(), digest_size=16)
+    for t in texts:
+        digest.update(t.encode("utf-8") + b"\0")
+    path = out.parent / f"{out.name}.cache" / f"corpus-{digest.hexdigest()}.npy"
+    if path.exists():
+        try:
+            emb = np.load(path)
+            if emb.shape[0] == len(texts):
+                return emb
+        except (OSError, ValueError) as e:
+            import warnings
+            warnings.warn(f"{path}: damaged cached embeddings ({type(e).__name__}); encoding "
+                          f"again", stacklevel=2)
+    emb = compute()
+    buffer = io.BytesIO()
+    np.save(buffer, emb)
+    files.write_bytes(path, buffer.getvalue())
+    return emb

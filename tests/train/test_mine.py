@@ -1,0 +1,94 @@
+"""``repr-jax mine``: negatives chosen as sentence-transformers' mine_hard_negatives chooses them
+(rank range, margin, max score), written as a pairs: file that loads and trains."""
+
+import json
+
+import numpy as np
+import pytest
+
+from repr_jax import cli
+from repr_jax import config as C
+from repr_jax.data import beir
+from repr_jax.train import train_and_evaluate
+from repr_jax.train.mine import encoders_of, mining_data, select_negatives
+
+
+def test_select_negatives_by_hand():
+    # one query, documents 0..5 ranked best first; document 1 is its positive (score 0.8)
+    idx = np.asarray([[3, 1, 4, 0, 5, 2]])
+    scores = np.asarray([[0.9, 0.8, 0.7, 0.6, 0.5, 0.4]])
+    pairs, positives = [(0, 1)], [{1}]
+
+    def pick(**kw):
+        opts = dict(range_min=0, range_max=100, margin=None, max_score=None, num_negatives=3,
+                    sampling="top", seed=0)
+        opts.update(kw)
+        return [i for i, _ in select_negatives(scores, idx, pairs, positives, np.asarray([0.8]),
+                                               **opts)[0]]
+
+    assert pick() == [3, 4, 0]                     # the positive is never a negative
+    assert pick(range_min=1, range_max=3) == [4, 0]  # ranks [1, 3) of the non-positives
+    assert pick(margin=0.05) == [4, 0, 5]           # 0.9 and 0.8 - 0.05 < 0.75 excluded
+    assert pick(margin=0.15) == [0, 5, 2]           # strict: 0.7 + 0.15 is not < 0.8... nor 0.65
+    assert pick(max_score=0.65) == [0, 5, 2]
+    drawn = pick(sampling="random", num_negatives=2, seed=1)
+    assert len(drawn) == 2 and set(drawn) <= {3, 4, 0, 5, 2}
+
+
+def test_mining_data_of_a_pairs_file(tmp_path):
+    path = tmp_path / "p.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in [
+        {"query": "a", "positive": "x", "negatives": ["y"]},
+        {"query": "a", "positive": "z"}, {"query": "b", "positive": "x"}]))
+    d = mining_data(f"pairs:{path}")
+    assert d.queries == ["a", "b"] and d.corpus == ["x", "y", "z"]
+    assert d.pairs == [(0, 0), (0, 2), (1, 0)] and d.positives == [{0, 2}, {0}]
+    with pytest.raises(ValueError, match="--data takes pairs:FILE.jsonl or beir:DIR"):
+        mining_data("wordnet")
+
+
+@pytest.mark.slow
+def test_mine_writes_pairs_that_train_and_respect_the_margin(tmp_path):
+    root = beir.synthetic_collection(tmp_path / "coll", num_docs=600, num_queries=40,
+                                     num_train=300, seed=2)
+    vocab = tmp_path / "vocab.txt"  # the collection's words whole
+    vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "topic"]
+                               + [f"w{i}" for i in range(2000)] + [str(i) for i in range(20)]))
+    cfg = C.Config(
+        seed=0,
+        data=C.DataConfig(name=f"beir:{root}", max_len=24, data_dir=str(tmp_path / "tfds"),
+                          tokenizer=str(vocab)),
+        encoder=C.EncoderConfig(name="text_transformer", variant="tiny", width=32, num_heads=2,
+                                mlp_dim=64, depth=1),
+        method=C.MethodConfig(name="biencoder", objective="info_nce", temperature=0.1,
+                              proj_dim=16),
+        optim=C.OptimConfig(lr=1e-3, warmup_steps=0),
+        train=C.TrainConfig(batch_size=16, steps=20, ckpt_every=0, num_devices=1),
+        eval=C.EvalConfig(evaluators=("retrieval",), reference_rows=False, bootstrap=0))
+    train_and_evaluate(cfg, tmp_path / "run", progress=False, verbose=False)
+    out = tmp_path / "mined.jsonl"
+    assert cli.main(["mine", "--workdir", str(tmp_path / "run"), "--data", f"beir:{root}",
+                     "--out", str(out), "--margin", "0.05", "--range-min", "2",
+                     "--range-max", "600", "--num-negatives", "2", "--no-progress"]) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    judged = beir.read_collection(root).qrels["train"]
+    assert 0 < len(rows) <= int((judged["grade"] >= 1).sum())
+    # scores recomputed independently with the run's towers: every negative is below its
+    # positive by more than the margin, and none is a positive of its query
+    enc = encoders_of(workdir=str(tmp_path / "run"), progress=False)
+    relevant = {}
+    for r in mining_data(f"beir:{root}").pairs:
+        relevant.setdefault(r[0], set()).add(r[1])
+    for r in rows[:50]:
+        q = enc.query([r["query"]])[0]
+        docs = enc.document([r["positive"]] + r["negatives"])
+        cos = docs @ q / np.linalg.norm(docs, axis=1) / np.linalg.norm(q)
+        np.testing.assert_allclose(cos, [r["positive_score"]] + r["negative_scores"], atol=1e-4)
+        assert all(n + 0.05 < r["positive_score"] for n in r["negative_scores"])
+        assert r["positive"] not in r["negatives"] and 1 <= len(r["negatives"]) <= 2
+    # the file trains with hard negatives
+    mined = C.override(cfg, [f"data.name=pairs:{out}", "method.negatives_per_query=2"])
+    result = train_and_evaluate(mined, tmp_path / "run2", progress=False, verbose=False)
+    assert any(r["evaluator"] == "retrieval" for r in result["eval_rows"])
+    assert cli.main(["mine", "--init-from", str(tmp_path), "--workdir", "x", "--data",
+                     f"beir:{root}", "--out", str(out)]) == 2

@@ -338,6 +338,11 @@ def _reach_of(source: str, cfg) -> list[str]:
         said.append(f"data.data_dir={cfg.data.data_dir!r} (TFDS data is read from there)")
     if cfg.data.name.startswith("imagefolder:"):
         said.append(f"data.name={cfg.data.name!r} (images are read from there)")
+    if cfg.data.name.startswith(("pairs:", "beir:")):
+        said.append(f"data.name={cfg.data.name!r} (text is read from there)")
+    for name in cfg.eval.sets:
+        if name.startswith("beir:"):
+            said.append(f"eval.sets {name!r} (a collection is read from there)")
     if cfg.data.tokenizer not in ("", "minilm"):
         said.append(f"data.tokenizer={cfg.data.tokenizer!r} (a vocabulary is read from there)")
     if cfg.encoder.init_from:

@@ -280,7 +280,8 @@ class DataConfig:
     name: str = static("mnist1d", doc="mnist1d | digits | shapes | latent_classes | "
                                       "latent_modalities | a "
                                       "TFDS name in data_dir | imagefolder:DIR (class-per-"
-                                      "subfolder images)")
+                                      "subfolder images) | pairs:FILE.jsonl (text pairs) | "
+                                      "beir:DIR (a BEIR collection's train qrels)")
     data_dir: str = static("", doc="TFDS data dir; '' = $REPR_JAX_DATA_DIR or ~/.cache/repr_jax/tfds")
     num_examples: int = static(0, ">=0", "generated datasets: examples in total (0 = default)")
     train_examples: int = static(0, ">=0", "train on a fixed random subset of N training examples "
@@ -491,7 +492,7 @@ class EvalConfig:
             "layerwise | matryoshka (retrieval and sts run when there are pairs or sets)")
     sets: tuple[str, ...] = static((), doc="extra evaluation sets: lee | wordsim353 | simlex999 | "
                                            "polarity | wordnet_retrieval | latent_retrieval | "
-                                           "latent_sts")
+                                           "latent_sts | beir:DIR (its test qrels)")
     max_examples: int = static(0, ">=0", "evaluate on a fixed random subset of at most N examples "
                                          "per split (0 = all)")
     bootstrap: int = static(1000, ">=0", "bootstrap resamples for intervals (0 = none)")

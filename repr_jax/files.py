@@ -104,6 +104,13 @@ def write_bytes(path: str | Path, data: bytes) -> Path:
     return path
 
 
+def version_stamp(paths) -> str:
+    """Path, size and modification time of each existing file: what changes when one is edited
+    (prepared copies of a user's files are keyed by it)."""
+    return "|".join(f"{p}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in map(Path, paths)
+                    if p.exists())
+
+
 def write_json(path: str | Path, value: Any, *, indent: int | None = 1, **kwargs) -> Path:
     """``value`` as JSON in ``path``, atomically (:func:`write_text`)."""
     return write_text(path, json.dumps(value, indent=indent, **kwargs) + "\n")

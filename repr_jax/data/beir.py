@@ -3,11 +3,13 @@
 
 ``DIR`` holds ``corpus.jsonl`` (``{"_id", "title", "text"}`` a line), ``queries.jsonl``
 (``{"_id", "text"}``) and ``qrels/{train,dev,test}.tsv`` (``query-id, corpus-id, score``, tab
-separated, a header line). A document is encoded as ``title + " " + text`` (BEIR's convention);
-evaluation takes the queries of ``qrels/test.tsv`` (else ``dev.tsv``), keeps the qrels **sparse**
-(:class:`~repr_jax.eval.retrieval.SparseQrels`) and the tokenised corpus on disk (one ``.npy`` under
-the data dir, memory-mapped), so a million-document corpus costs its embeddings and a search tile.
-Missing files, malformed lines, duplicate ids and qrels naming unknown ids are one-line errors.
+separated, a header line). A document is encoded as ``title + " " + text`` (BEIR's convention).
+Evaluation takes the queries of ``qrels/test.tsv`` (else ``dev.tsv``), leaves a query's own id out
+of its results when it is also a document id (BEIR's ``ignore_identical_ids``), keeps the qrels
+**sparse** (:class:`~repr_jax.eval.retrieval.SparseQrels`) and the tokenised corpus on disk (one
+``.npy`` under the data dir, memory-mapped), so a million-document corpus costs its embeddings and
+a search tile. Missing files, malformed lines, duplicate ids and qrels naming unknown ids are
+one-line errors.
 """
 
 from __future__ import annotations
@@ -207,8 +209,8 @@ def eval_set(root: str | Path, *, tokenizer: str = "", max_len: int = 64, data_d
     r = collection.qrels[split]
     used = np.unique(r["query"])  # BEIR evaluates the queries its qrels judge
     row = np.searchsorted(used, r["query"])
-    stamp = "|".join(f"{p}:{p.stat().st_size}:{p.stat().st_mtime_ns}"
-                     for p in (collection.root / f for f in FILES))
+    from repr_jax import files
+    stamp = files.version_stamp(collection.root / f for f in FILES)
     digest = hashlib.sha1(f"{collection.root}|{stamp}|{tokenizer}|{max_len}".encode()
                           ).hexdigest()[:12]
     cache = Path(data_dir or default_data_dir()) / "beir" / f"{collection.root.name}_{digest}"
@@ -217,8 +219,10 @@ def eval_set(root: str | Path, *, tokenizer: str = "", max_len: int = 64, data_d
     queries = _tokenized([collection.query_texts[i] for i in used],
                          cache / f"queries_{split}_ids.npy", tokenizer, max_len, "queries")
     qrels = SparseQrels(row, r["doc"], r["grade"], (len(used), len(collection.doc_ids)))
+    docs = {k: i for i, k in enumerate(collection.doc_ids)}
+    same = np.asarray([docs.get(collection.query_ids[i], -1) for i in used], np.int64)
     return RetrievalSet(f"beir_{collection.root.name}", queries, corpus, qrels,
-                        corpus_is_pos=True)
+                        corpus_is_pos=True, exclude=same if (same >= 0).any() else None)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -52,6 +52,7 @@ class RetrievalSet:
     qrels: np.ndarray          # [Q, N] int grades, 0 = not relevant
     corpus_is_pos: bool = False  # the corpus is of the pairs' second kind (x_pos): use that tower
     kind: str = "retrieval"
+    exclude: np.ndarray | None = None  # [Q] corpus index kept out of query i's results (-1: none)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -152,8 +152,10 @@ def _builder(name: str, data_dir: str, **config_kwargs: Any):
                              f"--data {name} --out FILE.jsonl ...) and train on pairs:FILE")
         extra = sorted(set(config_kwargs) - {"tokenizer", "max_len", "negatives"})
         if extra:
+            unset = ["''" if isinstance(config_kwargs[k], str) else "0" for k in extra]
             raise ValueError(f"data.name={name.split(':')[0]}: takes data.tokenizer and "
-                             f"data.max_len only; set " + ", ".join(f"data.{k}=0" for k in extra))
+                             f"data.max_len only; set "
+                             + ", ".join(f"data.{k}={v}" for k, v in zip(extra, unset)))
         config = text_pairs.config_for(name, **config_kwargs)
         return _prepared(f"text_pairs.{config.name}",
                          lambda: text_pairs.TextPairs(data_dir=data_dir, config=config), data_dir)

@@ -32,6 +32,8 @@ from typing import Iterator
 import numpy as np
 import tensorflow_datasets as tfds
 
+from repr_jax import files
+
 PAIRS, BEIR = "pairs:", "beir:"
 TEST_FRACTION = 0.05
 CHUNK = 4096  # lines tokenised together
@@ -50,7 +52,8 @@ def is_text_pairs(name: str) -> bool:
     return name.startswith((PAIRS, BEIR))
 
 
-def _path_of(name: str) -> Path:
+def path_of(name: str) -> Path:
+    """The file or folder of ``pairs:FILE`` / ``beir:DIR``; missing: a one-line ValueError."""
     kind = PAIRS if name.startswith(PAIRS) else BEIR
     rest = name[len(kind):].strip()
     if not rest:
@@ -69,16 +72,14 @@ def config_for(name: str, *, tokenizer: str = "", max_len: int = 0,
                negatives: int = 0) -> TextPairsConfig:
     """The builder config of ``pairs:FILE`` / ``beir:DIR``: its name tells file versions,
     tokenizers, lengths and negative counts apart (an edited file is prepared again)."""
-    path = _path_of(name)
+    path = path_of(name)
     if name.startswith(BEIR):
         from repr_jax.data import beir
         beir.check_layout(path, need_train=True)
         watched = [path / f for f in beir.FILES] + sorted((path / "qrels").glob("*.tsv"))
     else:
         watched = [path]
-    stamp = "|".join(f"{p}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in watched
-                     if p.exists())
-    digest = hashlib.sha1(f"{stamp}|{tokenizer}".encode()).hexdigest()[:10]
+    digest = hashlib.sha1(f"{files.version_stamp(watched)}|{tokenizer}".encode()).hexdigest()[:10]
     slug = re.sub(r"[^a-z0-9]+", "_", path.stem.lower()).strip("_") or "pairs"
     kind = "pairs" if name.startswith(PAIRS) else "beir"
     length = max_len or 64

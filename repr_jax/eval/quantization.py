@@ -115,8 +115,11 @@ class Quantization(Evaluator):
             yield f"binary+rescore{self.rescore}", "binary", self.rescore
 
     def run(self, variables):
-        for prefix, q, c, qrels in retrieval_tasks(self.embedder, variables,
-                                                   max_queries=self.max_queries):
+        for prefix, q, c, qrels, exclude in retrieval_tasks(self.embedder, variables,
+                                                            max_queries=self.max_queries):
+            if exclude is not None:  # BEIR sets whose queries are also documents
+                raise ValueError(f"{prefix[:-1]}: quantised search does not leave identical ids "
+                                 f"out of the results yet; evaluate it with 'retrieval'")
             for label, precision, rescore in self.settings():
                 _, idx = quantized_search(q, c, precision=precision, k=self.k,
                                           similarity=self.similarity, rescore_multiplier=rescore)

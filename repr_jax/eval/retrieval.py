@@ -336,23 +336,39 @@ def topk_metrics(indices_QxK, qrels_QxN, ks: Sequence[int] = (1, 5, 10), *,
 # --------------------------------------------------------------------------------------------------
 
 def retrieval_tasks(embedder, variables, *, max_queries: int = 2000):
-    """``(prefix, query_features, corpus_features, qrels)`` for every retrieval task the embedder
-    knows: its ``test`` split when it holds pairs (query ``x[i]`` → corpus ``x_pos[i]``, the first
-    ``max_queries`` pairs, both in the space pairs are compared in, e.g. a dual encoder's two
-    projections), then
-    each retrieval evaluation set (prefixed with its name; a corpus of the pairs' second kind, such
-    as WordNet lemma lists, goes through the pair function too)."""
+    """``(prefix, query_features, corpus_features, qrels, exclude)`` for every retrieval task the
+    embedder knows: its ``test`` split when it holds pairs (query ``x[i]`` → corpus ``x_pos[i]``, the
+    first ``max_queries`` pairs, both in the space pairs are compared in, e.g. a dual encoder's two
+    projections), then each retrieval evaluation set (prefixed with its name; a corpus of the pairs'
+    second kind, such as WordNet lemma lists or BEIR documents, goes through the pair function
+    too). ``exclude`` (``[Q]`` corpus indices or None) is left out of each query's results."""
     test = embedder.splits.get("test", {})
     if "x_pos" in test and embedder.pairs_ok:
         n = min(max_queries, len(test["x"]))
         q = embedder.embed(variables, test["x"][:n], "query")
         c = embedder.embed(variables, test["x_pos"][:n], "pos")
         if q.shape[1] == c.shape[1]:
-            yield "", q, c, np.eye(n, dtype=np.int8)
+            yield "", q, c, np.eye(n, dtype=np.int8), None
     for s in embedder.sets("retrieval"):
         paired = getattr(s, "corpus_is_pos", False) and embedder.pairs_ok
         yield (f"{s.name}/", embedder.embed(variables, s.queries, "query" if paired else "x"),
-               embedder.embed(variables, s.corpus, "pos" if paired else "x"), s.qrels)
+               embedder.embed(variables, s.corpus, "pos" if paired else "x"), s.qrels,
+               getattr(s, "exclude", None))
+
+
+def without(indices_QxK1, exclude_Q) -> np.ndarray:
+    """``[Q, K]`` of ``[Q, K + 1]`` retrieved indices: each row without its ``exclude`` index
+    (BEIR's ``ignore_identical_ids``: a query that is also a document does not retrieve itself),
+    else without its last entry.
+
+    >>> without(np.asarray([[4, 2, 7], [1, 3, 5]]), np.asarray([2, 9])).tolist()
+    [[4, 7], [1, 3]]
+    """
+    idx = np.asarray(indices_QxK1)
+    drop = idx == np.asarray(exclude_Q)[:, None]
+    drop &= np.cumsum(drop, axis=1) == 1  # the first match only
+    drop[~drop.any(axis=1), -1] = True
+    return idx[~drop].reshape(idx.shape[0], idx.shape[1] - 1)
 
 
 class Retrieval(Evaluator):
@@ -376,9 +392,12 @@ class Retrieval(Evaluator):
             raise ValueError(f"unknown retrieval metrics {unknown}; use metric@k, metric in {METRICS}")
 
     def run(self, variables):
-        for prefix, q, c, qrels in retrieval_tasks(self.embedder, variables,
-                                                   max_queries=self.max_queries):
-            _, idx = retrieve(q, c, k=max(self.ks), similarity=self.similarity)
+        for prefix, q, c, qrels, exclude in retrieval_tasks(self.embedder, variables,
+                                                            max_queries=self.max_queries):
+            extra = int(exclude is not None)
+            _, idx = retrieve(q, c, k=max(self.ks) + extra, similarity=self.similarity)
+            if exclude is not None:
+                idx = without(idx, exclude)
             per_q = topk_metrics(idx, qrels, self.ks, per_query=True)
             for m in self.metrics:
                 yield prefix + m, with_ci(per_q[m], bootstrap=self.bootstrap)

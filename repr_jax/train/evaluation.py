@@ -117,6 +117,8 @@ def eval_splits(dataset: Dataset, max_examples: int) -> dict[str, dict[str, np.n
 def _applies(name: str, dataset: Dataset, eval_sets: Sequence[Any]) -> bool:
     """Whether evaluator ``name`` has anything to run on (the budget leaves out what has not)."""
     kinds = {s.kind for s in eval_sets}
+    if name in NEEDS_CLASSES and dataset.num_classes < 2:
+        return False  # text pairs: no classes to probe, cluster or vote on
     if name in ("retrieval", "quantization"):
         return "x_pos" in dataset.splits["test"] or "retrieval" in kinds
     if name == "sts":
@@ -157,7 +159,12 @@ def evaluate(cfg: Config, dataset: Dataset, representations: dict[str, Represent
     ``cache_dir``: keep each representation's features there (one folder per representation)."""
     from tqdm.auto import tqdm
     rows = []
-    jobs = [(r, e) for r in representations for e in cfg.eval.evaluators]
+    classless = [e for e in cfg.eval.evaluators if e in NEEDS_CLASSES and dataset.num_classes < 2]
+    if classless and (tuple(classless), dataset.name) not in SAID_EMPTY:
+        SAID_EMPTY.add((tuple(classless), dataset.name))
+        print(f"repr-jax: {', '.join(classless)} skipped: they need class labels, and "
+              f"{dataset.name!r} has none (pairs)", file=sys.stderr)
+    jobs = [(r, e) for r in representations for e in cfg.eval.evaluators if e not in classless]
     weight = {}  # the bar advances by each job's estimated seconds, so its ETA weighs them
     if progress:
         try:
@@ -202,7 +209,7 @@ def evaluate(cfg: Config, dataset: Dataset, representations: dict[str, Represent
     # (the default battery's retrieval and sts simply do not apply to most datasets).
     default = tuple(cfg.eval.evaluators) == config_lib.EvalConfig().evaluators
     for name in cfg.eval.evaluators:
-        if default and name in _NEEDS:
+        if (default and name in _NEEDS) or name in classless:
             continue
         if name not in with_rows and (name, dataset.name) not in SAID_EMPTY:
             SAID_EMPTY.add((name, dataset.name))
@@ -211,7 +218,8 @@ def evaluate(cfg: Config, dataset: Dataset, representations: dict[str, Represent
     return rows
 
 
-SAID_EMPTY: set[tuple[str, str]] = set()  # (evaluator, dataset) with no rows: said once a process
+NEEDS_CLASSES = ("linear_probe", "knn", "fewshot", "clustering", "layerwise", "matryoshka")
+SAID_EMPTY: set[tuple[Any, str]] = set()  # (evaluator(s), dataset) with no rows: said once
 
 _NEEDS = {"retrieval": "it needs a paired test split (x, x_pos) or a retrieval set in eval.sets",
           "quantization": "it needs a paired test split (x, x_pos) or a retrieval set in "

@@ -59,7 +59,7 @@ def mining_data(spec: str) -> MiningData:
         return MiningData([c.query_texts[i] for i in used], c.doc_texts, pairs, positives)
     if not spec.startswith(text_pairs.PAIRS):
         raise ValueError(f"--data takes pairs:FILE.jsonl or beir:DIR, not {spec!r}")
-    path = text_pairs._path_of(spec)  # noqa: SLF001 - the same one-line checks as data.name
+    path = text_pairs.path_of(spec)  # the same one-line checks as data.name
     queries: dict[str, int] = {}
     corpus: dict[str, int] = {}
     pairs = []

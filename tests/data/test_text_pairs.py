@@ -1,5 +1,5 @@
-"""``data.name=pairs:FILE.jsonl``: tokenised at preparation, streamed like any split, one-line errors
-naming file and line."""
+"""``data.name=pairs:FILE.jsonl``: tokenised at preparation, streamed like any split, one-line
+errors naming file and line."""
 
 import json
 import os

@@ -55,7 +55,8 @@ def test_metrics_equal_pytrec_eval_on_a_sparse_collection(collection, vocab, tmp
     assert len(qids) == len(s.queries) == 150
     run = {qid: {f"d{int(j)}": float(v) for j, v in zip(idx[i], scores[i])}
            for i, qid in enumerate(qids)}
-    ref = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut_10", "recall_100"}).evaluate(run)
+    ref = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut_10", "recall_100", "map_cut_100"}
+                                         ).evaluate(run)
     top10 = {qid: dict(sorted(d.items(), key=lambda kv: -kv[1])[:10]) for qid, d in run.items()}
     rr = pytrec_eval.RelevanceEvaluator(qrels, {"recip_rank"}).evaluate(top10)
     assert ours["ndcg@10"] == pytest.approx(np.mean([ref[q]["ndcg_cut_10"] for q in qids]),
@@ -63,6 +64,8 @@ def test_metrics_equal_pytrec_eval_on_a_sparse_collection(collection, vocab, tmp
     assert ours["recall@100"] == pytest.approx(np.mean([ref[q]["recall_100"] for q in qids]),
                                                abs=1e-6)
     assert ours["mrr@10"] == pytest.approx(np.mean([rr[q]["recip_rank"] for q in qids]), abs=1e-6)
+    assert ours["map@100"] == pytest.approx(np.mean([ref[q]["map_cut_100"] for q in qids]),
+                                            abs=1e-6)
     assert ours["ndcg@10"] > 0.05  # the words carry signal: the check is not of all-zero runs
     dense = topk_metrics(idx, s.qrels.dense(), (10, 100))
     for k, v in ours.items():
@@ -100,7 +103,8 @@ def _lines(path, text):
 
 @pytest.mark.parametrize("damage, needle", [
     (lambda r: (r / "corpus.jsonl").unlink(), "no corpus.jsonl"),
-    (lambda r: _lines(r / "corpus.jsonl", '{"_id": "d0", "text": "a"}\n{"_id": "d0", "text": "b"}\n'),
+    (lambda r: _lines(r / "corpus.jsonl",
+                      '{"_id": "d0", "text": "a"}\n{"_id": "d0", "text": "b"}\n'),
      "corpus.jsonl:2: duplicate _id 'd0' (first at line 1)"),
     (lambda r: _lines(r / "queries.jsonl", '{"_id": "q0", "text": "a"}\n{"text": "b"}\n'),
      "queries.jsonl:2: no '_id' field"),
@@ -138,3 +142,24 @@ def test_sparse_qrels_checks_and_ideal_ranking():
     assert r.ideal(2).tolist() == [[3, 0], [2, 1], [0, 0]]
     assert r.num_relevant().tolist() == [1, 2, 0]
     assert r.gains(np.asarray([[2, 0], [3, 1], [0, 1]])).tolist() == [[3, 0], [2, 0], [0, 0]]
+
+
+def test_a_query_that_is_also_a_document_does_not_retrieve_itself(tmp_path, vocab):
+    """BEIR's ignore_identical_ids: query d{i} has the text of document d{i} and is relevant to
+    d{i+10}; it must not score its own twin."""
+    rng = np.random.default_rng(0)
+    texts = [" ".join(f"w{j}" for j in rng.integers(0, 2000, 12)) for _ in range(40)]
+    corpus = {f"d{i}": ("", t) for i, t in enumerate(texts)}
+    root = beir.write_collection(tmp_path / "c", corpus, {f"d{i}": texts[i] for i in range(10)},
+                                 {"test": [(f"d{i}", f"d{i + 10}", 1) for i in range(10)]})
+    s = beir.eval_set(root, tokenizer=vocab, max_len=16, data_dir=str(tmp_path / "dd"))
+    assert s.exclude.tolist() == list(range(10))
+    split = {"x": np.asarray(s.queries), "label": np.zeros(10, np.int32)}
+    embedder = Embedder(lambda v, x: _embed(x), {"test": split}, eval_sets=[s])
+    rows = dict(Retrieval(embedder, metrics=("recall@10",), bootstrap=0).run(None))
+    q, c = _embed(np.asarray(s.queries)), _embed(np.asarray(s.corpus))
+    _, idx = retrieve(q, c, k=11)
+    assert (np.asarray(idx)[:, 0] == np.arange(10)).all()  # without the rule, each finds itself
+    kept = np.asarray([[j for j in row if j != i][:10] for i, row in enumerate(np.asarray(idx))])
+    assert float(rows["beir_c/recall@10"]) == pytest.approx(
+        topk_metrics(kept, s.qrels, (10,))["recall@10"])

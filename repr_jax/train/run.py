@@ -162,8 +162,11 @@ def _check_eval_section(e) -> None:
         if name not in EVALUATORS:
             raise ConfigError(unknown_choice("eval.evaluators", name, EVALUATORS))
     for name in e.sets:
-        if name not in EVAL_SETS:
-            raise ConfigError(unknown_choice("eval.sets", name, EVAL_SETS))
+        if name.startswith("beir:"):  # a user's collection: its files are checked up front
+            from repr_jax.data import beir
+            beir.check_layout(name[len("beir:"):])
+        elif name not in EVAL_SETS:
+            raise ConfigError(unknown_choice("eval.sets", name, (*EVAL_SETS, "beir:DIR")))
     for section in ("layerwise", "matryoshka"):
         protocol = getattr(e, section).protocol
         if protocol not in PROTOCOLS:

@@ -64,7 +64,8 @@ def test_mine_writes_pairs_that_train_and_respect_the_margin(tmp_path):
                               proj_dim=16),
         optim=C.OptimConfig(lr=1e-3, warmup_steps=0),
         train=C.TrainConfig(batch_size=16, steps=20, ckpt_every=0, num_devices=1),
-        eval=C.EvalConfig(evaluators=("retrieval",), reference_rows=False, bootstrap=0))
+        eval=C.EvalConfig(evaluators=("retrieval",), reference_rows=False, bootstrap=0,
+                          sets=(f"beir:{root}",)))
     train_and_evaluate(cfg, tmp_path / "run", progress=False, verbose=False)
     out = tmp_path / "mined.jsonl"
     assert cli.main(["mine", "--workdir", str(tmp_path / "run"), "--data", f"beir:{root}",
@@ -89,6 +90,7 @@ def test_mine_writes_pairs_that_train_and_respect_the_margin(tmp_path):
     # the file trains with hard negatives
     mined = C.override(cfg, [f"data.name=pairs:{out}", "method.negatives_per_query=2"])
     result = train_and_evaluate(mined, tmp_path / "run2", progress=False, verbose=False)
-    assert any(r["evaluator"] == "retrieval" for r in result["eval_rows"])
+    metrics = {r["metric"] for r in result["eval_rows"] if r["evaluator"] == "retrieval"}
+    assert "beir_coll/ndcg@10" in metrics and "ndcg@10" in metrics
     assert cli.main(["mine", "--init-from", str(tmp_path), "--workdir", "x", "--data",
                      f"beir:{root}", "--out", str(out)]) == 2

@@ -28,7 +28,7 @@ EVAL = textwrap.dedent("""
     t0 = time.perf_counter()
     import jax
     import jax.numpy as jnp
-    from repr_jax.data import beir
+    from repr_jax.data import eval_sets
     from repr_jax.eval import Embedder
     from repr_jax.eval.retrieval import Retrieval, retrieve, topk_metrics
 
@@ -41,7 +41,7 @@ EVAL = textwrap.dedent("""
         return counts @ variables
 
     variables = projection
-    s = beir.eval_set(root, tokenizer=vocab, max_len=32, data_dir=data_dir)
+    s = eval_sets.beir(root, tokenizer=vocab, max_len=32, data_dir=data_dir)
     t1 = time.perf_counter()
     status = open("/proc/self/status").read()
     before_mb = int(status.split("VmHWM:")[1].split()[0]) / 1024  # imports, tokens, the set

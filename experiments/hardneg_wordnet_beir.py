@@ -114,7 +114,7 @@ def _per_query(embed_query, embed_doc, variables, s, batch_size=128):
 def _analyze(workdir: Path, table, *, quick: bool):
     import numpy as np
 
-    from repr_jax.data import beir
+    from repr_jax.data import eval_sets
     from repr_jax.data.tokenizer import minilm_dir
     from repr_jax.encoders.pretrained import load_sentence_transformer
     from repr_jax.eval import paired_bootstrap
@@ -136,7 +136,7 @@ def _analyze(workdir: Path, table, *, quick: bool):
     for arm, negatives in (("in-batch", 0), ("mined", 1)):
         train_and_evaluate(_config(mined, workdir / "tfds", steps=steps, negatives=negatives),
                            workdir / "runs" / arm)
-    s = beir.eval_set(root, tokenizer="minilm", max_len=32, data_dir=str(workdir / "tfds"))
+    s = eval_sets.beir(root, tokenizer="minilm", max_len=32, data_dir=str(workdir / "tfds"))
     minilm = load_sentence_transformer(minilm_dir())
 
     def pretrained(params, ids):

@@ -15,7 +15,6 @@ one-line errors.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import io
 import json
 from pathlib import Path
@@ -168,7 +167,7 @@ def read_collection(root: str | Path) -> Collection:
 # Evaluation set
 # --------------------------------------------------------------------------------------------------
 
-def _tokenized(texts: list[str], path: Path, tokenizer: str, max_len: int, what: str) -> np.ndarray:
+def tokenized(texts: list[str], path: Path, tokenizer: str, max_len: int, what: str) -> np.ndarray:
     """``[N, max_len]`` token ids of ``texts``, kept at ``path`` (memory-mapped); made once, in
     chunks with a progress bar, written atomically; a damaged file is made again."""
     if path.exists():
@@ -183,7 +182,7 @@ def _tokenized(texts: list[str], path: Path, tokenizer: str, max_len: int, what:
     from tqdm.auto import tqdm
 
     from repr_jax import files
-    from repr_jax.data.pipeline import make_tokenizer
+    from repr_jax.data.tokenizer import make_tokenizer
     tok = make_tokenizer(tokenizer)
     out = np.zeros((len(texts), max_len), np.int32)
     step = 4096
@@ -195,34 +194,6 @@ def _tokenized(texts: list[str], path: Path, tokenizer: str, max_len: int, what:
     np.save(buffer, out)
     files.write_bytes(path, buffer.getvalue())
     return np.load(path, mmap_mode="r")
-
-
-def eval_set(root: str | Path, *, tokenizer: str = "", max_len: int = 64, data_dir: str = "",
-             split: str = ""):
-    """A :class:`~repr_jax.data.eval_sets.RetrievalSet` of the collection's test (else dev)
-    queries against its whole corpus, qrels sparse, token ids memory-mapped from the data dir."""
-    from repr_jax.data.eval_sets import RetrievalSet
-    from repr_jax.data.pipeline import default_data_dir
-    from repr_jax.eval.retrieval import SparseQrels
-    collection = read_collection(root)
-    split = split or collection.test_split
-    r = collection.qrels[split]
-    used = np.unique(r["query"])  # BEIR evaluates the queries its qrels judge
-    row = np.searchsorted(used, r["query"])
-    from repr_jax import files
-    stamp = files.version_stamp(collection.root / f for f in FILES)
-    digest = hashlib.sha1(f"{collection.root}|{stamp}|{tokenizer}|{max_len}".encode()
-                          ).hexdigest()[:12]
-    cache = Path(data_dir or default_data_dir()) / "beir" / f"{collection.root.name}_{digest}"
-    corpus = _tokenized(collection.doc_texts, cache / "corpus_ids.npy", tokenizer, max_len,
-                        "corpus")
-    queries = _tokenized([collection.query_texts[i] for i in used],
-                         cache / f"queries_{split}_ids.npy", tokenizer, max_len, "queries")
-    qrels = SparseQrels(row, r["doc"], r["grade"], (len(used), len(collection.doc_ids)))
-    docs = {k: i for i, k in enumerate(collection.doc_ids)}
-    same = np.asarray([docs.get(collection.query_ids[i], -1) for i in used], np.int64)
-    return RetrievalSet(f"beir_{collection.root.name}", queries, corpus, qrels,
-                        corpus_is_pos=True, exclude=same if (same >= 0).any() else None)
 
 
 # --------------------------------------------------------------------------------------------------

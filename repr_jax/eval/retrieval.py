@@ -186,7 +186,7 @@ class SparseQrels:
 
     >>> r = SparseQrels([0, 0, 1], [2, 0, 1], [1, 2, 1], (2, 3))
     >>> r.gains(np.asarray([[0, 1], [1, 2]])).tolist(), r.ideal(3).tolist()
-    ([[2, 0], [1, 0]], [[2, 1, 0], [1, 0, 0]])
+    ([[2.0, 0.0], [1.0, 0.0]], [[2.0, 1.0, 0.0], [1.0, 0.0, 0.0]])
     """
     query: np.ndarray
     doc: np.ndarray

@@ -81,7 +81,7 @@ def model_card(workdir: Path, cfg: Config, fmt: str, step: int) -> str:
 def as_sentence_transformer(cfg: Config, dataset, encoder_params: dict) -> LoadedModel:
     """A trained text_transformer's parameters as :func:`load_sentence_transformer` returns
     them; refuses what sentence-transformers cannot express, saying why."""
-    from repr_jax.data.pipeline import make_tokenizer
+    from repr_jax.data.tokenizer import make_tokenizer
     from repr_jax.data.tokenizer import WordPieceTokenizer
     e = cfg.encoder
     if e.name != "text_transformer":

@@ -121,7 +121,7 @@ def encoders_of(*, workdir: str | None = None, init_from: str | None = None, max
             return module.apply({"params": params}, ids)[0]
         fn = _batched(apply, loaded.tokenizer, length, batch_size, "texts", progress)
         return Encoders(fn, fn, f"{Path(init_from).absolute()}|{length}")
-    from repr_jax.data.pipeline import make_tokenizer
+    from repr_jax.data.tokenizer import make_tokenizer
     from repr_jax.train.run import load_trained
     cfg, _, method, state = load_trained(workdir)
     variables = state.variables

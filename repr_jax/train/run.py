@@ -73,12 +73,11 @@ def load_eval_sets(cfg: Config, dataset: data.Dataset) -> list:
     d, out = cfg.data, []
     for name in cfg.eval.sets:
         if name.startswith("beir:"):
-            from repr_jax.data import beir
             if dataset.vocab is None or d.name == "latent_topics":
                 raise ConfigError(f"eval.sets: {name!r} is text; dataset {d.name!r} is not text "
                                   f"read by a tokenizer")
-            out.append(beir.eval_set(name[len("beir:"):], tokenizer=d.tokenizer,
-                                     max_len=d.max_len or 64, data_dir=d.data_dir))
+            out.append(eval_sets.beir(name[len("beir:"):], tokenizer=d.tokenizer,
+                                      max_len=d.max_len or 64, data_dir=d.data_dir))
         elif name in eval_sets.TEXT_SETS:
             if dataset.vocab is None or d.name == "latent_topics":
                 raise ConfigError(f"eval.sets: {name!r} is text; dataset {d.name!r} is not text "

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from repr_jax import data
-from repr_jax.data import beir
+from repr_jax.data import beir, eval_sets
 from repr_jax.eval import Embedder
 from repr_jax.eval.retrieval import Retrieval, SparseQrels, retrieve, topk_metrics
 
@@ -38,7 +38,7 @@ def _bag_of_words(ids, width=2048):
 
 
 def test_metrics_equal_pytrec_eval_on_a_sparse_collection(collection, vocab, tmp_path):
-    s = beir.eval_set(collection, tokenizer=vocab, max_len=48, data_dir=str(tmp_path))
+    s = eval_sets.beir(collection, tokenizer=vocab, max_len=48, data_dir=str(tmp_path))
     assert isinstance(s.qrels, SparseQrels) and s.corpus.shape == (3000, 48)
     assert isinstance(s.corpus, np.memmap)  # tokenised once, kept on disk
     q, c = _bag_of_words(s.queries), _bag_of_words(s.corpus)
@@ -73,7 +73,7 @@ def test_metrics_equal_pytrec_eval_on_a_sparse_collection(collection, vocab, tmp
 
 
 def test_retrieval_evaluator_runs_a_beir_set(collection, tmp_path):
-    s = beir.eval_set(collection, max_len=48, data_dir=str(tmp_path))
+    s = eval_sets.beir(collection, max_len=48, data_dir=str(tmp_path))
     split = {"x": np.asarray(s.queries[:10]), "label": np.zeros(10, np.int32)}
     embedder = Embedder(lambda v, x: _embed(x), {"test": split}, eval_sets=[s], batch_size=256)
     rows = dict(Retrieval(embedder, metrics=("ndcg@10", "recall@100"), bootstrap=50).run(None))
@@ -122,7 +122,7 @@ def test_bad_collections_are_one_line(tmp_path, damage, needle):
                                  {"test": [("q0", "d0", 1), ("q1", "d1", 1)]})
     damage(root)
     with pytest.raises(ValueError) as e:
-        beir.eval_set(root, data_dir=str(tmp_path / "dd"))
+        eval_sets.beir(root, data_dir=str(tmp_path / "dd"))
     assert needle in str(e.value) and "\n" not in str(e.value)
 
 
@@ -152,7 +152,7 @@ def test_a_query_that_is_also_a_document_does_not_retrieve_itself(tmp_path, voca
     corpus = {f"d{i}": ("", t) for i, t in enumerate(texts)}
     root = beir.write_collection(tmp_path / "c", corpus, {f"d{i}": texts[i] for i in range(10)},
                                  {"test": [(f"d{i}", f"d{i + 10}", 1) for i in range(10)]})
-    s = beir.eval_set(root, tokenizer=vocab, max_len=16, data_dir=str(tmp_path / "dd"))
+    s = eval_sets.beir(root, tokenizer=vocab, max_len=16, data_dir=str(tmp_path / "dd"))
     assert s.exclude.tolist() == list(range(10))
     split = {"x": np.asarray(s.queries), "label": np.zeros(10, np.int32)}
     embedder = Embedder(lambda v, x: _embed(x), {"test": split}, eval_sets=[s])

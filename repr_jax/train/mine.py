@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import io
 import json
 import sys
 from pathlib import Path
@@ -33,11 +32,18 @@ SAMPLING = ("top", "random")
 @dataclasses.dataclass
 class MiningData:
     """Queries, corpus texts, and the pairs to mine for: ``pairs[i] = (query index, positive's
-    corpus index)``; ``positives[q]`` every corpus index relevant to query ``q``."""
+    corpus index)``."""
     queries: list[str]
     corpus: list[str]
     pairs: list[tuple[int, int]]
-    positives: list[set[int]]
+
+    @property
+    def positives(self) -> list[set[int]]:
+        """``positives[q]``: every corpus index paired with query ``q`` (never its negative)."""
+        out: list[set[int]] = [set() for _ in self.queries]
+        for q, d in self.pairs:
+            out[q].add(d)
+        return out
 
 
 def mining_data(spec: str) -> MiningData:
@@ -53,10 +59,7 @@ def mining_data(spec: str) -> MiningData:
         used = np.unique(r["query"][keep])
         row = {int(q): i for i, q in enumerate(used)}
         pairs = [(row[int(q)], int(d)) for q, d in zip(r["query"][keep], r["doc"][keep])]
-        positives: list[set[int]] = [set() for _ in used]
-        for q, d in pairs:
-            positives[q].add(d)
-        return MiningData([c.query_texts[i] for i in used], c.doc_texts, pairs, positives)
+        return MiningData([c.query_texts[i] for i in used], c.doc_texts, pairs)
     if not spec.startswith(text_pairs.PAIRS):
         raise ValueError(f"--data takes pairs:FILE.jsonl or beir:DIR, not {spec!r}")
     path = text_pairs.path_of(spec)  # the same one-line checks as data.name
@@ -70,73 +73,59 @@ def mining_data(spec: str) -> MiningData:
             corpus.setdefault(n, len(corpus))
     if not pairs:
         raise ValueError(f"{path}: no pairs")
-    positives = [set() for _ in queries]
-    for q, d in pairs:
-        positives[q].add(d)
-    return MiningData(list(queries), list(corpus), pairs, positives)
+    return MiningData(list(queries), list(corpus), pairs)
 
 
 @dataclasses.dataclass
 class Encoders:
-    """Texts to embeddings: ``query(texts)`` and ``document(texts)`` ``[n, D]`` float32;
-    ``identity`` names the model for the embedding cache."""
+    """Texts to embeddings: ``query(texts)`` and ``document(texts)`` ``[n, D]`` float32."""
     query: Callable[[Sequence[str]], np.ndarray]
     document: Callable[[Sequence[str]], np.ndarray]
-    identity: str
-
-
-def _batched(apply, tokenizer, max_len: int, batch_size: int, what: str, progress: bool):
-    """``texts -> [n, D]``: tokenised and embedded ``batch_size`` at a time (the last batch padded:
-    one compilation), with a progress bar."""
-    import jax
-    import jax.numpy as jnp
-    from tqdm.auto import tqdm
-    jitted = jax.jit(apply)
-
-    def embed(texts: Sequence[str]) -> np.ndarray:
-        out = []
-        for start in tqdm(range(0, len(texts), batch_size), desc=f"mine: encoding {what}",
-                          unit="batch", disable=not progress, leave=False, dynamic_ncols=True):
-            chunk = list(texts[start:start + batch_size])
-            ids = tokenizer.encode(chunk + [""] * (batch_size - len(chunk)), max_len=max_len,
-                                   pad_to=max_len).ids
-            out.append(np.asarray(jitted(jnp.asarray(ids)), np.float32)[:len(chunk)])
-        return np.concatenate(out).reshape(len(texts), -1)
-    return embed
 
 
 def encoders_of(*, workdir: str | None = None, init_from: str | None = None, max_len: int = 0,
-                batch_size: int = 128, progress: bool = True) -> Encoders:
+                batch_size: int = 128, progress: bool = True,
+                cache_dir: str | Path | None = None) -> Encoders:
     """The query and document encoders of a trained run (its two towers where it has them, in
-    the space its objective compared them) or of a local sentence-transformers model."""
+    the space its objective compared them) or of a local sentence-transformers model, through the
+    evaluators' :class:`~repr_jax.eval.Embedder` (fixed-shape batches: one compilation). With
+    ``cache_dir``, embeddings are kept under a folder named by the model (path, checkpoint step,
+    length) and keyed by the token ids, so mining again with other knobs does not encode again."""
+    import jax
+
+    from repr_jax.eval import Embedder
     if bool(workdir) == bool(init_from):
         raise ValueError("give one of --workdir RUN or --init-from MODEL_DIR")
     if init_from:
         from repr_jax.encoders.pretrained import load_sentence_transformer
         loaded = load_sentence_transformer(init_from)
-        module, params = loaded.module, loaded.params
+        module, variables, tokenizer = loaded.module, loaded.params, loaded.tokenizer
         length = min(max_len or loaded.config.max_seq_length, loaded.config.max_seq_length)
 
-        def apply(ids):
+        def query(params, ids):
             return module.apply({"params": params}, ids)[0]
-        fn = _batched(apply, loaded.tokenizer, length, batch_size, "texts", progress)
-        return Encoders(fn, fn, f"{Path(init_from).absolute()}|{length}")
-    from repr_jax.data.tokenizer import make_tokenizer
-    from repr_jax.train.run import load_trained
-    cfg, _, method, state = load_trained(workdir)
-    variables = state.variables
-    tokenizer = make_tokenizer(cfg.data.tokenizer)
-    length = max_len or cfg.data.max_len or 64
-    query = method.embed_query or method.embed
-    document = method.embed_pos or method.embed
-    import jax
-    step = int(jax.device_get(state.step))
-    return Encoders(
-        _batched(lambda ids: query(variables, ids), tokenizer, length, batch_size, "queries",
-                 progress),
-        _batched(lambda ids: document(variables, ids), tokenizer, length, batch_size, "corpus",
-                 progress),
-        f"{Path(workdir).absolute()}|step {step}|{length}")
+        document = query
+        identity = f"{Path(init_from).absolute()}|{length}"
+    else:
+        from repr_jax.data.tokenizer import make_tokenizer
+        from repr_jax.train.run import load_trained
+        cfg, _, method, state = load_trained(workdir)
+        variables, tokenizer = state.variables, make_tokenizer(cfg.data.tokenizer)
+        length = max_len or cfg.data.max_len or 64
+        query = method.embed_query or method.embed
+        document = method.embed_pos or method.embed
+        identity = f"{Path(workdir).absolute()}|step {int(jax.device_get(state.step))}|{length}"
+    if cache_dir:
+        cache_dir = Path(cache_dir) / hashlib.blake2b(identity.encode(), digest_size=8).hexdigest()
+    embedder = Embedder(query, {}, batch_size=batch_size, query_fn=query, pos_fn=document,
+                        cache_dir=cache_dir, progress="mine: encoding" if progress else "")
+
+    def texts_to(which: str):
+        def embed(texts: Sequence[str]) -> np.ndarray:
+            ids = tokenizer.encode(list(texts), max_len=length, pad_to=length).ids
+            return np.asarray(embedder.embed(variables, ids, which))
+        return embed
+    return Encoders(texts_to("query"), texts_to("pos"))
 
 
 def select_negatives(scores_QxK: np.ndarray, indices_QxK: np.ndarray, pairs, positives,
@@ -182,10 +171,12 @@ def mine(*, data: str, out: str | Path, workdir: str | None = None, init_from: s
         raise ValueError(f"--out {out} is a folder; give a .jsonl file")
     d = mining_data(data)
     enc = encoders_of(workdir=workdir, init_from=init_from, max_len=max_len,
-                      batch_size=batch_size, progress=progress)
-    corpus_emb = _cached(out, enc, d.corpus, lambda: enc.document(d.corpus))
+                      batch_size=batch_size, progress=progress,
+                      cache_dir=out.parent / f"{out.name}.cache")
+    corpus_emb = enc.document(d.corpus)
     query_emb = enc.query(d.queries)
-    most_positives = max(len(p) for p in d.positives)
+    positives = d.positives
+    most_positives = max(len(p) for p in positives)
     k = min(range_max + most_positives, len(d.corpus))
     print(f"mine: searching {len(d.queries):,} queries x {len(d.corpus):,} documents (top {k})",
           file=sys.stderr, flush=True)
@@ -194,7 +185,7 @@ def mine(*, data: str, out: str | Path, workdir: str | None = None, init_from: s
     qn = query_emb / np.maximum(np.linalg.norm(query_emb, axis=1, keepdims=True), 1e-12)
     cn = corpus_emb / np.maximum(np.linalg.norm(corpus_emb, axis=1, keepdims=True), 1e-12)
     pos_scores = np.einsum("pd,pd->p", qn[[q for q, _ in d.pairs]], cn[[c for _, c in d.pairs]])
-    chosen = select_negatives(scores, indices, d.pairs, d.positives, pos_scores,
+    chosen = select_negatives(scores, indices, d.pairs, positives, pos_scores,
                               range_min=range_min, range_max=range_max, margin=margin,
                               max_score=max_score, num_negatives=num_negatives,
                               sampling=sampling, seed=seed)
@@ -218,27 +209,3 @@ def mine(*, data: str, out: str | Path, workdir: str | None = None, init_from: s
           f"({dropped:,} had none passing the filters and are left out; {short:,} have fewer "
           f"than {num_negatives}) -> {out}", file=sys.stderr)
     return summary
-
-
-def _cached(out: Path, enc: Encoders, texts: list[str], compute) -> np.ndarray:
-    """The corpus embeddings, kept in ``<out>.cache/`` under a digest of the model and texts
-    (atomic; a damaged file is computed again with a warning)."""
-    from repr_jax import files
-    digest = hashlib.blake2b(enc.identity.encode(), digest_size=16)
-    for t in texts:
-        digest.update(t.encode("utf-8") + b"\0")
-    path = out.parent / f"{out.name}.cache" / f"corpus-{digest.hexdigest()}.npy"
-    if path.exists():
-        try:
-            emb = np.load(path)
-            if emb.shape[0] == len(texts):
-                return emb
-        except (OSError, ValueError) as e:
-            import warnings
-            warnings.warn(f"{path}: damaged cached embeddings ({type(e).__name__}); encoding "
-                          f"again", stacklevel=2)
-    emb = compute()
-    buffer = io.BytesIO()
-    np.save(buffer, emb)
-    files.write_bytes(path, buffer.getvalue())
-    return emb

@@ -145,18 +145,25 @@ def _remove_unprepared(version_dir: Path, data_dir: Path) -> None:
         parent = parent.parent
 
 
+def _refuse_settings(source: str, takes: str, settings: dict[str, Any]) -> None:
+    """A user's data (image folder, text file) takes only ``takes``: any other data setting is a
+    one-line error saying how to unset it."""
+    if settings:
+        blank = {True: "''", False: "0"}  # how a text or a number setting is unset
+        unset = [f"data.{k}={blank[isinstance(v, str)]}" for k, v in sorted(settings.items())]
+        raise ValueError(f"{source} takes {takes} only; set {', '.join(unset)}")
+
+
 def _builder(name: str, data_dir: str, **config_kwargs: Any):
     from repr_jax.data import builders, text_pairs
     if text_pairs.is_text_pairs(name):
         if name.startswith(text_pairs.BEIR) and config_kwargs.get("negatives"):
             raise ValueError(f"data.name={name} has no hard negatives: mine them (repr-jax mine "
                              f"--data {name} --out FILE.jsonl ...) and train on pairs:FILE")
-        extra = sorted(set(config_kwargs) - {"tokenizer", "max_len", "negatives"})
-        if extra:
-            unset = ["''" if isinstance(config_kwargs[k], str) else "0" for k in extra]
-            raise ValueError(f"data.name={name.split(':')[0]}: takes data.tokenizer and "
-                             f"data.max_len only; set "
-                             + ", ".join(f"data.{k}={v}" for k, v in zip(extra, unset)))
+        source = "pairs:FILE" if name.startswith(text_pairs.PAIRS) else "beir:DIR"
+        _refuse_settings(source, "data.tokenizer and data.max_len",
+                         {k: v for k, v in config_kwargs.items()
+                          if k not in ("tokenizer", "max_len", "negatives")})
         config = text_pairs.config_for(name, **config_kwargs)
         return _prepared(f"text_pairs.{config.name}",
                          lambda: text_pairs.TextPairs(data_dir=data_dir, config=config), data_dir)
@@ -165,9 +172,7 @@ def _builder(name: str, data_dir: str, **config_kwargs: Any):
         image_size = config_kwargs.pop("image_size", 0)
         root = name[len(IMAGE_FOLDER):]
         image_folder.check_layout(root)  # a missing or empty folder: one line, before any lock
-        if config_kwargs:
-            raise ValueError(f"{IMAGE_FOLDER}DIR takes data.image_size only; set "
-                             + ", ".join(f"data.{k}=0" for k in sorted(config_kwargs)))
+        _refuse_settings(f"{IMAGE_FOLDER}DIR", "data.image_size", config_kwargs)
         config = image_folder.config_for(root, image_size)
         return _prepared(f"imagefolder.{config.name}",
                          lambda: image_folder.ImageFolder(data_dir=data_dir, config=config),
@@ -227,22 +232,6 @@ def _tokenize_text(splits, tokenizer: str, max_len: int) -> tuple[str, ...]:
     return tuple(tok.vocab)
 
 
-def _read_whole(split: SourceSplit, chunk: int = 1 << 16) -> dict[str, np.ndarray]:
-    """A split's rows as arrays, read ``chunk`` rows at a time into arrays allocated once (one
-    ``take`` of every row would hold all decoded records beside the arrays: 4x the split)."""
-    n = len(split)
-    out: dict[str, np.ndarray] = {}
-    for start in range(0, n, chunk):
-        part = split.take(np.arange(start, min(n, start + chunk)))
-        for k, v in part.items():
-            if k not in out:
-                out[k] = np.empty((n,) + v.shape[1:], v.dtype)
-            elif v.dtype != out[k].dtype:  # strings of a longer width than the first chunk's
-                out[k] = out[k].astype(np.promote_types(out[k].dtype, v.dtype))
-            out[k][start:start + len(v)] = v
-    return out or split.take(np.arange(0))
-
-
 def load(name: str, *, data_dir: str = "", tokenizer: str = "", max_len: int = 0,
          in_memory_mb: float = 1024, negatives: int = 0, **config_kwargs: Any) -> Dataset:
     """Prepares (first time only) a dataset, and reads its splits into memory or opens them for
@@ -289,7 +278,7 @@ def load(name: str, *, data_dir: str = "", tokenizer: str = "", max_len: int = 0
         split = SourceSplit(builder, s, input_key=input_key, label_key=label_key)
         text = split["x"].dtype.kind in "OSU"
         splits[s] = (split if split.nbytes > in_memory_mb * 2**20 and not text
-                     else _read_whole(split))
+                     else split.read_all())
     if "validation" not in splits:  # carve a fixed validation split out of train
         train = splits["train"]
         perm = np.random.default_rng(0).permutation(len(train["label"]))

@@ -98,6 +98,22 @@ class SourceSplit(collections.abc.Mapping):
             return {"label": np.asarray([r[self.label_key] for r in records], np.int32)}
         return convert(self._read(self._sources[0], rows), self.input_key, self.label_key)
 
+    def read_all(self, chunk: int = 1 << 16) -> Arrays:
+        """Every row as arrays, read ``chunk`` rows at a time into arrays allocated once (one
+        ``take`` of every row would hold all decoded records beside the arrays: 4x the split).
+        Time and memory ``O(rows x row size)``."""
+        n = len(self)
+        out: Arrays = {}
+        for start in range(0, n, chunk):
+            part = self.take(np.arange(start, min(n, start + chunk)))
+            for k, v in part.items():
+                if k not in out:
+                    out[k] = np.empty((n,) + v.shape[1:], v.dtype)
+                elif v.dtype != out[k].dtype:  # strings wider than the first chunk's
+                    out[k] = out[k].astype(np.promote_types(out[k].dtype, v.dtype))
+                out[k][start:start + len(v)] = v
+        return out or self.take(np.arange(0))
+
     def _read(self, source, rows: list[int]):
         try:
             return source.__getitems__(rows)

@@ -9,7 +9,7 @@ keeping those scoring below ``max_score`` and below ``positive score - margin``,
 (``sampling="top"``) or drawn at random. The result is a ``pairs:`` file (written atomically) with
 the scores beside the texts; a pair with no negative passing the filters is left out and counted.
 The corpus embeddings are kept beside the output (``<out>.cache/``), keyed by the model and the
-texts, so mining again with other knobs does not encode again.
+token ids, so mining again with other knobs does not encode again.
 
 Cost (Q queries, N documents, D dims): encoding ``O((Q + N) T^2)`` per model; search ``O(Q N D)``
 time and ``O(N D)`` memory plus a tile.

@@ -35,6 +35,10 @@ def test_streamed_splits_hold_the_same_rows_as_the_loaded_ones(shapes_pair):
         assert b["x"].shape == a["x"].shape and b["x"].dtype == a["x"].dtype == np.float32
         np.testing.assert_array_equal(np.asarray(b["x"]), a["x"])  # decoded PNG == the array
         np.testing.assert_array_equal(np.asarray(b["label"]), a["label"])
+    test = streamed.splits["test"]  # read whole in chunks (a held split's load) == one take
+    whole, chunked = test.take(np.arange(len(test))), test.read_all(chunk=37)
+    for k in whole:
+        assert whole[k].dtype == chunked[k].dtype and whole[k].tobytes() == chunked[k].tobytes()
     assert streamed.input_shape == held.input_shape == (16, 16, 3)
     assert streamed.splits["train"].nbytes == held.splits["train"]["x"].nbytes + \
         held.splits["train"]["label"].nbytes

@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 
 from repr_jax.eval.base import Evaluator
-from repr_jax.eval.retrieval import (_normalize, rerank, retrieval_tasks, retrieve,
+from repr_jax.eval.retrieval import (_normalize, rerank, retrieval_tasks, retrieve, without,
                                      topk_metrics)
 from repr_jax.eval.stats import with_ci
 
@@ -117,12 +117,12 @@ class Quantization(Evaluator):
     def run(self, variables):
         for prefix, q, c, qrels, exclude in retrieval_tasks(self.embedder, variables,
                                                             max_queries=self.max_queries):
-            if exclude is not None:  # BEIR sets whose queries are also documents
-                raise ValueError(f"{prefix[:-1]}: quantised search does not leave identical ids "
-                                 f"out of the results yet; evaluate it with 'retrieval'")
             for label, precision, rescore in self.settings():
-                _, idx = quantized_search(q, c, precision=precision, k=self.k,
+                _, idx = quantized_search(q, c, precision=precision,
+                                          k=self.k + (exclude is not None),
                                           similarity=self.similarity, rescore_multiplier=rescore)
+                if exclude is not None:  # a query that is also a document skips itself
+                    idx = without(idx, exclude)
                 per_q = topk_metrics(idx, qrels, (self.k,), per_query=True)
                 yield f"{prefix}{label}/{self.metric}", with_ci(per_q[self.metric],
                                                                 bootstrap=self.bootstrap)

@@ -159,7 +159,8 @@ def evaluate(cfg: Config, dataset: Dataset, representations: dict[str, Represent
     ``cache_dir``: keep each representation's features there (one folder per representation)."""
     from tqdm.auto import tqdm
     rows = []
-    classless = [e for e in cfg.eval.evaluators if e in NEEDS_CLASSES and dataset.num_classes < 2]
+    classless = [e for e in cfg.eval.evaluators
+                 if e in NEEDS_CLASSES and not _applies(e, dataset, eval_sets)]
     if classless and (tuple(classless), dataset.name) not in SAID_EMPTY:
         SAID_EMPTY.add((tuple(classless), dataset.name))
         print(f"repr-jax: {', '.join(classless)} skipped: they need class labels, and "

@@ -163,3 +163,7 @@ def test_a_query_that_is_also_a_document_does_not_retrieve_itself(tmp_path, voca
     kept = np.asarray([[j for j in row if j != i][:10] for i, row in enumerate(np.asarray(idx))])
     assert float(rows["beir_c/recall@10"]) == pytest.approx(
         topk_metrics(kept, s.qrels, (10,))["recall@10"])
+    from repr_jax.eval.quantization import Quantization  # the same rule in quantised search
+    quantized = dict(Quantization(embedder, metric="recall@10", bootstrap=0).run(None))
+    assert float(quantized["beir_c/float32/recall@10"]) == pytest.approx(
+        float(rows["beir_c/recall@10"]))

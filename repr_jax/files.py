@@ -104,6 +104,18 @@ def write_bytes(path: str | Path, data: bytes) -> Path:
     return path
 
 
+def json_object(line: str, where: str) -> dict[str, Any]:
+    """One JSON-lines line that must be an object; else a one-line ValueError starting with
+    ``where`` (``FILE:LINE``)."""
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{where}: not JSON ({e.msg} at column {e.colno})") from None
+    if not isinstance(row, dict):
+        raise ValueError(f"{where}: a line must be a JSON object, got {type(row).__name__}")
+    return row
+
+
 def version_stamp(paths) -> str:
     """Path, size and modification time of each existing file: what changes when one is edited
     (prepared copies of a user's files are keyed by it)."""

@@ -22,6 +22,8 @@ from typing import Iterator
 
 import numpy as np
 
+from repr_jax import files
+
 FILES = ("corpus.jsonl", "queries.jsonl")
 QREL_SPLITS = ("train", "dev", "test")
 
@@ -52,11 +54,8 @@ def _read_jsonl(path: Path, fields: tuple[str, ...]) -> tuple[list[str], list[di
             if not line.strip():
                 continue
             where = f"{path}:{number}"
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{where}: not JSON ({e.msg} at column {e.colno})") from None
-            if not isinstance(row, dict) or "_id" not in row:
+            row = files.json_object(line, where)
+            if "_id" not in row:
                 raise ValueError(f"{where}: no '_id' field (a line is "
                                  f"{{{', '.join(repr(k) for k in ('_id',) + fields)}}})")
             key = str(row["_id"])
@@ -181,7 +180,6 @@ def tokenized(texts: list[str], path: Path, tokenizer: str, max_len: int, what: 
                           stacklevel=2)
     from tqdm.auto import tqdm
 
-    from repr_jax import files
     from repr_jax.data.tokenizer import make_tokenizer
     tok = make_tokenizer(tokenizer)
     out = np.zeros((len(texts), max_len), np.int32)
@@ -205,7 +203,6 @@ def write_collection(root: str | Path, corpus: dict[str, tuple[str, str]],
                      qrels: dict[str, list[tuple[str, str, int]]]) -> Path:
     """Writes a BEIR collection: ``corpus {id: (title, text)}``, ``queries {id: text}``,
     ``qrels {split: [(query id, doc id, grade)]}``; each file atomically."""
-    from repr_jax import files
     root = Path(root)
     files.write_text(root / "corpus.jsonl", "".join(
         json.dumps({"_id": k, "title": t, "text": x}) + "\n" for k, (t, x) in corpus.items()))

@@ -23,7 +23,6 @@ document. ``label`` is 0 everywhere: pairs have no classes.
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 import zlib
 from pathlib import Path
@@ -99,12 +98,7 @@ def _text(value, field: str, where: str) -> str:
 def parse_line(line: str, where: str) -> tuple[str, str, list[str]]:
     """``(query, positive, negatives)`` of one ``pairs:`` line; ``where`` (``FILE:LINE``) starts
     every error."""
-    try:
-        row = json.loads(line)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{where}: not JSON ({e.msg} at column {e.colno})") from None
-    if not isinstance(row, dict):
-        raise ValueError(f"{where}: a line must be a JSON object, got {type(row).__name__}")
+    row = files.json_object(line, where)
     query_key = "query" if "query" in row else "anchor"
     for key in (query_key, "positive"):
         if key not in row:

@@ -140,7 +140,8 @@ class Collection:
 
 
 def read_collection(root: str | Path) -> Collection:
-    """Reads and checks a BEIR collection (see the module docstring)."""
+    """Reads and checks a BEIR collection (see the module docstring). Time and memory
+    ``O(N + Q + J)`` in documents, queries and judgements (the texts are held)."""
     root = check_layout(root)
     doc_ids, docs = _read_jsonl(root / "corpus.jsonl", ("title", "text"))
     query_ids, queries = _read_jsonl(root / "queries.jsonl", ("text",))
@@ -168,7 +169,8 @@ def read_collection(root: str | Path) -> Collection:
 
 def tokenized(texts: list[str], path: Path, tokenizer: str, max_len: int, what: str) -> np.ndarray:
     """``[N, max_len]`` token ids of ``texts``, kept at ``path`` (memory-mapped); made once, in
-    chunks with a progress bar, written atomically; a damaged file is made again."""
+    chunks with a progress bar, written atomically; a damaged file is made again. Time
+    ``O(N T)`` once; memory ``O(N T)`` while made, then a memory map."""
     if path.exists():
         try:
             ids = np.load(path, mmap_mode="r")

@@ -195,7 +195,9 @@ def beir(root: str | Path, *, tokenizer: str = "", max_len: int = 64, data_dir: 
          split: str = "") -> RetrievalSet:
     """``eval.sets=("beir:DIR",)``: a BEIR collection's test (else dev) queries against its whole
     corpus (:mod:`repr_jax.data.beir`), qrels sparse, token ids memory-mapped from the data dir, a
-    query's own id left out of its results when it is also a document's."""
+    query's own id left out of its results when it is also a document's. Cost: reading the
+    collection ``O(N + Q + J)``, tokenising ``O(N T)`` the first time only; memory ``O(J)`` for
+    the qrels beside the memory-mapped ``[N, T]`` ids."""
     import hashlib
 
     from repr_jax import files

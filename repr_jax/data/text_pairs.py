@@ -135,7 +135,9 @@ def is_test(query: str) -> bool:
 
 
 class TextPairs(tfds.core.GeneratorBasedBuilder):
-    """Tokenised text pairs from a ``pairs:`` file or a BEIR collection (module docstring)."""
+    """Tokenised text pairs from a ``pairs:`` file or a BEIR collection (module docstring).
+    Preparing: time ``O(lines x (1 + K) x T)`` (the file is read once per split), memory a chunk
+    of 4,096 lines; reading is by row, as for any array_record split."""
 
     VERSION = tfds.core.Version("1.0.0")
     RELEASE_NOTES = {"1.0.0": "First release."}

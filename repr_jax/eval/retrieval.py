@@ -359,7 +359,7 @@ def retrieval_tasks(embedder, variables, *, max_queries: int = 2000):
 def without(indices_QxK1, exclude_Q) -> np.ndarray:
     """``[Q, K]`` of ``[Q, K + 1]`` retrieved indices: each row without its ``exclude`` index
     (BEIR's ``ignore_identical_ids``: a query that is also a document does not retrieve itself),
-    else without its last entry.
+    else without its last entry. Time and memory ``O(Q K)``.
 
     >>> without(np.asarray([[4, 2, 7], [1, 3, 5]]), np.asarray([2, 9])).tolist()
     [[4, 7], [1, 3]]

@@ -74,10 +74,9 @@ def dual_encoder(name: str, encoder_a, encoder_b, views_fn: Callable, objective,
         raise ValueError("method.negatives_per_query with Matryoshka dims is not supported: "
                          "set one of them to 0 / ()")
 
-    def tower_b_negatives(apply_b, views):
-        b, k = views["negatives"].shape[:2]
-        return apply_b(views["negatives"].reshape(b * k, *views["negatives"].shape[2:])
-                       ).reshape(b, k, -1)
+    def per_negative(apply, x_BxK):
+        """``apply`` on ``[B, K, ...]`` negatives as ``B K`` rows: ``[B, K, D]``."""
+        return apply(x_BxK.reshape(-1, *x_BxK.shape[2:])).reshape(*x_BxK.shape[:2], -1)
 
     model = TwoTowers(Tower(encoder_a, head(proj_dim, 0, "none") if proj_dim else None),
                       Tower(encoder_b, head(proj_dim, 0, "none") if proj_dim else None),
@@ -97,8 +96,8 @@ def dual_encoder(name: str, encoder_a, encoder_b, views_fn: Callable, objective,
         fns = (tower("tower_a"), tower("tower_b"))
         if negatives:
             tower_b = tower("tower_b")
-            fns += (lambda params, xn: tower_b_negatives(
-                lambda x: tower_b(params, x), {"negatives": xn}).reshape(xn.shape[0], -1),)
+            fns += (lambda params, xn: per_negative(lambda x: tower_b(params, x), xn
+                                                    ).reshape(xn.shape[0], -1),)
         cached = grad_cache_loss(name, fns, cached_objective, grad_cache_chunk,
                                  bool(matryoshka_dims))
 
@@ -123,7 +122,7 @@ def dual_encoder(name: str, encoder_a, encoder_b, views_fn: Callable, objective,
             def apply_b(x):
                 return apply_train(model, params, model_state, x,
                                    method=lambda m, x, train: m.tower_b(x, train=train)[2])[0]
-            hard = {"negatives": tower_b_negatives(apply_b, views)}
+            hard = {"negatives": per_negative(apply_b, views["negatives"])}
         if matryoshka_dims:
             nested = matryoshka_objective(
                 lambda a, b, batch, hp: objective(a, b, log_scale, bias, batch, hp),

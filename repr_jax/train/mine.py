@@ -133,6 +133,7 @@ def select_negatives(scores_QxK: np.ndarray, indices_QxK: np.ndarray, pairs, pos
                      margin: float | None, max_score: float | None, num_negatives: int,
                      sampling: str, seed: int) -> list[list[tuple[int, float]]]:
     """For each pair: ``[(corpus index, score)]`` of its negatives (see the module docstring).
+    Time ``O(P k)`` for P pairs and k candidates per query.
     ``scores_QxK``/``indices_QxK``: each query's best documents, best first."""
     rng = np.random.default_rng(seed)
     out = []

@@ -50,7 +50,7 @@ class RetrievalSet:
     name: str
     queries: np.ndarray        # [Q, ...]
     corpus: np.ndarray         # [N, ...]
-    qrels: np.ndarray          # [Q, N] int grades, 0 = not relevant
+    qrels: Any                 # [Q, N] int grades, 0 = not relevant (or retrieval.SparseQrels)
     corpus_is_pos: bool = False  # the corpus is of the pairs' second kind (x_pos): use that tower
     kind: str = "retrieval"
     exclude: np.ndarray | None = None  # [Q] corpus index kept out of query i's results (-1: none)
@@ -213,10 +213,10 @@ def beir(root: str | Path, *, tokenizer: str = "", max_len: int = 64, data_dir: 
     digest = hashlib.sha1(f"{collection.root}|{stamp}|{tokenizer}|{max_len}".encode()
                           ).hexdigest()[:12]
     cache = Path(data_dir or default_data_dir()) / "beir" / f"{collection.root.name}_{digest}"
-    corpus = reader.tokenized(collection.doc_texts, cache / "corpus_ids.npy", tokenizer, max_len,
-                        "corpus")
+    corpus = reader.tokenized(collection.doc_texts, cache / "corpus_ids.npy", tokenizer,
+                              max_len, "corpus")
     queries = reader.tokenized([collection.query_texts[i] for i in used],
-                         cache / f"queries_{split}_ids.npy", tokenizer, max_len, "queries")
+                               cache / f"queries_{split}_ids.npy", tokenizer, max_len, "queries")
     qrels = SparseQrels(row, r["doc"], r["grade"], (len(used), len(collection.doc_ids)))
     docs = {k: i for i, k in enumerate(collection.doc_ids)}
     same = np.asarray([docs.get(collection.query_ids[i], -1) for i in used], np.int64)

@@ -23,6 +23,7 @@ document. ``label`` is 0 everywhere: pairs have no classes.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import re
 import zlib
 from pathlib import Path
@@ -191,15 +192,8 @@ class TextPairs(tfds.core.GeneratorBasedBuilder):
 
         bar = tqdm(desc=f"{c.source.split(':')[0]}: tokenising {split}", unit="pair",
                    leave=False, dynamic_ncols=True)
-        chunk, count = [], 0
-        for row in rows:
-            chunk.append(row)
-            if len(chunk) == CHUNK:
-                yield from self._encode_chunk(chunk, encode)
-                bar.update(len(chunk))
-                count += len(chunk)
-                chunk = []
-        if chunk:
+        rows, count = iter(rows), 0
+        while chunk := list(itertools.islice(rows, CHUNK)):
             yield from self._encode_chunk(chunk, encode)
             bar.update(len(chunk))
             count += len(chunk)

@@ -2,7 +2,13 @@
 resume, damaged files named in one line, and one process per run directory.
 
 Every JSON file a run writes goes through :func:`write_json` (a temporary file in the same folder,
-fsynced, then renamed over the old one), so a reader sees the old file or the new one, never half.
+fsynced, then renamed over the old one), so a reader sees the old file or the new one, never half;
+it gets the mode a plain ``open`` would give (``0o666`` less the umask), so a group can read its
+results. Outputs are checked before anything runs (:func:`check_output`: never an input, never
+inside a run folder, never through a symbolic link), caches are verified against the digest
+recorded when they were written (:func:`write_verified`, :func:`verified`), and a user's text
+files are read line by line with every undecodable byte named by file and line
+(:func:`text_lines`).
 """
 
 from __future__ import annotations
@@ -80,9 +86,26 @@ def write_text(path: str | Path, text: str) -> Path:
     return write_bytes(path, text.encode())
 
 
+def umask() -> int:
+    """The process's umask, read without changing it where the OS tells it (Linux), else by
+    setting it and putting it back."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    current = os.umask(0o022)
+    os.umask(current)
+    return current
+
+
 def write_bytes(path: str | Path, data: bytes) -> Path:
-    """Writes ``data`` to ``path`` atomically (temporary file in the same folder, fsync, rename);
-    a full disk or I/O error is one line (:class:`StorageError`) and leaves the old file."""
+    """Writes ``data`` to ``path`` atomically (temporary file in the same folder, fsync, rename),
+    with the mode a plain ``open`` gives (``0o666`` less the umask; the temporary file would be
+    ``0o600``); a full disk or I/O error is one line (:class:`StorageError`) and leaves the old
+    file."""
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -90,6 +113,7 @@ def write_bytes(path: str | Path, data: bytes) -> Path:
     except OSError as e:
         raise storage_error(e, path) or e from None
     try:
+        os.fchmod(fd, 0o666 & ~umask())
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
@@ -172,16 +196,39 @@ def append_line(path: str | Path, line: str) -> None:
         raise storage_error(e, path) or e from None
 
 
+def _open_lock(path: Path, what: str) -> int:
+    """A descriptor of the lock file ``path`` (created with a plain ``open``'s mode), never
+    through a symbolic link (that would create or truncate a file elsewhere): a link, or anything
+    but a regular file, is a one-line :class:`WorkdirBusy`."""
+    import stat
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+    except OSError:
+        if path.is_symlink():
+            raise WorkdirBusy(f"{path} is a symbolic link (to {os.readlink(path)}); refusing to "
+                              f"use it as {what}: remove it") from None
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise WorkdirBusy(f"{path} is not a regular file; refusing to use it as {what}: "
+                          f"remove it")
+    return fd
+
+
 @contextlib.contextmanager
 def exclusive(path: str | Path):
-    """Holds an exclusive ``fcntl.flock`` on ``path`` (created), waiting for other holders: for
-    work several processes may start at once, such as preparing one dataset."""
+    """Holds an exclusive ``fcntl.flock`` on ``path`` (created; never through a symbolic link),
+    waiting for other holders: for work several processes may start at once, such as preparing
+    one dataset."""
     import fcntl
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as f:
-        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
-        yield  # closing the file releases the lock
+    fd = _open_lock(path, "a lock")
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing the file releases the lock
 
 
 class WorkdirLock:
@@ -195,22 +242,10 @@ class WorkdirLock:
 
     def acquire(self) -> "WorkdirLock":
         import fcntl
-        import stat
         self.path.parent.mkdir(parents=True, exist_ok=True)
         # Never through a symlink: truncating a lock that points elsewhere (a shared run folder)
         # would overwrite any file the user can write.
-        try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-        except OSError:
-            if self.path.is_symlink():
-                raise WorkdirBusy(f"{self.path} is a symbolic link (to {os.readlink(self.path)}); "
-                                  f"refusing to use it as the run's lock: remove it") from None
-            raise
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            os.close(fd)
-            raise WorkdirBusy(f"{self.path} is not a regular file; refusing to use it as the "
-                              f"run's lock: remove it")
-        f = os.fdopen(fd, "r+")
+        f = os.fdopen(_open_lock(self.path, "the run's lock"), "r+")
         try:
             fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -238,3 +273,152 @@ class WorkdirLock:
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+
+# --------------------------------------------------------------------------------------------------
+# Outputs, caches and a user's text files
+# --------------------------------------------------------------------------------------------------
+
+def is_run_folder(path: str | Path) -> bool:
+    """A folder ``repr-jax train`` wrote: its ``config.json`` beside checkpoints, metrics or its
+    costs."""
+    path = Path(path)
+    return (path / "config.json").is_file() and any(
+        (path / f).exists() for f in ("checkpoints", "metrics.jsonl", "run.json"))
+
+
+def check_output(path: str | Path, *, flag: str, inputs=(), folder: bool = False) -> Path:
+    """``path`` (absolute) when a command may write it; else a one-line ValueError naming
+    ``flag``: an output that is one of ``inputs`` (the same file, through any link), lies inside
+    a run folder (whose files are the run's own), is a symbolic link, is a folder where a file is
+    meant (``folder=False``) or a file where a folder is, or sits under a file."""
+    path = Path(path).expanduser().absolute()
+    if path.is_symlink():
+        raise ValueError(f"{flag} {path} is a symbolic link (to {os.readlink(path)}); give the "
+                         f"path itself")
+    for parent in path.parents:
+        if parent.exists() and not parent.is_dir():
+            raise ValueError(f"{flag} {path}: {parent} is a file, not a folder")
+    if path.exists() and path.is_dir() != folder:
+        raise ValueError(f"{flag} {path} is a {'file' if folder else 'folder'}; give "
+                         f"{'a folder' if folder else 'a file name'}")
+    real = Path(os.path.realpath(path))
+    for given in inputs:
+        given = Path(given)
+        if real == Path(os.path.realpath(given)) or (
+                path.exists() and given.exists() and os.path.samefile(path, given)):
+            raise ValueError(f"{flag} {path} is an input of this command ({given}); an output "
+                             f"never replaces an input: write it elsewhere")
+    for parent in (real, *real.parents) if folder else real.parents:
+        if is_run_folder(parent):
+            raise ValueError(f"{flag} {path} lies inside the run folder {parent}, whose files "
+                             f"are the run's own: write it elsewhere")
+    return path
+
+
+def check_writable(path: str | Path, *, flag: str) -> None:
+    """A one-line ValueError naming ``flag`` when ``path`` (a folder, existing or to be made)
+    cannot be written: probed by making and removing an empty folder in its nearest existing
+    ancestor (``os.access`` says yes to root on a read-only or virtual file system)."""
+    path = Path(path).expanduser().absolute()
+    base = next(p for p in (path, *path.parents) if p.exists())
+    if not base.is_dir():
+        return  # a file in the way: check_output and the folder checks name it
+    try:
+        os.rmdir(tempfile.mkdtemp(dir=base, prefix=".repr_jax_probe_"))
+    except OSError as e:
+        raise ValueError(f"{flag} {path} cannot be written: making a folder in {base} failed "
+                         f"({e.strerror})") from None
+
+
+def no_symlinks(path: str | Path, *, below: str | Path, what: str) -> Path:
+    """``path`` when no part of it below the folder ``below`` is a symbolic link (a cache or a
+    lock the project writes there would follow it out of its folder); else a one-line
+    ValueError naming the link and ``what`` it holds."""
+    path, below = Path(path), Path(below)
+    for part in (path, *path.parents):
+        if part == below or below not in part.parents:
+            break
+        if part.is_symlink():
+            raise ValueError(f"{part} is a symbolic link (to {os.readlink(part)}); refusing to "
+                             f"write {what} through it: remove the link")
+    return path
+
+
+def _digest_path(path: Path) -> Path:
+    return path.with_name(f"{path.name}.blake2b")
+
+
+def write_verified(path: str | Path, data: bytes) -> Path:
+    """Writes ``data`` atomically and, beside it, its digest (``<name>.blake2b``): a cache whose
+    content :func:`verified` checks before it is used."""
+    import hashlib
+    path = Path(path)
+    digest_file = _digest_path(path)
+    digest_file.unlink(missing_ok=True)  # a crash between the two writes leaves it unverified
+    write_bytes(path, data)
+    write_text(digest_file, hashlib.blake2b(data, digest_size=32).hexdigest() + "\n")
+    return path
+
+
+def verified(path: str | Path, *, read: bool = True) -> tuple[bytes | None, str]:
+    """``(bytes, "")`` of a cache file written by :func:`write_verified` whose content still
+    matches its recorded digest (``read=False``: ``(None, "")``, the file hashed in chunks and
+    not held); ``(None, why)`` when it is absent (``why`` empty), has no digest, or differs
+    (replaced, truncated, edited). Time ``O(size)``."""
+    import hashlib
+    path = Path(path)
+    if not path.is_file():
+        return None, ""
+    try:
+        recorded = _digest_path(path).read_text().strip()
+    except OSError:
+        return None, "no recorded digest"
+    digest, chunks = hashlib.blake2b(digest_size=32), []
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 24):
+            digest.update(chunk)
+            if read:
+                chunks.append(chunk)
+    if digest.hexdigest() != recorded:
+        return None, "its content differs from the digest recorded when it was written"
+    return (b"".join(chunks) if read else None), ""
+
+
+_COMPRESSED = {b"\x1f\x8b": "gzip", b"BZh": "bzip2", b"\xfd7zXZ": "xz", b"\x28\xb5\x2f\xfd": "zstd",
+               b"PK\x03\x04": "zip"}
+
+
+def text_lines(path: str | Path):
+    """``(line number, line)`` of a UTF-8 text file (a byte-order mark dropped). A compressed
+    file, or a line that is not UTF-8, is a one-line ValueError naming the file and line."""
+    path = Path(path)
+    with open(path, "rb") as f:
+        head = f.read(8)
+        for magic, kind in _COMPRESSED.items():
+            if head.startswith(magic):
+                raise ValueError(f"{path} is {kind}-compressed, not text: decompress it first "
+                                 f"(e.g. {'gunzip -k' if kind == 'gzip' else kind + ' -d'} "
+                                 f"{path.name})")
+        f.seek(0)
+        for number, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise ValueError(
+                    f"{path}:{number}: byte {e.start + 1} of the line (0x{raw[e.start]:02x}) is "
+                    f"not UTF-8; the file must be UTF-8 (a Latin-1 file: iconv -f latin1 -t "
+                    f"utf-8)") from None
+            yield number, line.lstrip("\ufeff") if number == 1 else line
+
+
+def check_text(value: str, where: str, field: str) -> str:
+    """``value`` when it encodes as UTF-8; a lone surrogate (``"\\ud800"`` in JSON) is a
+    one-line ValueError naming ``where`` and ``field``."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ValueError(f"{where}: {field!r} holds a lone surrogate "
+                         f"({value[e.start].encode('unicode_escape').decode()} at character "
+                         f"{e.start + 1}), which is not text") from None
+    return value

@@ -149,15 +149,19 @@ class Embedder:
 
 def _read_features(path: Path) -> Any:
     """Features kept by :meth:`Embedder.embed` (an array, or a tuple for ``"layers"``); None when
-    absent, and when damaged (with a warning naming the file; they are computed again)."""
-    if not path.exists():
-        return None
+    absent, and when damaged or no longer what was written (checked against the digest recorded
+    with them; a warning names the file and they are computed again)."""
+    from repr_jax import files
+    data, why = files.verified(path)
     try:
-        with np.load(io.BytesIO(path.read_bytes())) as z:
+        if data is None:
+            raise ValueError(why)
+        with np.load(io.BytesIO(data)) as z:
             arrays = [jnp.asarray(z[f"f{i}"]) for i in range(len(z.files))]
     except (OSError, ValueError, KeyError, EOFError) as e:
-        warnings.warn(f"{path}: damaged cached features ({type(e).__name__}); encoding again",
-                      stacklevel=3)
+        if str(e):  # absent: nothing to say
+            warnings.warn(f"{path}: cached features not used ({e}); encoding again",
+                          stacklevel=3)
         return None
     return arrays[0] if path.name.split("-")[0] != "layers" else tuple(arrays)
 
@@ -167,7 +171,7 @@ def _write_features(path: Path, features: Any) -> None:
     arrays = features if isinstance(features, tuple) else (features,)
     buffer = io.BytesIO()
     np.savez(buffer, **{f"f{i}": np.asarray(a) for i, a in enumerate(arrays)})
-    files.write_bytes(path, buffer.getvalue())  # atomic: a killed run leaves no partial file
+    files.write_verified(path, buffer.getvalue())  # atomic, with the digest it is checked by
 
 
 class EmbedderView(Embedder):

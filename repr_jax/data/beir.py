@@ -30,6 +30,8 @@ QREL_SPLITS = ("train", "dev", "test")
 
 def check_layout(root: str | Path, *, need_train: bool = False) -> Path:
     """The collection's folder; a missing folder or file is a one-line ValueError."""
+    if not str(root).strip():
+        raise ValueError("beir: needs a folder after the colon, e.g. beir:/path/to/collection")
     root = Path(root).expanduser().absolute()
     layout = ("a BEIR collection holds corpus.jsonl, queries.jsonl and qrels/{train,dev,test}.tsv")
     if not root.is_dir():
@@ -49,21 +51,20 @@ def check_layout(root: str | Path, *, need_train: bool = False) -> Path:
 
 def _read_jsonl(path: Path, fields: tuple[str, ...]) -> tuple[list[str], list[dict]]:
     ids, rows, first = [], [], {}
-    with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            where = f"{path}:{number}"
-            row = files.json_object(line, where)
-            if "_id" not in row:
-                raise ValueError(f"{where}: no '_id' field (a line is "
-                                 f"{{{', '.join(repr(k) for k in ('_id',) + fields)}}})")
-            key = str(row["_id"])
-            if key in first:
-                raise ValueError(f"{where}: duplicate _id {key!r} (first at line {first[key]})")
-            first[key] = number
-            ids.append(key)
-            rows.append(row)
+    for number, line in files.text_lines(path):
+        if not line.strip():
+            continue
+        where = f"{path}:{number}"
+        row = files.json_object(line, where)
+        if "_id" not in row:
+            raise ValueError(f"{where}: no '_id' field (a line is "
+                             f"{{{', '.join(repr(k) for k in ('_id',) + fields)}}})")
+        key = files.check_text(str(row["_id"]), where, "_id")
+        if key in first:
+            raise ValueError(f"{where}: duplicate _id {key!r} (first at line {first[key]})")
+        first[key] = number
+        ids.append(key)
+        rows.append(row)
     if not ids:
         raise ValueError(f"{path}: no lines")
     return ids, rows
@@ -73,37 +74,56 @@ def _read_qrels(path: Path, queries: dict[str, int], docs: dict[str, int]
                 ) -> dict[str, np.ndarray]:
     q, d, g = [], [], []
     seen: dict[tuple[int, int], int] = {}
-    with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, 1):
-            fields = line.rstrip("\n\r").split("\t")
-            if not line.strip():
-                continue
-            where = f"{path}:{number}"
-            if len(fields) != 3:
-                raise ValueError(f"{where}: expected 3 tab-separated fields (query-id, corpus-id, "
-                                 f"score), got {len(fields)}")
-            try:
-                grade = int(fields[2])
-            except ValueError:
-                if number == 1:
-                    continue  # the header
-                raise ValueError(f"{where}: score {fields[2]!r} is not an integer") from None
-            if fields[0] not in queries:
-                raise ValueError(f"{where}: query-id {fields[0]!r} is not in queries.jsonl")
-            if fields[1] not in docs:
-                raise ValueError(f"{where}: corpus-id {fields[1]!r} is not in corpus.jsonl")
-            pair = (queries[fields[0]], docs[fields[1]])
-            if pair in seen:
-                raise ValueError(f"{where}: duplicate judgement of ({fields[0]}, {fields[1]}) "
-                                 f"(first at line {seen[pair]})")
-            seen[pair] = number
-            q.append(pair[0])
-            d.append(pair[1])
-            g.append(grade)
+    first = True
+    for number, line in files.text_lines(path):
+        fields = line.rstrip("\n\r").split("\t")
+        if not line.strip():
+            continue
+        where = f"{path}:{number}"
+        if len(fields) != 3:
+            raise ValueError(f"{where}: expected 3 tab-separated fields (query-id, corpus-id, "
+                             f"score), got {len(fields)}")
+        header, first = first and not _is_number(fields[2]), False
+        if header:
+            continue  # the first line is a header when its score is not a number
+        grade = _grade(fields[2], where)
+        if fields[0] not in queries:
+            raise ValueError(f"{where}: query-id {fields[0]!r} is not in queries.jsonl")
+        if fields[1] not in docs:
+            raise ValueError(f"{where}: corpus-id {fields[1]!r} is not in corpus.jsonl")
+        pair = (queries[fields[0]], docs[fields[1]])
+        if pair in seen:
+            raise ValueError(f"{where}: duplicate judgement of ({fields[0]}, {fields[1]}) "
+                             f"(first at line {seen[pair]})")
+        seen[pair] = number
+        q.append(pair[0])
+        d.append(pair[1])
+        g.append(grade)
     if not q:
         raise ValueError(f"{path}: no judgements")
     return {"query": np.asarray(q, np.int64), "doc": np.asarray(d, np.int64),
             "grade": np.asarray(g, np.int32)}
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _grade(text: str, where: str) -> int:
+    """A relevance grade: an integer, written ``2`` or ``2.0`` (TREC allows negative grades for
+    junk; they count as not relevant)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"{where}: score {text!r} is not a number") from None
+    if not value.is_integer():
+        raise ValueError(f"{where}: score {text!r} is not a whole number (grades are integers "
+                         f"such as 0, 1, 2; TREC's junk grades are -1, -2)")
+    return int(value)
 
 
 @dataclasses.dataclass
@@ -147,10 +167,11 @@ def read_collection(root: str | Path) -> Collection:
     query_ids, queries = _read_jsonl(root / "queries.jsonl", ("text",))
 
     def text(row, where):
-        body = row.get("text", "")
-        if not isinstance(body, str):
-            raise ValueError(f"{where}: 'text' must be a string")
-        title = row.get("title") or ""
+        body, title = row.get("text", ""), row.get("title") or ""
+        for field, value in (("text", body), ("title", title)):
+            if not isinstance(value, str):
+                raise ValueError(f"{where}: {field!r} must be a string")
+            files.check_text(value, where, field)
         return f"{title} {body}" if title else body
 
     doc_texts = [text(r, f"{root / 'corpus.jsonl'} _id {i!r}") for i, r in zip(doc_ids, docs)]
@@ -169,16 +190,20 @@ def read_collection(root: str | Path) -> Collection:
 
 def tokenized(texts: list[str], path: Path, tokenizer: str, max_len: int, what: str) -> np.ndarray:
     """``[N, max_len]`` token ids of ``texts``, kept at ``path`` (memory-mapped); made once, in
-    chunks with a progress bar, written atomically; a damaged file is made again. Time
-    ``O(N T)`` once; memory ``O(N T)`` while made, then a memory map."""
+    chunks with a progress bar, written atomically with its digest; a file that no longer matches
+    its digest (damaged, replaced) is named and made again. Time ``O(N T)`` once, then ``O(N T)``
+    reading the file to check it; memory ``O(N T)`` while made, then a memory map."""
     if path.exists():
+        why = files.verified(path, read=False)[1]
         try:
-            ids = np.load(path, mmap_mode="r")
-            if ids.shape == (len(texts), max_len):
-                return ids
+            ids = None if why else np.load(path, mmap_mode="r")
         except (OSError, ValueError) as e:
+            why = f"unreadable ({type(e).__name__})"
+        if ids is not None and ids.shape == (len(texts), max_len):
+            return ids
+        if why:
             import warnings
-            warnings.warn(f"{path}: damaged token file ({type(e).__name__}); tokenising again",
+            warnings.warn(f"{path}: cached token ids not used ({why}); tokenising again",
                           stacklevel=2)
     from tqdm.auto import tqdm
 
@@ -192,7 +217,7 @@ def tokenized(texts: list[str], path: Path, tokenizer: str, max_len: int, what: 
                                              pad_to=max_len).ids
     buffer = io.BytesIO()
     np.save(buffer, out)
-    files.write_bytes(path, buffer.getvalue())
+    files.write_verified(path, buffer.getvalue())
     return np.load(path, mmap_mode="r")
 
 

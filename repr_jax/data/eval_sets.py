@@ -207,12 +207,19 @@ def beir(root: str | Path, *, tokenizer: str = "", max_len: int = 64, data_dir: 
     collection = reader.read_collection(root)
     split = split or collection.test_split
     r = collection.qrels[split]
+    if not (r["grade"] >= 1).any():
+        grades = ", ".join(map(str, np.unique(r["grade"])[:6]))
+        raise ValueError(f"beir:{collection.root}: no judgement of qrels/{split}.tsv has a grade "
+                         f">= 1 (its grades: {grades}); with nothing relevant there is nothing "
+                         f"to evaluate")
     used = np.unique(r["query"])  # BEIR evaluates the queries its qrels judge
     row = np.searchsorted(used, r["query"])
     stamp = files.version_stamp(collection.root / f for f in reader.FILES)
     digest = hashlib.sha1(f"{collection.root}|{stamp}|{tokenizer}|{max_len}".encode()
                           ).hexdigest()[:12]
-    cache = Path(data_dir or default_data_dir()) / "beir" / f"{collection.root.name}_{digest}"
+    base = Path(data_dir or default_data_dir())
+    cache = files.no_symlinks(base / "beir" / f"{collection.root.name}_{digest}", below=base,
+                              what="a collection's token ids")
     corpus = reader.tokenized(collection.doc_texts, cache / "corpus_ids.npy", tokenizer,
                               max_len, "corpus")
     queries = reader.tokenized([collection.query_texts[i] for i in used],

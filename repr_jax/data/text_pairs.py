@@ -93,7 +93,7 @@ def _text(value, field: str, where: str) -> str:
         raise ValueError(f"{where}: {field!r} must be a string, got {type(value).__name__}")
     if not value.strip():
         raise ValueError(f"{where}: {field!r} is empty")
-    return value
+    return files.check_text(value, where, field)
 
 
 def parse_line(line: str, where: str) -> tuple[str, str, list[str]]:
@@ -103,7 +103,8 @@ def parse_line(line: str, where: str) -> tuple[str, str, list[str]]:
     query_key = "query" if "query" in row else "anchor"
     for key in (query_key, "positive"):
         if key not in row:
-            raise ValueError(f"{where}: no {key!r} field (it has {sorted(row)}; a line is "
+            named = "'query' (or 'anchor')" if key == "anchor" else repr(key)
+            raise ValueError(f"{where}: no {named} field (it has {sorted(row)}; a line is "
                              f'{{"query": ..., "positive": ..., "negatives": [...]}})')
     negs = row.get("negatives", row.get("negative", []))
     numbered = sorted((int(m.group(1)), k) for k in row if (m := _NEGATIVE_N.match(k)))
@@ -121,13 +122,15 @@ def read_pairs(path: str | Path) -> Iterator[tuple[int, str, str, list[str]]]:
     """``(line number, query, positive, negatives)`` for each non-blank line of a ``pairs:``
     file; a bad line is a one-line ValueError naming the file and line."""
     path = Path(path)
-    with open(path, encoding="utf-8", errors="strict") as f:
-        for number, line in enumerate(f, 1):
-            if line.strip():
-                try:
-                    yield (number, *parse_line(line, f"{path}:{number}"))
-                except UnicodeDecodeError as e:
-                    raise ValueError(f"{path}:{number}: not UTF-8 ({e.reason})") from None
+    for number, line in files.text_lines(path):
+        if line.strip():
+            yield (number, *parse_line(line, f"{path}:{number}"))
+
+
+def most_negatives(path: str | Path) -> int:
+    """The most negatives any line of a ``pairs:`` file holds (one pass, no tokenising): what
+    ``negatives_per_query`` is checked against before the file is prepared. Time ``O(lines)``."""
+    return max((len(negs) for _, _, _, negs in read_pairs(path)), default=0)
 
 
 def is_test(query: str) -> bool:
@@ -171,6 +174,11 @@ class TextPairs(tfds.core.GeneratorBasedBuilder):
                     "test": self._generate_examples(
                         collection.pairs(collection.test_split, best=True), "test")}
         path = source[len(PAIRS):]
+        k = self.builder_config.negatives
+        if k and 0 < (most := most_negatives(path)) < k:  # before tokenising K texts a line
+            raise ValueError(f"method.negatives_per_query={k}, but no line of {path} has more "
+                             f"than {most} negatives (a line with fewer repeats its own): use "
+                             f"at most {most}")
 
         def rows(test: bool):
             for n, q, p, negs in read_pairs(path):

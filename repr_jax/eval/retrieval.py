@@ -5,8 +5,9 @@ Conventions (checked against ``pytrec_eval`` in ``tests/test_eval_retrieval.py``
 * a document is relevant when its grade is ``>= 1`` (trec_eval's ``relevance_level=1``);
 * ``recall@k`` = relevant in the top ``k`` / all relevant; ``precision@k`` = relevant in the top ``k``
   / ``k``; ``mrr@k`` = 1 / rank of the first relevant document within the top ``k`` (0 if none);
-  ``ndcg@k`` uses linear gain (the grade), a ``1 / log2(rank + 1)`` discount and the ideal ranking
-  from the qrels (trec_eval's ``ndcg_cut``); ``map@k`` sums precision at each relevant rank within the
+  ``ndcg@k`` uses linear gain (the grade; a grade ``<= 0``, such as TREC's ``-1`` for junk, gains
+  nothing), a ``1 / log2(rank + 1)`` discount and the ideal ranking from the qrels (trec_eval's
+  ``ndcg_cut``); ``map@k`` sums precision at each relevant rank within the
   top ``k`` and divides by *all* relevant documents (trec_eval's ``map_cut``);
 * ties in score are broken by document order: the lower corpus index ranks first (``pytrec_eval``
   breaks ties by descending document id, so name documents accordingly when comparing);
@@ -151,8 +152,9 @@ def _ideal(qrels, kmax: int) -> tuple[jax.Array, jax.Array]:
 
 @functools.partial(jax.jit, static_argnames=("ks",))
 def _ranked_metrics(gains_QxK, ideal_QxK, num_rel_Q, ks: tuple[int, ...]):
-    gains_QxK = jnp.asarray(gains_QxK, jnp.float32)
-    ideal_QxK = jnp.asarray(ideal_QxK, jnp.float32)
+    # A grade <= 0 gains nothing, retrieved or ideal (trec_eval: negative grades mark junk).
+    gains_QxK = jnp.maximum(jnp.asarray(gains_QxK, jnp.float32), 0.0)
+    ideal_QxK = jnp.maximum(jnp.asarray(ideal_QxK, jnp.float32), 0.0)
     num_rel_Q = jnp.asarray(num_rel_Q, jnp.float32)
     kmax = gains_QxK.shape[1]
     rel_QxK = (gains_QxK >= 1).astype(jnp.float32)
@@ -299,7 +301,7 @@ def retrieval_metrics(scores, qrels, ks: Sequence[int] = (1, 5, 10), *,
 
 def _reduce(per_q: dict[str, jax.Array], judged: np.ndarray, per_query: bool):
     if not judged.any():
-        raise ValueError("no query has a relevant document (every qrels row is 0)")
+        raise ValueError("no query has a relevant document (a grade >= 1)")
     per_q = {k: v[judged] for k, v in per_q.items()}
     return per_q if per_query else {k: float(jnp.mean(v)) for k, v in per_q.items()}
 

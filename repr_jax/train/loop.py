@@ -45,9 +45,11 @@ from repr_jax.data.source import Prefetcher
 from repr_jax.host_memory import keep_host_memory
 from repr_jax.train import sharding
 from repr_jax.train.checkpoint import Checkpointer, finite_members
-from repr_jax.train.evaluation import make_upstream_loss, run_evaluation, trained_name
+from repr_jax.train.evaluation import (make_upstream_loss, run_evaluation, table_notes,
+                                       trained_name)
 from repr_jax.train.log import format_table, plot_metrics
-from repr_jax.train.run import build_run, check_resumable, compile_step, load_eval_sets
+from repr_jax.train.run import (build_run, check_resumable, compile_step, load_eval_sets,
+                                resolved_paths)
 from repr_jax.train.step import hyperparams
 from repr_jax.train.writers import JsonlWriter, RunLog
 
@@ -256,6 +258,7 @@ def train_and_evaluate(cfg: Config, workdir: str | Path, *, progress: bool = Tru
     flattened config). Keeps freed host memory for XLA's CPU steps (:mod:`repr_jax.host_memory`) when called before
     JAX's backend has started."""
     keep_host_memory()
+    cfg = resolved_paths(cfg)  # config.json records absolute paths: `eval` works from anywhere
     workdir, t = Path(workdir), cfg.train
     # ---------------------------------------------------------------- checks before compiling
     cfg.check_devices(sharding.make_mesh(t.num_devices, t.fsdp).size)
@@ -307,7 +310,8 @@ def train_and_evaluate(cfg: Config, workdir: str | Path, *, progress: bool = Tru
         if verbose:
             last = [r["loss"] for r in _read_last(workdir / "metrics.jsonl")]
             print(f"\n{dataset.name}: evaluation at step {t.steps} (test split; final train loss "
-                  f"{last[0] if last else math.nan:.4f})\n" + format_table(eval_rows))
+                  f"{last[0] if last else math.nan:.4f})\n"
+                  + format_table(eval_rows, table_notes(cfg, dataset, eval_rows)))
     return {"state": state, "eval_rows": eval_rows, "workdir": workdir}
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -46,6 +47,34 @@ class MiningData:
         return out
 
 
+def input_files(spec: str) -> list[Path]:
+    """The files ``pairs:FILE`` or ``beir:DIR`` reads (a missing one: a one-line ValueError)."""
+    from repr_jax.data import text_pairs
+    if spec.startswith(text_pairs.BEIR):
+        from repr_jax.data import beir
+        root = beir.check_layout(spec[len(text_pairs.BEIR):])
+        return [root / f for f in beir.FILES] + sorted((root / "qrels").glob("*.tsv"))
+    if not spec.startswith(text_pairs.PAIRS):
+        raise ValueError(f"--data takes pairs:FILE.jsonl or beir:DIR, not {spec!r}")
+    return [text_pairs.path_of(spec)]
+
+
+def check_text_run(workdir: str | Path) -> None:
+    """A one-line ValueError when the run in ``workdir`` does not read text with a tokenizer
+    (its towers could not encode the pairs' text)."""
+    from repr_jax import config as config_lib
+    from repr_jax.encoders import TOKEN_FAMILIES
+    from repr_jax.train.run import run_config_path
+    cfg = config_lib.load_json(run_config_path(Path(workdir)))
+    if cfg.encoder.name not in TOKEN_FAMILIES:
+        raise ValueError(f"--workdir {workdir}: its encoder {cfg.encoder.name!r} reads "
+                         f"{cfg.data.name} inputs, not text; mine needs a run whose towers "
+                         f"read text ({', '.join(TOKEN_FAMILIES)} on pairs:, beir: or wordnet)")
+    if cfg.data.name == "latent_topics":
+        raise ValueError(f"--workdir {workdir}: it was trained on latent_topics, whose tokens are "
+                         f"a synthetic vocabulary's, not text a tokenizer reads")
+
+
 def mining_data(spec: str) -> MiningData:
     """The pairs and corpus of ``pairs:FILE`` or ``beir:DIR``."""
     from repr_jax.data import text_pairs
@@ -60,9 +89,7 @@ def mining_data(spec: str) -> MiningData:
         row = {int(q): i for i, q in enumerate(used)}
         pairs = [(row[int(q)], int(d)) for q, d in zip(r["query"][keep], r["doc"][keep])]
         return MiningData([c.query_texts[i] for i in used], c.doc_texts, pairs)
-    if not spec.startswith(text_pairs.PAIRS):
-        raise ValueError(f"--data takes pairs:FILE.jsonl or beir:DIR, not {spec!r}")
-    path = text_pairs.path_of(spec)  # the same one-line checks as data.name
+    path = input_files(spec)[0]  # the same one-line checks as data.name
     queries: dict[str, int] = {}
     corpus: dict[str, int] = {}
     pairs = []
@@ -93,11 +120,14 @@ def encoders_of(*, workdir: str | None = None, init_from: str | None = None, max
     length) and keyed by the token ids, so mining again with other knobs does not encode again."""
     import jax
 
+    from repr_jax import files
     from repr_jax.eval import Embedder
     if bool(workdir) == bool(init_from):
         raise ValueError("give one of --workdir RUN or --init-from MODEL_DIR")
     if init_from:
         from repr_jax.encoders.pretrained import load_sentence_transformer
+        from repr_jax.train.pretrained import weights_path
+        init_from = str(weights_path(init_from).absolute())
         loaded = load_sentence_transformer(init_from)
         module, variables, tokenizer = loaded.module, loaded.params, loaded.tokenizer
         length = min(max_len or loaded.config.max_seq_length, loaded.config.max_seq_length)
@@ -109,14 +139,17 @@ def encoders_of(*, workdir: str | None = None, init_from: str | None = None, max
     else:
         from repr_jax.data.tokenizer import make_tokenizer
         from repr_jax.train.run import load_trained
-        cfg, _, method, state = load_trained(workdir)
+        check_text_run(workdir)
+        cfg, _, method, state = load_trained(workdir, text_only=True)  # its data: not needed
         variables, tokenizer = state.variables, make_tokenizer(cfg.data.tokenizer)
         length = max_len or cfg.data.max_len or 64
         query = method.embed_query or method.embed
         document = method.embed_pos or method.embed
         identity = f"{Path(workdir).absolute()}|step {int(jax.device_get(state.step))}|{length}"
     if cache_dir:
-        cache_dir = Path(cache_dir) / hashlib.blake2b(identity.encode(), digest_size=8).hexdigest()
+        cache_dir = files.no_symlinks(
+            Path(cache_dir) / hashlib.blake2b(identity.encode(), digest_size=8).hexdigest(),
+            below=Path(cache_dir).parent, what="cached embeddings")
     embedder = Embedder(query, {}, batch_size=batch_size, query_fn=query, pos_fn=document,
                         cache_dir=cache_dir, progress="mine: encoding" if progress else "")
 
@@ -150,6 +183,43 @@ def select_negatives(scores_QxK: np.ndarray, indices_QxK: np.ndarray, pairs, pos
     return out
 
 
+def check_mine_args(*, data: str, out: str | Path, workdir: str | None, init_from: str | None,
+                    range_min: int, range_max: int, margin: float | None,
+                    max_score: float | None, num_negatives: int, sampling: str,
+                    seed: int) -> tuple[Path, Path]:
+    """``(out, its cache folder)`` once every argument of :func:`mine` is checked, before anything
+    is read or encoded: each problem is a one-line ValueError, and nothing is written."""
+    import math
+
+    from repr_jax import files
+    if sampling not in SAMPLING:
+        raise ValueError(f"--sampling {sampling!r}; choose from {', '.join(SAMPLING)}")
+    if not 0 <= range_min < range_max:
+        raise ValueError(f"--range-min {range_min} and --range-max {range_max}: need "
+                         f"0 <= range-min < range-max")
+    if num_negatives < 1:
+        raise ValueError(f"--num-negatives must be at least 1, got {num_negatives}")
+    for flag, value in (("--margin", margin), ("--max-score", max_score)):
+        if value is not None and not math.isfinite(value):
+            raise ValueError(f"{flag} must be a finite number, got {value}")
+    if seed < 0:
+        raise ValueError(f"--seed must be at least 0, got {seed}")
+    if bool(workdir) == bool(init_from):
+        raise ValueError("give one of --workdir RUN or --init-from MODEL_DIR")
+    out = files.check_output(out, flag="--out", inputs=input_files(data))
+    cache = out.parent / f"{out.name}.cache"
+    if cache.is_symlink():
+        raise ValueError(f"{cache} (where mine keeps its corpus embeddings) is a symbolic link "
+                         f"(to {os.readlink(cache)}); remove it or choose another --out")
+    if cache.exists() and not cache.is_dir():
+        raise ValueError(f"{cache} is a file; mine keeps its corpus embeddings in a folder of "
+                         f"that name: remove it or choose another --out")
+    files.check_writable(out.parent, flag="--out")
+    if workdir:
+        check_text_run(workdir)
+    return out, cache
+
+
 def mine(*, data: str, out: str | Path, workdir: str | None = None, init_from: str | None = None,
          range_min: int = 0, range_max: int = 100, margin: float | None = None,
          max_score: float | None = None, num_negatives: int = 3, sampling: str = "top",
@@ -160,20 +230,13 @@ def mine(*, data: str, out: str | Path, workdir: str | None = None, init_from: s
 
     from repr_jax import files
     from repr_jax.eval.retrieval import retrieve
-    if sampling not in SAMPLING:
-        raise ValueError(f"--sampling {sampling!r}; choose from {', '.join(SAMPLING)}")
-    if not 0 <= range_min < range_max:
-        raise ValueError(f"--range-min {range_min} and --range-max {range_max}: need "
-                         f"0 <= range-min < range-max")
-    if num_negatives < 1:
-        raise ValueError(f"--num-negatives must be at least 1, got {num_negatives}")
-    out = Path(out)
-    if out.is_dir():
-        raise ValueError(f"--out {out} is a folder; give a .jsonl file")
+    out, cache = check_mine_args(data=data, out=out, workdir=workdir, init_from=init_from,
+                                 range_min=range_min, range_max=range_max, margin=margin,
+                                 max_score=max_score, num_negatives=num_negatives,
+                                 sampling=sampling, seed=seed)
     d = mining_data(data)
     enc = encoders_of(workdir=workdir, init_from=init_from, max_len=max_len,
-                      batch_size=batch_size, progress=progress,
-                      cache_dir=out.parent / f"{out.name}.cache")
+                      batch_size=batch_size, progress=progress, cache_dir=cache)
     corpus_emb = enc.document(d.corpus)
     query_emb = enc.query(d.queries)
     positives = d.positives

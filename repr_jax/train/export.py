@@ -59,10 +59,10 @@ def model_card(workdir: Path, cfg: Config, fmt: str, step: int) -> str:
     for key in ("seed", "data.name", "data.pairs", "data.tokenizer", "data.max_len",
                 "data.train_examples", "encoder.name", "encoder.variant", "encoder.pooling",
                 "encoder.init_from", "method.name", "method.objective", "method.temperature",
-                "optim.lr", "optim.weight_decay", "optim.warmup_steps", "optim.freeze",
-                "optim.layer_decay", "train.batch_size", "train.steps"):
+                "optim.lr", "optim.weight_decay", "optim.warmup_steps", "optim.warmup_fraction",
+                "optim.freeze", "optim.layer_decay", "train.batch_size", "train.steps"):
         if key in flat and flat[key] not in ("", (), None) and not (
-                key.startswith("data.") and flat[key] == 0):  # 0 = the dataset's default
+                key.startswith(("data.", "optim.warmup_fraction")) and flat[key] == 0):  # unset
             lines.append(f"| `{key}` | `{flat[key]}` |")
     lines += ["", "## Evaluation", ""]
     if rows:

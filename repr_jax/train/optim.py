@@ -3,7 +3,7 @@
 AdamW (no decay on biases and norm scales) with linear warmup and cosine decay, optionally after
 global-norm clipping. The optimizer is constructed once from the structural fields (``b1``, ``b2``,
 ``clip_norm``); the numbers a population may vary (``lr``, ``weight_decay``, ``warmup_steps``,
-``min_lr_ratio``) reach it as arguments of each update, so they stay traceable and vmappable:
+``warmup_fraction``, ``min_lr_ratio``) reach it as arguments of each update, so they stay traceable and vmappable:
 
     tx = make_optimizer(b1=0.9, b2=0.999)
     lr = learning_rate(step, hp, total_steps=1000)
@@ -46,8 +46,11 @@ def warmup_cosine(step, *, peak, warmup_steps, total_steps: int, min_lr_ratio=0.
 
 def learning_rate(step, hp: Any, *, total_steps: int) -> jax.Array:
     """The learning rate of update ``step`` for an ``OptimConfig``-like ``hp`` (leaves may be
-    traced)."""
-    return warmup_cosine(step, peak=hp.lr, warmup_steps=hp.warmup_steps, total_steps=total_steps,
+    traced): the warmup is ``warmup_fraction`` of ``total_steps`` when that is > 0, else
+    ``warmup_steps``."""
+    fraction = getattr(hp, "warmup_fraction", 0.0)
+    warmup = jnp.where(fraction > 0, fraction * total_steps, hp.warmup_steps)
+    return warmup_cosine(step, peak=hp.lr, warmup_steps=warmup, total_steps=total_steps,
                          min_lr_ratio=hp.min_lr_ratio)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import math
 import os
 import sys
 from pathlib import Path
@@ -126,15 +127,15 @@ def _parser() -> argparse.ArgumentParser:
                         "negatives; default 0)")
     m.add_argument("--range-max", type=_at_least(1), default=100,
                    help="consider only the documents ranked below this (default 100)")
-    m.add_argument("--margin", type=float, default=None,
+    m.add_argument("--margin", type=_finite, default=None,
                    help="keep a negative only if its score + MARGIN < its positive's score")
-    m.add_argument("--max-score", type=float, default=None,
+    m.add_argument("--max-score", type=_finite, default=None,
                    help="keep a negative only if its score <= MAX_SCORE")
     m.add_argument("--num-negatives", type=_at_least(1), default=3,
                    help="negatives per pair (default 3)")
     m.add_argument("--sampling", choices=("top", "random"), default="top",
                    help="the best-scoring candidates (default) or a seeded random draw of them")
-    m.add_argument("--seed", type=int, default=0)
+    m.add_argument("--seed", type=_at_least(0), default=0)
     m.add_argument("--max-len", type=_at_least(0), default=0,
                    help="tokens per text (default: the run's data.max_len, or the model's)")
     m.add_argument("--batch-size", type=_at_least(1), default=128,
@@ -158,9 +159,9 @@ def _parser() -> argparse.ArgumentParser:
                         "accuracy)")
     f.add_argument("--where", action="append", default=[], metavar="COL=VALUE",
                    help="keep rows with COL == VALUE (repeatable)")
-    f.add_argument("--holdout-above", type=float, default=None, metavar="X",
+    f.add_argument("--holdout-above", type=_finite, default=None, metavar="X",
                    help="fit on rows whose first input is <= X; report error on the rest")
-    f.add_argument("--holdout-below", type=float, default=None, metavar="X",
+    f.add_argument("--holdout-below", type=_finite, default=None, metavar="X",
                    help="fit on rows whose first input is >= X (e.g. extrapolate to lower loss)")
     f.add_argument("--bootstrap", type=_positive_int, default=4000,
                    help="bootstrap resamples, at least 1 (default 4000)")
@@ -189,6 +190,25 @@ def _at_least(low: int):
 _positive_int = _at_least(1)
 
 
+def _finite_at_least(low: float):
+    """An argparse type: a finite number ``>= low``."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+        if not math.isfinite(value) or value < low:
+            bound = f" >= {low:g}" if math.isfinite(low) else ""
+            raise argparse.ArgumentTypeError(f"must be a finite number{bound}, got {text}")
+        return value
+    return parse
+
+
+def _finite(text: str) -> float:
+    """An argparse type: a finite number (``nan`` and ``inf`` compare as nothing does)."""
+    return _finite_at_least(-math.inf)(text)
+
+
 def _grid_options(parser, what: str) -> None:
     """The options `repr-jax sweep` and `repr-jax study` share (both train a sweep's runs)."""
     parser.add_argument("--workdir", required=True, help=f"the {what} directory")
@@ -207,14 +227,14 @@ def _grid_options(parser, what: str) -> None:
     ex.add_argument("--ray-address", default=None, metavar="ADDR",
                     help="ray: the cluster to join (default: $RAY_ADDRESS, else a Ray instance "
                          "started here)")
-    ex.add_argument("--point-cpus", type=float, default=None, metavar="N",
+    ex.add_argument("--point-cpus", type=_finite_at_least(0), default=None, metavar="N",
                     help="ray/slurm: CPUs each run asks for (default 1)")
-    ex.add_argument("--point-gpus", type=float, default=None, metavar="N",
+    ex.add_argument("--point-gpus", type=_finite_at_least(0), default=None, metavar="N",
                     help="ray/slurm: GPUs each run asks for (default 0)")
     ex.add_argument("--point-resource", action="append", default=[], metavar="NAME=N",
                     help="ray: a custom resource each run asks for, e.g. a TPU slice head "
                          "TPU-v4-16-head=1 (repeatable)")
-    ex.add_argument("--max-retries", type=int, default=None, metavar="N",
+    ex.add_argument("--max-retries", type=_at_least(0), default=None, metavar="N",
                     help="ray/slurm: times a run whose process or node died is started again "
                          "(it resumes from its checkpoints; default 2)")
     ex.add_argument("--slurm-partition", default=None, help="slurm: the partition")
@@ -345,7 +365,7 @@ def _reach_of(source: str, cfg) -> list[str]:
             said.append(f"eval.sets {name!r} (a collection is read from there)")
     if cfg.data.tokenizer not in ("", "minilm"):
         said.append(f"data.tokenizer={cfg.data.tokenizer!r} (a vocabulary is read from there)")
-    if cfg.encoder.init_from:
+    if cfg.encoder.init_from not in ("", "minilm"):
         said.append(f"encoder.init_from={cfg.encoder.init_from!r} (weights are read from there)")
     if cfg.log.wandb and cfg.log.wandb_mode == "online":
         said.append(f"log.wandb={cfg.log.wandb!r} with log.wandb_mode='online' (metrics and "
@@ -405,8 +425,10 @@ def _one_line_warning(message, category, filename, lineno, line=None) -> str:
 
 
 def _check_folder_args(args) -> None:
-    """A ``--workdir`` that is a file or a dangling symlink: one line (export's ``--out`` is
-    checked by ``export_run`` itself, for library callers too)."""
+    """A ``--workdir`` that is a file, a dangling symlink, or (where the command writes there)
+    cannot be written: one line (export's ``--out`` is checked by ``export_run`` itself, and
+    mine's and fit's outputs by theirs, for library callers too)."""
+    from repr_jax import files
     from repr_jax.config import ConfigError
     for flag in ("workdir",):
         value = getattr(args, flag, None)
@@ -418,12 +440,24 @@ def _check_folder_args(args) -> None:
                               f"{os.readlink(path)}; remove it or point it at a folder")
         if path.exists() and not path.is_dir():
             raise ConfigError(f"--{flag} {path} is a file, not a folder")
+        if args.command in ("train", "eval", "sweep", "study") and not getattr(
+                args, "print_config", False):
+            files.check_writable(path, flag=f"--{flag}")
+
+
+def _end_bars() -> None:
+    """Closes the progress bars still on the terminal, so an error starts a line of its own."""
+    tqdm = sys.modules.get("tqdm")
+    for bar in list(getattr(getattr(tqdm, "tqdm", None), "_instances", ())):
+        bar.close()
 
 
 def main(argv: list[str] | None = None) -> int:
     from repr_jax.host_memory import keep_host_memory
     keep_host_memory()  # before JAX's backend starts: the CLI opts in (repr_jax/host_memory.py)
     args = _parser().parse_args(argv)
+    if getattr(args, "no_progress", False):  # every bar, the data preparation's too (tqdm
+        os.environ["TQDM_DISABLE"] = "1"     # reads it when first imported: after this line)
     import warnings
     warnings.formatwarning = _one_line_warning
     from repr_jax.config import ConfigError
@@ -436,13 +470,13 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `repr-jax ... | head`: the reader left; no traceback for that
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
-    except (ConfigError, TrainingDiverged, WorkdirBusy, StorageError, FileNotFoundError) as e:
-        print(f"repr-jax: error: {e}", file=sys.stderr)
-        return 2
-    except ValueError as e:  # shape/dataset/name problems raised before anything ran
+    except (ConfigError, TrainingDiverged, WorkdirBusy, StorageError, FileNotFoundError,
+            ValueError) as e:  # ValueError: shape/dataset/name problems raised before anything ran
+        _end_bars()
         print(f"repr-jax: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
+        _end_bars()
         print("repr-jax: interrupted (rerun the same command to resume)", file=sys.stderr)
         return 130
 

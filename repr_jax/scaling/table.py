@@ -65,6 +65,11 @@ def read_table(path: str | Path, where: Sequence[str] = ()) -> list[dict[str, st
             header = next(reader, None)
             if not header:
                 raise ValueError(f"{path} is empty: no header row")
+            twice = sorted({c for c in header if header.count(c) > 1})
+            if twice:
+                raise ValueError(f"{path}: the header names {', '.join(map(repr, twice))} twice "
+                                 f"(columns {[i + 1 for i, c in enumerate(header) if c in twice]})"
+                                 f": rename one, or a column would shadow the other")
             rows = []
             for row in reader:
                 if not row:
@@ -121,11 +126,24 @@ def fit_table(table: str | Path, *, law: str, x: Sequence[str], y: str, where: S
     if len(x) != len(law_obj.inputs):
         raise ValueError(f"law {law!r} takes {len(law_obj.inputs)} inputs "
                          f"({', '.join(law_obj.inputs)}); got --x {','.join(x)}")
+    for flag, value in (("--holdout-above", holdout_above), ("--holdout-below", holdout_below)):
+        if value is not None and not math.isfinite(value):
+            raise ValueError(f"{flag} must be a finite number, got {value}")
+    if name is not None and (Path(name).name != name or name in ("", ".", "..")):
+        raise ValueError(f"--name {name!r} must be a plain name (fit_<NAME>.json is written in "
+                         f"the --out folder), not a path")
+    out = files.check_output(out_dir or Path(table).absolute().parent, flag="--out",
+                             inputs=[table], folder=True)
     rows = read_table(table, where)
     data = {name: _column(rows, col) for name, col in zip(law_obj.inputs, x)}
     target = _column(rows, y)
     ok = np.isfinite(target) & np.all([np.isfinite(v) for v in data.values()], axis=0)
     data, target = {k: v[ok] for k, v in data.items()}, target[ok]
+    for col, (inp, values) in zip(x, data.items()):
+        if (values <= 0).any():  # every law takes the log of its inputs
+            raise ValueError(f"column {col!r} has {int((values <= 0).sum())} rows <= 0 (e.g. "
+                             f"{values[values <= 0][0]:g}); law {law_obj.name!r} takes log "
+                             f"{inp}: drop them with --where")
     first = data[law_obj.inputs[0]]
     train = np.ones_like(first, bool)
     if holdout_above is not None:
@@ -165,7 +183,6 @@ def fit_table(table: str | Path, *, law: str, x: Sequence[str], y: str, where: S
                                            predicted=float(pred[i]),
                                            relative_error=float(rel[i]))
                                       for i in range(int((~train).sum()))]}
-    out = Path(out_dir) if out_dir else Path(table).parent
     stem = f"fit_{name or law_obj.name}"
     result["json"] = str(out / f"{stem}.json")
     if plot:

@@ -10,10 +10,10 @@ Hardware:  2 CPU cores.
 Runtime:   136 s for the whole command (training and evaluation), measured 2026-12-04
            on a 2-core Intel(R) Xeon(R) Processor (AVX-512) with no other work on the cores.
 Expected (test split, 1,200 sentences):
-    representation       linear_probe/accuracy  knn/accuracy
-    raw inputs                          0.9733        0.9242
-    random-init encoder                 0.7233        0.5167
-    mlm encoder                         0.9625        0.9608
+    representation             linear_probe/accuracy  knn/accuracy
+    raw inputs (bag of words)                 0.9733        0.9242
+    random-init encoder                       0.7233        0.5167
+    mlm encoder                               0.9625        0.9608
 """
 
 from repr_jax.config import (Config, DataConfig, EncoderConfig, MethodConfig, OptimConfig,

@@ -20,7 +20,8 @@ LAYERS = 6  # layerwise / matryoshka: a typical count of layers or prefixes
 @dataclasses.dataclass(frozen=True)
 class Shape:
     """The sizes an evaluator's cost depends on: training and test rows, the feature width, the
-    classes (and the raw input's width, for geometry's CKA with the input)."""
+    classes (and the raw input's width, for geometry's CKA with the input). Search evaluators
+    read ``n_test`` as the queries and ``n_train`` as the corpus."""
     n_train: int
     n_test: int
     dim: int
@@ -55,10 +56,9 @@ def estimate(name: str, s: Shape, options: dict[str, Any]) -> tuple[float, float
             f, m = _probe(Shape(k, q, d, c), "ridge", 0)
             flops, mem = flops + options.get("seeds", 5) * f, max(mem, m + 4 * q * d)
         return flops, mem
-    if name in ("retrieval", "quantization"):  # queries x corpus, tiled with a running top-k
-        queries = min(options.get("max_queries", 2000), q)
+    if name in ("retrieval", "quantization"):  # n_test queries x n_train documents, tiled
         scale = 3 if name == "quantization" else 1
-        return scale * 2 * queries * q * d + 3 * boot * queries, 4 * 2 * q * d
+        return scale * 2 * q * n * d + 3 * boot * q, 4 * (q + n) * d
     if name == "sts":
         return 4 * q * d, 4 * 2 * q * d
     if name == "clustering":  # k-means, 3 initialisations

@@ -144,11 +144,30 @@ def evaluation_budget(cfg: Config, dataset: Dataset, representations: dict[str, 
         for name in cfg.eval.evaluators:
             if not _applies(name, dataset, eval_sets):
                 continue
-            flops, memory = budget.estimate(name, shape, evaluator_options(cfg, name))
-            rows.append(dict(representation=rep_name, evaluator=name, n_train=shape.n_train,
-                             n_test=shape.n_test, dim=shape.dim, gflop=flops / 1e9,
-                             seconds=flops / rate, memory_mb=memory / 2 ** 20))
+            options = evaluator_options(cfg, name)
+            for label, task in _budget_tasks(name, shape, dataset, eval_sets, options):
+                flops, memory = budget.estimate(name, task, options)
+                rows.append(dict(representation=rep_name, evaluator=label, n_train=task.n_train,
+                                 n_test=task.n_test, dim=task.dim, gflop=flops / 1e9,
+                                 seconds=flops / rate, memory_mb=memory / 2 ** 20))
     return rows
+
+
+def _budget_tasks(name: str, shape, dataset: Dataset, eval_sets: Sequence[Any],
+                  options: dict[str, Any]):
+    """``(label, shape)`` of each search evaluator ``name`` runs: the test split's pairs (their
+    first ``max_queries``, among as many positives), then each retrieval set's queries against its
+    corpus (a BEIR collection's whole corpus, not the run's test split); one task otherwise."""
+    if name not in ("retrieval", "quantization"):
+        yield name, shape
+        return
+    if "x_pos" in dataset.splits["test"]:
+        n = min(options.get("max_queries", 2000), shape.n_test)
+        yield name, dataclasses.replace(shape, n_train=n, n_test=n)
+    for s in eval_sets:
+        if s.kind == "retrieval":
+            yield (f"{name} ({s.name})",
+                   dataclasses.replace(shape, n_train=len(s.corpus), n_test=len(s.queries)))
 
 
 def evaluate(cfg: Config, dataset: Dataset, representations: dict[str, Representation],
@@ -202,8 +221,8 @@ def evaluate(cfg: Config, dataset: Dataset, representations: dict[str, Represent
                   file=sys.stderr)
             rows.append(dict(step=step, representation=rep_name, evaluator=name, metric="error",
                              value=math.nan, error=message))
-        finally:
-            bar.update(weight.get((rep_name, name), 0.0) + 0.1)
+        finally:  # never past the total: float sums would overshoot it (a negative ETA)
+            bar.update(min(weight.get((rep_name, name), 0.0) + 0.1, max(bar.total - bar.n, 0)))
     bar.close()
     with_rows = {r["evaluator"] for r in rows}
     # No rows for any representation: say why, once a process, for evaluators the user asked for
@@ -236,6 +255,26 @@ def _needs(name: str) -> str:
     return f"it runs {doc[0].lower() + doc[1:]}" if doc else "no input fits"
 
 
+def table_notes(cfg: Config, dataset: Dataset, rows: Sequence[dict[str, Any]]) -> list[str]:
+    """What the evaluation table's less obvious rows measure, a line each: the retrieval rows
+    without a set name (the test split's own pairs), and a text run's raw-input column."""
+    notes = []
+    test = dataset.splits.get("test", {})
+    unnamed = [r for r in rows if r["evaluator"] in ("retrieval", "quantization")
+               and "/" not in r["metric"]]
+    if unnamed and "x_pos" in test:
+        n = min(cfg.eval.retrieval.max_queries, len(test["x"]))
+        notes.append(f"retrieval rows without a set name search the test split's first {n:,} "
+                     f"pairs, each query among those pairs' {n:,} positives: an in-sample check "
+                     f"(recall@k is 1 for k >= {n:,}, even at random init); the sets in "
+                     f"eval.sets are the held-out benchmark")
+    raw = next((r["representation"] for r in rows if r["representation"].startswith(RAW)), "")
+    if dataset.vocab is not None and raw:
+        notes.append(f"{raw}: token counts of each text, no model: the floor a model should "
+                     f"clear")
+    return notes
+
+
 def _raw_inputs(variables, x):
     del variables
     return x.reshape(x.shape[0], -1)
@@ -261,9 +300,13 @@ def raw_reference(dataset: Dataset, max_dim: int) -> tuple[str, Representation]:
     """The raw-input reference row's name and representation: the flattened inputs (for token ids
     their bag of words, hashed into ``max_dim`` buckets). Inputs of more than ``max_dim``
     dimensions (``eval.reference_max_dim``; 0 = never) are reduced by :func:`count_sketch` and the
-    row says so: "raw inputs (random projection to 4,096)"."""
+    row says so: "raw inputs (random projection to 4,096)"; token ids say which bag: "raw inputs
+    (bag of words)", or "(hashed bag of words, 4,096 buckets)" for a larger vocabulary."""
     if dataset.vocab:
-        return RAW, Representation(_bag_of_words(len(dataset.vocab), max_dim or 4096), None)
+        buckets = max_dim or 4096
+        name = (f"{RAW} (bag of words)" if len(dataset.vocab) <= buckets
+                else f"{RAW} (hashed bag of words, {buckets:,} buckets)")
+        return name, Representation(_bag_of_words(len(dataset.vocab), buckets), None)
     dim = int(np.prod(dataset.splits["train"]["x"].shape[1:]))
     if max_dim and dim > max_dim:
         return (f"{RAW} (random projection to {max_dim:,})",
@@ -455,5 +498,5 @@ def evaluate_workdir(workdir: str | Path, *, overrides: Sequence[str] = (),
             finally:
                 log.close()
     if jax.process_index() == 0:
-        print(format_table(rows))
+        print(format_table(rows, table_notes(cfg, dataset, rows)))
     return rows

@@ -15,10 +15,10 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
     return files.read_jsonl(path, drop_torn_tail=True)
 
 
-def format_table(rows: Iterable[dict[str, Any]]) -> str:
+def format_table(rows: Iterable[dict[str, Any]], notes: Iterable[str] = ()) -> str:
     """Rows ``{representation, evaluator, metric, value[, ci_low, ci_high]}`` as a table: one line
     per ``evaluator/metric``, one column per representation; ``0.9245 ±0.0052`` shows the half-width
-    of a bootstrap interval."""
+    of a bootstrap interval. ``notes``: lines under it saying what a row or column measures."""
     rows = list(rows)
     if not rows:
         return "(no evaluation rows)"
@@ -38,6 +38,7 @@ def format_table(rows: Iterable[dict[str, Any]]) -> str:
                                                    for rep, w in zip(reps, col)]))
     lines += [f"failed: {r['evaluator']} on {r['representation']}: {r['error']}"
               for r in rows if "error" in r]  # why, one line each
+    lines += [f"note: {n}" for n in notes]
     return "\n".join(lines)
 
 

@@ -21,6 +21,17 @@ import pytest  # noqa: E402
 jax.config.update("jax_numpy_rank_promotion", "raise")
 
 
+def pytest_sessionfinish(session, exitstatus):
+    """Frees the session's compiled programs before a pytest-xdist worker says it has finished:
+    after that, execnet gives the worker 5 s to exit and then interrupts it, and a long final
+    garbage collection of thousands of executables, interrupted inside JAX's gc callback, printed
+    an unraisable-exception warning at the end of the suite."""
+    del session, exitstatus
+    import gc
+    jax.clear_caches()
+    gc.collect()
+
+
 @pytest.fixture(autouse=True)
 def _fresh_module_rng(request):
     """A test module's shared generator ``RNG`` is reseeded before each of its tests, so a test's

@@ -17,6 +17,20 @@ def test_schedule_equals_optax():
     np.testing.assert_allclose(ours, jax.vmap(ref)(steps), rtol=1e-5, atol=1e-9)
 
 
+def test_a_warmup_fraction_keeps_its_share_of_any_run_length():
+    """``warmup_fraction`` is a share of the steps; ``warmup_steps`` a count (a quarter of a 60-step
+    run when the experiment's 150 steps gave it 15)."""
+    for total in (60, 150, 1000):
+        by_fraction = OptimConfig(lr=1e-3, warmup_fraction=0.1)
+        by_steps = OptimConfig(lr=1e-3, warmup_steps=total / 10)
+        steps = jnp.arange(total + 5)
+        np.testing.assert_allclose(learning_rate(steps, by_fraction, total_steps=total),
+                                   learning_rate(steps, by_steps, total_steps=total), rtol=1e-6)
+    late = learning_rate(20, OptimConfig(lr=1e-3, warmup_steps=15.0), total_steps=60)
+    assert float(learning_rate(20, OptimConfig(lr=1e-3, warmup_steps=15.0,
+                                               warmup_fraction=0.1), total_steps=60)) != late
+
+
 def _params():
     keys = jax.random.split(jax.random.PRNGKey(0), 3)
     return {"kernel": jax.random.normal(keys[0], (4, 3)), "bias": jax.random.normal(keys[1], (3,))}

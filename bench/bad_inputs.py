@@ -1,32 +1,52 @@
-"""The bad-input battery of issue 34 through the CLI: each case's exit code, its one line, and
-whether it left a run folder behind.
+"""The bad-input batteries through the CLI: each case's exit code, its one line, whether it left a
+run folder behind, and what it did to the files around it.
 
-    python bench/bad_inputs.py              # ~2 min; prints a markdown table
-    python bench/bad_inputs.py --case 11    # one case
+    python bench/bad_inputs.py                # both batteries, ~12 min; prints a markdown table
+    python bench/bad_inputs.py --battery 34   # the first battery (configs, images, sweeps): ~2 min
+    python bench/bad_inputs.py --battery 38   # the text surfaces (pairs:, beir:, mine, fit)
+    python bench/bad_inputs.py --case 41,44   # those cases (numbered across both batteries)
 
 Every case should exit 2 with one ``repr-jax: error:`` line (or argparse's ``error:`` line) and
-write nothing. Not part of pytest (the tests cover each class: ``tests/test_cli.py``,
-``tests/test_config.py``, ``tests/data/test_image_folder.py``, ...); this re-runs the battery whole.
+write nothing, or (the "silently wrong" cases) give the right number: the last column says what a
+case did to the files it must not touch, or the number it printed. Not part of pytest (the tests
+cover each class: ``tests/test_cli.py``, ``tests/test_text_surfaces.py``, ...); this re-runs the
+batteries whole, as a new user would meet them.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import gzip
+import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Callable
 
 QUICK = ["--config", "simclr_mnist1d:quick"]
 
 
-def cases(tmp: Path) -> list[tuple[str, list[str]]]:
-    """(what, argv after ``repr-jax``); folders they need are made under ``tmp``."""
+@dataclasses.dataclass
+class Case:
+    what: str
+    argv: list[str]
+    check: Callable[[Path, str], str] | None = None  # (tmp, stderr) -> what happened
+    env: dict[str, str | None] = dataclasses.field(default_factory=dict)  # None: unset it
+    cwd: Path | None = None
+    timeout: int = 300
+    battery: int = 34
+
+
+def cases(tmp: Path) -> list[Case]:
+    """The cases in order; folders they need are made under ``tmp`` by :func:`_prepare`."""
     w = ["--workdir", str(tmp / "w")]
     sweep = ["sweep", *QUICK, "--grid", "seed=[0,1]", *w]
-    return [
+    first = [Case(what, argv) for what, argv in [
         ("view probability 2.0", ["train", *QUICK, *w, "--set", "data.views.flip_p=2.0"]),
         ("view probability -0.5", ["train", *QUICK, *w, "--set", "data.views.grayscale_p=-0.5"]),
         ("crop range high-to-low", ["train", *QUICK, *w, "--set",
@@ -65,8 +85,215 @@ def cases(tmp: Path) -> list[tuple[str, list[str]]]:
         ("data.num_examples=5", ["train", *QUICK, *w, "--set", "data.num_examples=5"]),
         ("--executor slurm without SLURM", [*sweep, "--executor", "slurm"]),
         ("--slurm-time -5", [*sweep, "--executor", "slurm", "--slurm-time", "-5"]),
-    ]
+    ]]
+    return first + text_cases(tmp)
 
+
+def text_cases(tmp: Path) -> list[Case]:
+    """Issue 38's battery: the text surfaces (pairs:, beir:, mine, fit) and the files they write."""
+    w = ["--workdir", str(tmp / "w")]
+    text = ["--config", str(tmp / "text_cfg.py")]
+    run = str(tmp / "text_run")
+    pairs = f"pairs:{tmp / 'pairs.jsonl'}"
+    mine = ["mine", "--workdir", run, "--data", pairs, "--no-progress"]
+    out = ["--out", str(tmp / "m" / "out.jsonl")]
+    fit = ["fit", "--law", "power", "--x", "N", "--y", "loss", "--bootstrap", "20"]
+    table = ["--table", str(tmp / "fit" / "results.csv")]
+    ray = [*QUICK, "--grid", "seed=[0,1]", *w, "--executor", "ray", "--ray-address",
+           "127.0.0.1:1"]
+
+    def train_on(file: str) -> list[str]:
+        return ["train", *text, *w, "--set", f"data.name=pairs:{tmp / file}"]
+
+    def eval_on(collection: str) -> list[str]:
+        return ["eval", "--workdir", run, "--no-progress", "--set",
+                f"eval.sets=('beir:{tmp / collection}',)"]
+
+    no_bars = {"TQDM_DISABLE": None}
+    rows = [
+        Case("mine --out is its --data file", [
+            "mine", "--workdir", run, "--data", f"pairs:{tmp / 'victim.jsonl'}", "--out",
+            str(tmp / "victim.jsonl"), "--no-progress"], _unchanged("victim.jsonl")),
+        Case("mine --out RUN/config.json", [*mine, "--out", str(tmp / "victim_run" /
+                                                                "config.json")],
+             _unchanged("victim_run/config.json")),
+        Case("fit --name ../../x", [*fit, *table, "--out", str(tmp / "fit" / "out"), "--name",
+                                    "../../../escaped"], _written_outside),
+        Case("fit --out an existing file", [*fit, *table, "--out", str(tmp / "afile")]),
+        Case("nDCG with grades -1 (TREC junk)", eval_on("neg"), _ndcg_range),
+        Case("qrels without a header, first score 1.0", eval_on("hdr"), _judgements("hdr", 45)),
+        Case("every test grade -1", eval_on("allneg")),
+        Case("pairs: a non-UTF-8 byte", train_on("bad_byte.jsonl")),
+        Case("pairs: a Latin-1 file", train_on("latin1.jsonl")),
+        Case("pairs: a gzipped file", train_on("pairs.jsonl.gz")),
+        Case("pairs: a lone surrogate escape", train_on("surrogate.jsonl")),
+        Case("pairs: a line without query", train_on("noquery.jsonl")),
+        Case("method.negatives_per_query=100000", [*train_on("pairs.jsonl"), "--set",
+                                                   "method.negatives_per_query=100000"],
+             timeout=150),
+        Case("mine --margin nan", [*mine, *out, "--margin", "nan"]),
+        Case("mine --max-score nan", [*mine, *out, "--max-score", "nan"]),
+        Case("mine --seed -1", [*mine, *out, "--seed", "-1", "--sampling", "random"]),
+        Case("mine --out under a file", [*mine, "--out", str(tmp / "afile" / "out.jsonl")]),
+        Case("mine: a file at <out>.cache", [*mine, "--out", str(tmp / "c" / "out.jsonl")]),
+        Case("mine --workdir an image run", [
+            "mine", "--workdir", str(tmp / "img_run"), "--data", pairs, *out, "--no-progress"],
+            _absent("m/out.jsonl")),
+        Case("mine --workdir a 1-D signal run", [
+            "mine", "--workdir", str(tmp / "run"), "--data", pairs, *out, "--no-progress"],
+            _absent("m/out.jsonl")),
+        Case("sweep --max-retries -1", ["sweep", *ray, "--max-retries", "-1"]),
+        Case("sweep --point-cpus -2", ["sweep", *ray, "--point-cpus", "-2"]),
+        Case("study --point-gpus -1", ["study", "finetune_minilm_wordnet", *w, "--executor",
+                                       "ray", "--ray-address", "127.0.0.1:1", "--point-gpus",
+                                       "-1"]),
+        Case("fit: x <= 0 for a power law", [*fit, "--table", str(tmp / "fit" / "zero.csv")]),
+        Case("fit: a duplicate column name", [*fit, "--table", str(tmp / "fit" / "dup.csv")]),
+        Case("fit --holdout-above nan", [*fit, *table, "--holdout-above", "nan"]),
+        Case("eval.sets=('beir:',)", ["train", *text, *w, "--set", "eval.sets=('beir:',)"],
+             cwd=tmp / "coll"),
+        Case("--workdir under an unwritable path", ["train", *QUICK, "--workdir",
+                                                    "/sys/repr_jax_run"]),
+        Case("a symlinked <out>.cache", [*mine, "--out", str(tmp / "s" / "out.jsonl")],
+             _empty("elsewhere")),
+        Case("a symlinked BEIR token cache", eval_on("coll"), _empty("elsewhere2"),
+             env={"REPR_JAX_DATA_DIR": str(tmp / "dd")}),
+        Case("a symlinked preparation lock", ["train", *QUICK, *w, "--set", "train.steps=2"],
+             _absent("lock_target"), env={"REPR_JAX_DATA_DIR": str(tmp / "dd2")}),
+        Case("cached features replaced", [*mine, "--out", str(tmp / "r" / "out.jsonl")],
+             _same_as("r/out.jsonl", "r/first.jsonl")),
+        Case("mine --no-progress, run data not prepared", [*mine, *out], _bars,
+             env={**no_bars, "REPR_JAX_DATA_DIR": str(tmp / "dd3")}),
+        Case("an error after a progress bar", train_on("late_bad.jsonl"), _error_after_bar,
+             env=no_bars),
+        Case("a relative pairs: path, evaluated elsewhere",
+             ["eval", "--workdir", str(tmp / "relrun"), "--no-progress"], cwd=Path("/")),
+        Case("eval --dry-run on a beir: set", ["eval", "--workdir", run, "--dry-run", "--set",
+                                              f"eval.sets=('beir:{tmp / 'coll'}',)"],
+             _dry_run_sizes),
+        Case("umask 022: a run's files", ["train", *QUICK, *w, "--set", "train.steps=2",
+                                          "--no-progress"], _modes("w")),
+    ]
+    for r in rows:
+        r.battery = 38
+    return rows
+
+
+# --------------------------------------------------------------------------------------------------
+# What a case did (tmp, its stderr) -> a few words; "" when there is nothing to say
+# --------------------------------------------------------------------------------------------------
+
+def _digest(path: Path) -> str:
+    import hashlib
+    return hashlib.sha1(path.read_bytes()).hexdigest() if path.is_file() else "missing"
+
+
+def _unchanged(rel: str):
+    def check(tmp: Path, err: str) -> str:
+        return ("intact" if _digest(tmp / rel) == (tmp / f"{rel}.sha1").read_text()
+                else f"{rel} OVERWRITTEN")
+    return check
+
+
+def _written_outside(tmp: Path, err: str) -> str:
+    out = tmp / "fit" / "out"
+    found = [p for p in [*tmp.rglob("*escaped*"), *tmp.parent.glob("*escaped*")]
+             if out not in p.parents]
+    for p in found:
+        p.unlink()
+    return (f"WROTE OUTSIDE --out: {', '.join(str(p.relative_to(tmp.parent)) for p in found)}"
+            if found else "nothing outside --out")
+
+
+def _eval_rows(run: Path) -> list[dict]:
+    newest = max((run / "eval").glob("step_*.json"), key=lambda p: p.stat().st_mtime)
+    return json.loads(newest.read_text())
+
+
+def _ndcg_range(tmp: Path, err: str) -> str:
+    try:
+        rows = [r for r in _eval_rows(tmp / "text_run") if "beir_neg/ndcg@10" in r["metric"]]
+    except (OSError, ValueError):
+        return "no eval file"
+    refs = json.loads((tmp / "text_run" / "eval" / "reference.json").read_text())
+    rows += [r for r in (refs if isinstance(refs, list) else refs.get("rows", []))
+             if "beir_neg/ndcg@10" in r.get("metric", "")]
+    if not rows:
+        return "no nDCG row"
+    values = [r["value"] for r in rows]
+    ok = all(0 <= v <= 1 for v in values)
+    return (f"nDCG@10 {min(values):.3f} to {max(values):.3f}"
+            + ("" if ok else " (OUTSIDE [0, 1])"))
+
+
+def _judgements(name: str, expected: int):
+    def check(tmp: Path, err: str) -> str:
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+        from repr_jax.data import beir
+        try:
+            got = len(beir.read_collection(tmp / name).qrels["test"]["grade"])
+        except ValueError as e:
+            return f"read: {str(e)[:60]}"
+        return f"{got} of {expected} judgements read" + ("" if got == expected else " (LOST)")
+    return check
+
+
+def _absent(rel: str):
+    def check(tmp: Path, err: str) -> str:
+        return f"WROTE {rel}" if (tmp / rel).exists() else "nothing written"
+    return check
+
+
+def _empty(rel: str):
+    def check(tmp: Path, err: str) -> str:
+        found = list((tmp / rel).rglob("*"))
+        return f"WROTE {len(found)} files through the link" if found else "nothing through it"
+    return check
+
+
+def _same_as(a: str, b: str):
+    def check(tmp: Path, err: str) -> str:
+        if not (tmp / a).exists():
+            return "nothing written"
+        return ("same negatives as before" if _digest(tmp / a) == _digest(tmp / b)
+                else "DIFFERENT negatives, silently" if "cached" not in err
+                else "different negatives, warned")
+    return check
+
+
+def _bars(tmp: Path, err: str) -> str:
+    return "BARS SHOWN" if ("it/s" in err or "/s]" in err) else "no bars"
+
+
+def _error_after_bar(tmp: Path, err: str) -> str:
+    for line in err.split("\n"):  # a terminal shows what follows the last carriage return
+        if "error:" in line and not line.split("\r")[-1].startswith(("repr-jax:", "usage")):
+            return "ERROR ON THE BAR'S LINE"
+    return "error on a line of its own"
+
+
+def _dry_run_sizes(tmp: Path, err: str) -> str:
+    import re
+    rows = [re.split(r"\s{2,}", ln.strip()) for ln in
+            (tmp / "stdout.txt").read_text().splitlines() if "retrieval" in ln]
+    return ("; ".join(f"{r[1]} sized {r[2]} x {r[3]}" for r in rows) + " (corpus 600 x 40)"
+            if rows else "no retrieval line")
+
+
+def _modes(rel: str):
+    def check(tmp: Path, err: str) -> str:
+        modes = {}
+        for p in (tmp / rel).rglob("*"):
+            if p.is_file() and not p.is_symlink():
+                modes.setdefault(oct(stat.S_IMODE(p.stat().st_mode)), []).append(p.name)
+        return ", ".join(f"{m}: {len(v)} files" + (f" (e.g. {v[0]})" if m != "0o644" else "")
+                         for m, v in sorted(modes.items()))
+    return check
+
+
+# --------------------------------------------------------------------------------------------------
+# Preparing the files the cases read
+# --------------------------------------------------------------------------------------------------
 
 def _folder(tmp: Path, name: str, w: list[str]) -> list[str]:
     return ["train", "--config", "simclr_shapes:quick", *w, "--set",
@@ -74,7 +301,39 @@ def _folder(tmp: Path, name: str, w: list[str]) -> list[str]:
             "train.batch_size=4"]
 
 
-def _prepare(tmp: Path) -> None:
+TEXT_CONFIG = '''\
+from repr_jax import config as C
+
+
+def get_config(arg=None):
+    return C.Config(
+        seed=0, data=C.DataConfig(name="pairs:{pairs}", max_len=24),
+        encoder=C.EncoderConfig(name="text_transformer", variant="tiny", width=32, num_heads=2,
+                                mlp_dim=64, depth=1),
+        method=C.MethodConfig(name="biencoder", objective="info_nce", temperature=0.1,
+                              proj_dim=16),
+        optim=C.OptimConfig(lr=1e-3, warmup_steps=0),
+        train=C.TrainConfig(batch_size=16, steps=2, ckpt_every=0, num_devices=1),
+        eval=C.EvalConfig(evaluators=("retrieval",), bootstrap=0))
+'''
+
+
+def _pairs(n: int, start: int = 0) -> list[dict]:
+    return [{"query": f"what is item {i}?", "positive": f"item {i} is a thing of kind {i % 7}",
+             "negatives": [f"item {i + 1} is other", f"item {i + 2} differs"]}
+            for i in range(start, start + n)]
+
+
+def _lines(rows) -> str:
+    return "".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows)
+
+
+def _cli(argv: list[str], **kw) -> None:
+    subprocess.run([sys.executable, "-m", "repr_jax.cli", *argv], check=True,
+                   capture_output=True, env={**os.environ, "TQDM_DISABLE": "1"}, **kw)
+
+
+def _prepare(tmp: Path, battery: int) -> None:
     import numpy as np
     from PIL import Image
     rng = np.random.default_rng(0)
@@ -95,50 +354,156 @@ def _prepare(tmp: Path) -> None:
     (tmp / "dangling").symlink_to(tmp / "nowhere")
     (tmp / "full").mkdir()
     (tmp / "full" / "old.txt").write_text("x")
-    subprocess.run([sys.executable, "-m", "repr_jax.cli", "train", *QUICK, "--workdir",
-                    str(tmp / "run"), "--no-progress", "--set", "train.steps=2", "--set",
-                    "eval.evaluators=('knn',)", "--set", "eval.reference_rows=False"],
-                   check=True, capture_output=True)
+    _cli(["train", *QUICK, "--workdir", str(tmp / "run"), "--no-progress", "--set",
+          "train.steps=2", "--set", "eval.evaluators=('knn',)", "--set",
+          "eval.reference_rows=False"])
+    if battery == 34:
+        return
+    _prepare_text(tmp)
 
 
-def run(what: str, argv: list[str], tmp: Path) -> dict:
+def _prepare_text(tmp: Path) -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from repr_jax.data import beir
+    rows = _pairs(400)
+    (tmp / "pairs.jsonl").write_text(_lines(rows))
+    (tmp / "text_cfg.py").write_text(TEXT_CONFIG.format(pairs=tmp / "pairs.jsonl"))
+    shutil.copy(tmp / "pairs.jsonl", tmp / "victim.jsonl")
+    (tmp / "victim.jsonl.sha1").write_text(_digest(tmp / "victim.jsonl"))
+    (tmp / "bad_byte.jsonl").write_bytes(_lines(rows[:30]).encode() + b'{"query": "caf\xff", '
+                                         b'"positive": "x"}\n')
+    (tmp / "latin1.jsonl").write_bytes((_lines(rows[:30]) + json.dumps(
+        {"query": "café au lait", "positive": "a drink"}, ensure_ascii=False) + "\n"
+    ).encode("latin-1"))
+    (tmp / "pairs.jsonl.gz").write_bytes(gzip.compress(_lines(rows).encode()))
+    (tmp / "surrogate.jsonl").write_text(_lines(rows[:30]) + '{"query": "a \\ud800 b", '
+                                         '"positive": "x"}\n')
+    (tmp / "noquery.jsonl").write_text(_lines(rows[:30] + [{"positive": "x"}]))
+    (tmp / "late_bad.jsonl").write_text(_lines(_pairs(5000)) + "{not json\n")
+    env = {**os.environ, "TQDM_DISABLE": "1"}
+    _cli(["train", "--config", str(tmp / "text_cfg.py"), "--workdir", str(tmp / "text_run"),
+          "--no-progress"])
+    shutil.copytree(tmp / "text_run", tmp / "victim_run")
+    (tmp / "victim_run" / "config.json.sha1").write_text(_digest(tmp / "victim_run" /
+                                                                 "config.json"))
+    _cli(["train", "--config", "simclr_digits:quick", "--workdir", str(tmp / "img_run"),
+          "--no-progress", "--set", "train.steps=2", "--set", "eval.evaluators=('knn',)",
+          "--set", "eval.reference_rows=False"])
+    (tmp / "rel").mkdir()
+    shutil.copy(tmp / "pairs.jsonl", tmp / "rel" / "pairs.jsonl")
+    _cli(["train", "--config", str(tmp / "text_cfg.py"), "--workdir", str(tmp / "relrun"),
+          "--no-progress", "--set", "data.name=pairs:pairs.jsonl"], cwd=tmp / "rel")
+    # collections: a clean one, one with TREC junk grades, one without a qrels header, all -1
+    beir.synthetic_collection(tmp / "coll", num_docs=600, num_queries=40, num_train=200)
+    corpus = {f"d{i}": ("", f"item {i} is a thing of kind {i % 7}") for i in range(60)}
+    queries = {f"q{i}": f"what is item {i}?" for i in range(15)}
+    junk = [(f"q{i}", f"d{(i + j) % 60}", g) for i in range(15)
+            for j, g in ((0, 2), (30, 2), (1, -1), (2, -1))]
+    beir.write_collection(tmp / "neg", corpus, queries, {"test": junk})
+    beir.write_collection(tmp / "hdr", corpus, queries, {"test": [
+        (f"q{i}", f"d{(i + j) % 60}", 1) for i in range(15) for j in range(3)]})
+    qrels = tmp / "hdr" / "qrels" / "test.tsv"
+    lines = qrels.read_text().splitlines()[1:]  # no header; the first score written 1.0
+    lines[0] = lines[0].rsplit("\t", 1)[0] + "\t1.0"
+    qrels.write_text("\n".join(lines) + "\n")
+    beir.write_collection(tmp / "allneg", corpus, queries, {"test": [
+        (f"q{i}", f"d{i}", -1) for i in range(15)]})
+    # fit tables
+    (tmp / "fit").mkdir()
+    (tmp / "fit" / "results.csv").write_text("N,loss\n" + "".join(
+        f"{n},{3 * n ** -0.3:.6f}\n" for n in (10, 30, 100, 300, 1000, 3000, 10000)))
+    (tmp / "fit" / "zero.csv").write_text("N,loss\n" + "".join(
+        f"{n},{3 * max(n, 1) ** -0.3:.6f}\n" for n in (0, -5, 100, 300, 1000, 3000, 10000)))
+    (tmp / "fit" / "dup.csv").write_text("N,loss,loss\n" + "".join(
+        f"{n},{3 * n ** -0.3:.6f},{n}\n" for n in (10, 30, 100, 300, 1000, 3000, 10000)))
+    # a file where mine's cache folder goes; symlinks where caches and locks go
+    (tmp / "c").mkdir()
+    (tmp / "c" / "out.jsonl.cache").write_text("x")
+    (tmp / "s").mkdir()
+    (tmp / "elsewhere").mkdir()
+    (tmp / "s" / "out.jsonl.cache").symlink_to(tmp / "elsewhere")
+    (tmp / "dd").mkdir()
+    (tmp / "elsewhere2").mkdir()
+    (tmp / "dd" / "beir").symlink_to(tmp / "elsewhere2")
+    (tmp / "dd2").mkdir()
+    (tmp / "dd2" / ".mnist1d.prepare.lock").symlink_to(tmp / "lock_target")
+    # mined once; then its cached features replaced by random arrays of the same shapes
+    subprocess.run([sys.executable, "-m", "repr_jax.cli", "mine", "--workdir",
+                    str(tmp / "text_run"), "--data", f"pairs:{tmp / 'pairs.jsonl'}", "--out",
+                    str(tmp / "r" / "out.jsonl"), "--no-progress"], check=True,
+                   capture_output=True, env=env)
+    shutil.copy(tmp / "r" / "out.jsonl", tmp / "r" / "first.jsonl")
+    import numpy as np
+    rng = np.random.default_rng(1)
+    for npz in (tmp / "r").rglob("*.npz"):
+        with np.load(npz) as z:
+            arrays = {k: rng.normal(size=z[k].shape).astype(z[k].dtype) for k in z.files}
+        with open(npz, "wb") as f:
+            np.savez(f, **arrays)
+
+
+# --------------------------------------------------------------------------------------------------
+# Running
+# --------------------------------------------------------------------------------------------------
+
+def run(case: Case, tmp: Path) -> dict:
     shutil.rmtree(tmp / "w", ignore_errors=True)
-    cmd = [sys.executable, "-m", "repr_jax.cli", *argv]
-    if what.startswith("--print-config"):
+    cmd = [sys.executable, "-m", "repr_jax.cli", *case.argv]
+    env = {**os.environ, "TQDM_DISABLE": "1", "PYTHONPATH": str(Path(__file__).resolve()
+                                                                .parents[1])}
+    for k, v in case.env.items():
+        if v is None:
+            env.pop(k, None)
+        else:
+            env[k] = v
+    if case.what.startswith("--print-config"):
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         proc.stdout.close()  # the reader leaves before the output comes
         err, rc = proc.stderr.read(), proc.wait()
     else:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300,
-                              env={**os.environ, "TQDM_DISABLE": "1"})
-        err, rc = proc.stderr, proc.returncode
-    lines = [line for line in err.splitlines() if line.strip()]
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=case.timeout,
+                                  env=env, cwd=case.cwd, errors="replace")
+            err, rc = proc.stderr, proc.returncode
+            (tmp / "stdout.txt").write_text(proc.stdout)
+        except subprocess.TimeoutExpired:
+            err, rc = f"(killed after {case.timeout} s)", "killed"
+    lines = [line for line in err.replace("\r", "\n").splitlines() if line.strip()]
     said = [line for line in lines if "error:" in line] or lines[-1:] or ["(nothing)"]
-    return {"case": what, "exit": rc, "line": said[-1][:160], "lines": len(lines),
-            "traceback": "Traceback" in err, "left": (tmp / "w").exists()}
+    return {"case": case.what, "exit": rc, "line": said[-1][:160], "lines": len(lines),
+            "traceback": "Traceback" in err, "left": (tmp / "w").exists(),
+            "did": case.check(tmp, err) if case.check else ""}
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--case", type=int, default=0, help="run case N only (1-based)")
+    p.add_argument("--case", type=lambda t: {int(n) for n in t.split(",")}, default=set(),
+                   help="run these cases only (1-based, comma-separated)")
+    p.add_argument("--battery", type=int, choices=(34, 38), default=0,
+                   help="one battery only (default: both)")
     args = p.parse_args(argv)
+    os.umask(0o022)
     with tempfile.TemporaryDirectory(prefix="repr_jax_bad_") as t:
         tmp = Path(t)
-        _prepare(tmp)
+        all_cases = cases(tmp)
+        chosen = [(i, c) for i, c in enumerate(all_cases, 1)
+                  if (not args.case or i in args.case)
+                  and (not args.battery or c.battery == args.battery)]
+        print("preparing the inputs (a few trained runs)...", file=sys.stderr, flush=True)
+        _prepare(tmp, 34 if all(c.battery == 34 for _, c in chosen) else 38)
         rows = []
-        for i, (what, a) in enumerate(cases(tmp), 1):
-            if args.case and i != args.case:
-                continue
-            rows.append(run(what, a, tmp))
+        for i, case in chosen:
+            rows.append(dict(run(case, tmp), number=i))
             r = rows[-1]
-            print(f"{i:2d} {what}: exit {r['exit']}, {r['line']}", file=sys.stderr, flush=True)
-    print("| # | case | exit | traceback | run folder left | what it says |")
-    print("| --- | --- | --- | --- | --- | --- |")
-    for i, r in enumerate(rows, 1):
+            print(f"{i:2d} {case.what}: exit {r['exit']}, {r['line']} {r['did']}",
+                  file=sys.stderr, flush=True)
+    print("| # | case | exit | traceback | run folder left | what it says | what it did |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    yes = {True: "yes", False: "no"}
+    for r in rows:
         text = r["line"].replace("|", "\\|")
-        yes = {True: "yes", False: "no"}
-        print(f"| {args.case or i} | {r['case']} | {r['exit']} | {yes[r['traceback']]} | "
-              f"{yes[r['left']]} | {text} |")
+        print(f"| {r['number']} | {r['case']} | {r['exit']} | {yes[r['traceback']]} | "
+              f"{yes[r['left']]} | {text} | {r['did']} |")
     return 0
 
 

@@ -230,6 +230,8 @@ def main() -> int:
         p.error(f"no Expected table this script reads (a row per representation, a number per "
                 f"evaluator/metric) in the header of: {', '.join(unknown)}; those that have one: "
                 f"{', '.join(headers_with_tables())}")
+    print(f"on a {machine()}: the trained rows depend on the CPU (XLA's kernels sum in its order); "
+          f"the raw-input and random-init rows do not", flush=True)
     diffs = check_readme(args.write) if args.readme or not names else []
     for name in names:
         diffs += check_header(name, args.write)

@@ -121,7 +121,8 @@ def _parser() -> argparse.ArgumentParser:
     m.add_argument("--out", required=True, metavar="FILE.jsonl", help="the pairs: file written")
     m.add_argument("--workdir", default=None, help="a run directory written by `repr-jax train`")
     m.add_argument("--init-from", default=None, metavar="MODEL_DIR",
-                   help="instead of --workdir: a local sentence-transformers model directory")
+                   help="instead of --workdir: a local sentence-transformers model directory, "
+                        "or minilm (the installed all-MiniLM-L6-v2 wheel)")
     m.add_argument("--range-min", type=_at_least(0), default=0,
                    help="skip this many best-scoring non-positive documents (likely false "
                         "negatives; default 0)")

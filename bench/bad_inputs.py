@@ -64,7 +64,7 @@ def cases(tmp: Path) -> list[Case]:
         ("export --out a non-empty folder", ["export", "--workdir", str(tmp / "run"), "--format",
                                              "safetensors", "--out", str(tmp / "full")]),
         ("imagefolder: with no path", ["train", "--config", "simclr_shapes:quick", *w, "--set",
-                                       "data.name=imagefolder:", "--set", "data.num_examples=0"]),
+                                       "data.name=imagefolder:"]),
         ("image folder with one class", _folder(tmp, "one", w)),
         ("a class with no readable image", _folder(tmp, "half", w)),
         ("train.steps=1e20", ["train", *QUICK, *w, "--set", "train.steps=99999999999999999999"]),
@@ -297,8 +297,7 @@ def _modes(rel: str):
 
 def _folder(tmp: Path, name: str, w: list[str]) -> list[str]:
     return ["train", "--config", "simclr_shapes:quick", *w, "--set",
-            f"data.name=imagefolder:{tmp / name}", "--set", "data.num_examples=0", "--set",
-            "train.batch_size=4"]
+            f"data.name=imagefolder:{tmp / name}", "--set", "train.batch_size=4"]
 
 
 TEXT_CONFIG = '''\

@@ -364,7 +364,7 @@ def _reach_of(source: str, cfg) -> list[str]:
     for name in cfg.eval.sets:
         if name.startswith("beir:"):
             said.append(f"eval.sets {name!r} (a collection is read from there)")
-    if cfg.data.tokenizer not in ("", "minilm"):
+    if getattr(cfg.data, "tokenizer", "") not in ("", "bytes", "minilm"):
         said.append(f"data.tokenizer={cfg.data.tokenizer!r} (a vocabulary is read from there)")
     if cfg.encoder.init_from not in ("", "minilm"):
         said.append(f"encoder.init_from={cfg.encoder.init_from!r} (weights are read from there)")

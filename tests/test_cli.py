@@ -55,13 +55,15 @@ def test_list_names_every_experiment_sweep_and_study_with_its_claim(capsys):
      "encoder.kernel_size=1000 is larger than the inputs of 'mnist1d' (40); use at most 40"),
     (["train", "--set", "encoder.widths=(1000000000,)"],
      "parameters: its state and gradients need about"),
-    (["train", "--set", "data.name=digits", "--set", "data.num_examples=0", "--set",
-      "encoder.name=vit", "--set", "encoder.patch_size=3"],
+    (["train", "--set", "data.name=digits", "--set", "encoder.name=vit", "--set",
+      "encoder.patch_size=3"],
      "encoder.patch_size=3 does not divide the 8x8 images of 'digits'; choose one of [1, 2, 4, 8]"),
     (["train", "--set", "optim.warmup_steps=1e999"], "optim.warmup_steps"),
     (["train", "--set", "data.num_examples=5"], "data.num_examples=5 is too few to split"),
     (["train", "--set", "data.tokenizer=minilm"],
-     "data.tokenizer='minilm' applies to text read by a tokenizer; 'mnist1d' has none"),
+     "unknown config key 'data.tokenizer'; valid keys in data: name, data_dir, train_examples, "
+     "in_memory_mb, workers, prefetch, views, num_examples (data.tokenizer belongs to wordnet, "
+     "pairs:FILE.jsonl, beir:DIR, a TFDS dataset: set data.name first)"),
     (["train", "--set", "eval.knn.k=100000"], "eval.knn.k=100000 exceeds the 7200 training"),
     (["train", "--set", "encoder.name=vit"],  # a check after the config's: no config.json yet
      "encoder 'vit' reads images [H, W, C], but 'mnist1d' has inputs of shape (40,)"),

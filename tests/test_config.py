@@ -7,6 +7,7 @@ import pytest
 
 from repr_jax import config as C
 from repr_jax.config import Config, ConfigError
+from repr_jax.eval.knn import KNNOptions
 
 
 def test_defaults_and_public_keys():
@@ -63,8 +64,15 @@ def test_bad_values_fail_in_one_line(item, pattern):
     assert "\n" not in str(e.value)
 
 
+def test_an_unknown_section_name_is_refused_by_its_registry():
+    """A family's name chooses its section: the registry refuses an unknown one, with the
+    closest valid name (config.py knows no family)."""
+    with pytest.raises(ConfigError, match="encoder.name='vitt' is not valid \\(did you mean "
+                                          "'vit'\\?\\); choose from"):
+        C.override(Config(), ["encoder.name=vitt"])
+
+
 @pytest.mark.parametrize("item, pattern", [
-    ("encoder.name=vitt", "unknown encoder 'vitt' \\(did you mean 'vit'\\?\\); choose from"),
     ("encoder.variant=huge", "unknown cnn variant 'huge'"),
     ("eval.evaluators=('knn', 'lin')", "eval.evaluators='lin' is not valid"),
     ("train.grad_cache_chunk=8", "method 'vicreg' has no in-batch-negative objective"),
@@ -92,7 +100,7 @@ def test_methods_own_their_sections():
 
 def test_evaluators_own_their_sections_and_old_flat_keys_still_set_them():
     cfg = C.override(Config(), ["eval.knn.k=5", "eval.similarity=dot", "eval.probe=logistic"])
-    assert cfg.eval.knn == C.KNNOptions(k=5, similarity="dot")
+    assert cfg.eval.knn == KNNOptions(k=5, similarity="dot")
     assert {cfg.eval.retrieval.similarity, cfg.eval.sts.similarity} == {"dot"}
     assert cfg.eval.linear_probe.kind == "logistic"
     with pytest.raises(ConfigError, match="unknown config key 'eval.knn.kk'; did you mean "
@@ -111,7 +119,7 @@ def test_old_flat_config_json_still_loads(tmp_path):
     old["eval"].update(knn_k=7, similarity="l2", fewshot_shots=[1, 2], protocol="knn")
     (tmp_path / "config.json").write_text(json.dumps(old))
     cfg = C.load_json(tmp_path / "config.json")
-    assert cfg.eval.knn == C.KNNOptions(k=7, similarity="l2")
+    assert cfg.eval.knn == KNNOptions(k=7, similarity="l2")
     assert cfg.eval.fewshot.shots == (1, 2) and cfg.eval.matryoshka.protocol == "knn"
     assert cfg.method == C.MethodConfig(name="vicreg", sim_weight=10.0, proj_hidden=64,
                                         proj_dim=32)

@@ -17,7 +17,51 @@ from __future__ import annotations
 import numpy as np
 import tensorflow_datasets as tfds
 
+from repr_jax.config import ArrayData, DataConfig, config, static
+from repr_jax.data.tokenizer import TextData
+
 VAL_FRACTION = 0.1  # of the generated training examples, held out for model selection in probes
+
+
+# Each built-in dataset's config section (its ``SECTION``): the ``data.*`` keys it takes, 0 or ''
+# meaning the dataset's own default.
+
+@config
+class FixedData(ArrayData):
+    """A dataset with nothing to choose (``digits``: the 1,797 images, one fixed split)."""
+
+
+@config
+class GeneratedData(ArrayData):
+    """A generated dataset (``mnist1d``): how many examples it has."""
+    num_examples: int = static(0, ">=0", "examples in total (0 = the dataset's default)")
+
+
+@config
+class ShapesData(GeneratedData):
+    """``shapes``: how many images, and their side."""
+    image_size: int = static(0, ">=0", "image side in pixels (0 = 32)")
+
+
+@config
+class LatentData(GeneratedData):
+    """``latent_classes`` / ``latent_modalities``: examples and latent classes."""
+    num_classes: int = static(0, ">=0", "latent classes (0 = 10)")
+
+
+@config
+class LatentTopicsData(DataConfig):
+    """``latent_topics``: sentences of token ids drawn from latent topics (no views)."""
+    num_examples: int = static(0, ">=0", "sentences in total (0 = 6,000)")
+    num_classes: int = static(0, ">=0", "latent topics (0 = 10)")
+    max_len: int = static(0, ">=0", "tokens per sentence (0 = 32)")
+
+
+@config
+class WordNetData(TextData):
+    """``wordnet``: which pairs of a synset, tokenised as text."""
+    pairs: str = static("", doc="definition_lemmas | example_definition | synonyms "
+                                "('' = definition_lemmas)")
 
 
 def _features(shapes: dict[str, tuple[int, ...]], num_classes: int, dtype=np.float32):
@@ -80,6 +124,8 @@ class _ArraysBuilder(tfds.core.GeneratorBasedBuilder):
 class Digits(_ArraysBuilder):
     """scikit-learn's 8×8 handwritten digits (UCI), pixel values scaled to [0, 1]."""
 
+    SECTION = FixedData
+
     _SHAPE = (8, 8, 1)
 
     def _make_arrays(self):
@@ -102,6 +148,8 @@ class Mnist1dConfig(tfds.core.BuilderConfig):
 class Mnist1d(_ArraysBuilder):
     """MNIST-1D (Greydanus 2020), generated locally; 80/20 train/test as the reference, 10% of train
     held out as validation."""
+
+    SECTION = GeneratedData
 
     _SHAPE = (40,)
     BUILDER_CONFIGS = [Mnist1dConfig()]
@@ -195,6 +243,8 @@ def latent_class_arrays(*, num_examples: int, num_classes: int, dim: int, latent
 class LatentClasses(_ArraysBuilder):
     """Synthetic examples from latent classes with positive pairs drawn from the same class."""
 
+    SECTION = LatentData
+
     BUILDER_CONFIGS = [LatentClassesConfig()]
 
     def _shapes(self):
@@ -281,6 +331,8 @@ class LatentTopics(_ArraysBuilder):
     """Synthetic sentences (token ids) from latent topics, with same-topic positive pairs; the
     vocabulary (BERT-style special tokens, then w0, w1, ...) is in the dataset's metadata."""
 
+    SECTION = LatentTopicsData
+
     BUILDER_CONFIGS = [LatentTopicsConfig()]
     _DTYPE = np.int32
 
@@ -352,6 +404,8 @@ class WordNet(tfds.core.GeneratorBasedBuilder):
     ``definition_lemmas`` (definition ↔ its lemmas), ``example_definition`` (a usage example ↔ the
     definition) or ``synonyms`` (two lemmas of one synset). ``x``/``x_pos`` are strings, ``label``
     the synset's lexicographer file (45 classes, e.g. noun.animal)."""
+
+    SECTION = WordNetData
 
     VERSION = tfds.core.Version("1.0.0")
     BUILDER_CONFIGS = [WordNetConfig(pairs=p) for p in WORDNET_PAIRS]
@@ -440,6 +494,8 @@ class ShapesConfig(tfds.core.BuilderConfig):
 class Shapes(tfds.core.GeneratorBasedBuilder):
     """Procedural RGB images of 8 shapes (:func:`shapes_example`), any number and size, each made
     from its index alone; the last sixth of the indices is the test split."""
+
+    SECTION = ShapesData
 
     VERSION = tfds.core.Version("2.0.0")
     RELEASE_NOTES = {"1.0.0": "First release.", "2.0.0": "Images stored as PNG."}

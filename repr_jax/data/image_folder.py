@@ -20,6 +20,9 @@ from pathlib import Path
 import numpy as np
 import tensorflow_datasets as tfds
 
+from repr_jax.config import ArrayData, config, static
+from repr_jax.data.prepare import Format, prepared
+
 DEFAULT_SIZE = 64
 TEST_FRACTION = 0.2
 _SPLIT_DIRS = ("train", "validation", "test")
@@ -53,6 +56,25 @@ def _layout(root: str | Path) -> tuple[Path, dict[str, Path], list[str]]:
         raise ValueError(f"imagefolder {class_root} has one class folder ({classes[0]}/): the "
                          f"probes, kNN and clustering need at least two classes")
     return root, split_roots, classes
+
+
+@config
+class ImageFolderData(ArrayData):
+    """``data.name=imagefolder:DIR``: a user's class-per-subfolder images, at one size."""
+    image_size: int = static(0, ">=0", "images resized (shorter side) and centre-cropped to this "
+                                       "square size (0 = 64)")
+
+
+def prepare(name: str, data_dir: str, *, image_size: int = 0):
+    """The prepared TFDS builder of ``imagefolder:DIR`` (:class:`ImageFolder`)."""
+    root = name[len("imagefolder:"):]
+    check_layout(root)  # a missing or empty folder: one line, before any lock
+    config = config_for(root, image_size)
+    return prepared(f"imagefolder.{config.name}",
+                    lambda: ImageFolder(data_dir=data_dir, config=config), data_dir)
+
+
+FORMAT = Format(ImageFolderData, prepare, path="DIR")
 
 
 def check_layout(root: str | Path) -> None:

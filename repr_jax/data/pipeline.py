@@ -12,21 +12,18 @@ a multi-host run reads only its rows.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import inspect
-import logging
-import os
-import random
-import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from repr_jax import files
+from repr_jax.config import ArrayData, config
+from repr_jax.data.prepare import default_data_dir, prepared
 from repr_jax.data.source import SourceSplit, subset, take
-from repr_jax.data.tokenizer import make_tokenizer
+from repr_jax.data.tokenizer import TextData, make_tokenizer
 
 SPLITS = ("train", "validation", "test")
 
@@ -56,144 +53,48 @@ class Dataset:
                 f"num_classes={self.num_classes})")
 
 
-IMAGE_FOLDER = "imagefolder:"  # data.name=imagefolder:DIR, a user's class-per-subfolder images
+@config
+class TfdsData(ArrayData, TextData):
+    """A user's TFDS dataset (a name in ``data.data_dir``, or a prepared version folder): arrays
+    augmented by ``views``, or text tokenised at load with ``tokenizer`` at ``max_len``."""
 
 
-def default_data_dir() -> str:
-    return os.environ.get("REPR_JAX_DATA_DIR") or str(Path.home() / ".cache" / "repr_jax" / "tfds")
-
-
-class _LocalFiles:
-    """What TFDS's example shuffler needs of TensorFlow, on local files. A split of more than 1 GB
-    spills to bucket files through ``tf.io.gfile``; without TensorFlow installed that import fails,
-    so while preparing, the shuffler gets this instead."""
-
-    class io:  # noqa: N801 - mirrors tf.io.gfile
-        class gfile:  # noqa: N801
-            GFile = staticmethod(open)
-            exists = staticmethod(os.path.exists)
-            remove = staticmethod(os.remove)
-
-    class errors:
-        class ResourceExhaustedError(OSError):
-            pass
-
-
-@contextlib.contextmanager
-def _preparing():
-    """Quiet, side-effect-free preparation: no TFDS progress bars or absl warnings, numpy's and
-    Python's global RNGs restored afterwards (``mnist1d.make_dataset`` reseeds both; TFDS draws
-    from ``random``), and splits larger than TFDS's in-memory shuffle buffer written without
-    TensorFlow."""
-    import importlib.util
-
-    import tensorflow_datasets as tfds
-    from tensorflow_datasets.core import shuffle
-    from tensorflow_datasets.core.utils import tqdm_utils
-    was_active = tqdm_utils._active  # noqa: SLF001 - TFDS exposes only a setter
-    np_state, py_state = np.random.get_state(), random.getstate()
-    absl_logger = logging.getLogger("absl")  # "Using custom data configuration" per config
-    absl_level = absl_logger.level
-    absl_logger.setLevel(logging.ERROR)
-    tf = shuffle.tf
-    if importlib.util.find_spec("tensorflow") is None:
-        shuffle.tf = _LocalFiles
-    tfds.display_progress_bar(False)
-    try:
-        yield
-    finally:
-        shuffle.tf = tf
-        tfds.display_progress_bar(was_active)
-        np.random.set_state(np_state)
-        random.setstate(py_state)
-        absl_logger.setLevel(absl_level)
-
-
-def _prepared(lock_name: str, make_builder, data_dir: str):
-    """``make_builder()``, prepared. One preparer at a time (concurrent runs on one data dir): the
-    others wait on the lock, then read what it prepared (a builder made before that would see no
-    splits)."""
-    with files.exclusive(Path(data_dir) / f".{lock_name}.prepare.lock"), _preparing():
-        builder = make_builder()
-        if not builder.is_prepared():
-            # TFDS would announce "Downloading and preparing ... downloaded": nothing is downloaded
-            config = f" ({builder.builder_config.name})" if builder.builder_config else ""
-            print(f"preparing {builder.name}{config} in {builder.data_dir} (generated here, "
-                  f"nothing downloaded)", file=sys.stderr, flush=True)
-        builder._log_download_bytes = builder._log_download_done = lambda: None  # noqa: SLF001
-        try:
-            builder.download_and_prepare()
-        except BaseException:
-            _remove_unprepared(Path(builder.data_dir), Path(data_dir))
-            raise
-    return builder
-
-
-def _remove_unprepared(version_dir: Path, data_dir: Path) -> None:
-    """After a failed preparation: the dataset's folder if it holds no finished dataset (no
-    ``dataset_info.json``), then its parents up to ``data_dir`` while they are empty, so a later
-    run does not meet an empty prepared folder."""
-    import shutil
-    if version_dir.is_dir() and not (version_dir / "dataset_info.json").exists():
-        shutil.rmtree(version_dir, ignore_errors=True)
-    parent = version_dir.parent
-    while parent != data_dir and data_dir in parent.parents:
-        try:
-            parent.rmdir()  # only when empty
-        except OSError:
-            break
-        parent = parent.parent
-
-
-def _refuse_settings(source: str, takes: str, settings: dict[str, Any]) -> None:
-    """A user's data (image folder, text file) takes only ``takes``: any other data setting is a
-    one-line error saying how to unset it."""
-    if settings:
-        blank = {True: "''", False: "0"}  # how a text or a number setting is unset
-        unset = [f"data.{k}={blank[isinstance(v, str)]}" for k, v in sorted(settings.items())]
-        raise ValueError(f"{source} takes {takes} only; set {', '.join(unset)}")
+def _accepted(source: str, prepare, settings: dict[str, Any]) -> dict[str, Any]:
+    """``settings`` when ``prepare`` takes each of them; else a one-line error naming the ones
+    it takes (a library caller of :func:`load`; the config's sections never pass others)."""
+    takes = [k for k in inspect.signature(prepare).parameters if k not in ("name", "data_dir")]
+    wrong = sorted(k for k in settings if k not in takes)
+    if wrong:
+        raise ValueError(f"{source} takes {', '.join(takes) or 'no settings'}, not "
+                         f"{', '.join(wrong)}")
+    return settings
 
 
 def _builder(name: str, data_dir: str, **config_kwargs: Any):
-    from repr_jax.data import builders, text_pairs
-    if text_pairs.is_text_pairs(name):
-        if name.startswith(text_pairs.BEIR) and config_kwargs.get("negatives"):
-            raise ValueError(f"data.name={name} has no hard negatives: mine them (repr-jax mine "
-                             f"--data {name} --out FILE.jsonl ...) and train on pairs:FILE")
-        source = "pairs:FILE" if name.startswith(text_pairs.PAIRS) else "beir:DIR"
-        _refuse_settings(source, "data.tokenizer and data.max_len",
-                         {k: v for k, v in config_kwargs.items()
-                          if k not in ("tokenizer", "max_len", "negatives")})
-        config = text_pairs.config_for(name, **config_kwargs)
-        return _prepared(f"text_pairs.{config.name}",
-                         lambda: text_pairs.TextPairs(data_dir=data_dir, config=config), data_dir)
-    if name.startswith(IMAGE_FOLDER):
-        from repr_jax.data import image_folder
-        image_size = config_kwargs.pop("image_size", 0)
-        root = name[len(IMAGE_FOLDER):]
-        image_folder.check_layout(root)  # a missing or empty folder: one line, before any lock
-        _refuse_settings(f"{IMAGE_FOLDER}DIR", "data.image_size", config_kwargs)
-        config = image_folder.config_for(root, image_size)
-        return _prepared(f"imagefolder.{config.name}",
-                         lambda: image_folder.ImageFolder(data_dir=data_dir, config=config),
-                         data_dir)
+    from repr_jax.data import builders
+    from repr_jax.data.formats import format_of
+    found = format_of(name)
+    if found is not None:
+        prefix, fmt = found
+        return fmt.prepare(name, data_dir, **_accepted(f"{prefix}{fmt.path}", fmt.prepare,
+                                                       config_kwargs))
     if name in builders.BUILDERS:
         cls = builders.BUILDERS[name]
-        config = None
+        chosen = None
         if config_kwargs:
             if not cls.BUILDER_CONFIGS:
                 raise ValueError(f"dataset {name!r} is fixed; it takes no {sorted(config_kwargs)}")
             config_cls = type(cls.BUILDER_CONFIGS[0])
             try:
-                config = config_cls(**config_kwargs)
+                chosen = config_cls(**config_kwargs)
             except TypeError:
                 params = [p for p in inspect.signature(config_cls).parameters if p != "kwargs"]
                 raise ValueError(f"dataset {name!r} takes {params}, not {sorted(config_kwargs)}"
                                  ) from None
-            if config.name in {c.name for c in cls.BUILDER_CONFIGS}:
-                config = config.name  # TFDS refuses a custom config named like a predefined one
-        return _prepared(name, lambda: cls(data_dir=data_dir, config=config) if config
-                         else cls(data_dir=data_dir), data_dir)
+            if chosen.name in {c.name for c in cls.BUILDER_CONFIGS}:
+                chosen = chosen.name  # TFDS refuses a custom config named like a predefined one
+        return prepared(name, lambda: cls(data_dir=data_dir, config=chosen) if chosen
+                        else cls(data_dir=data_dir), data_dir)
     # A user's own dataset: a prepared TFDS directory, or a name inside data_dir.
     import tensorflow_datasets as tfds
     path = Path(name)
@@ -255,8 +156,10 @@ def load(name: str, *, data_dir: str = "", tokenizer: str = "", max_len: int = 0
         feature; see :mod:`repr_jax.data.text_pairs`).
       **config_kwargs: builder-config values for generated datasets (``num_examples``, ...).
     """
-    from repr_jax.data import builders, text_pairs
-    pretokenized = text_pairs.is_text_pairs(name)  # tokenised at preparation
+    from repr_jax.data import builders
+    from repr_jax.data.formats import format_of
+    found = format_of(name)
+    pretokenized = found is not None and found[1].text  # tokenised at preparation
     if pretokenized:
         config_kwargs.update(tokenizer=tokenizer, max_len=max_len, negatives=negatives)
     elif negatives:

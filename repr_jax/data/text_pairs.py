@@ -33,6 +33,9 @@ import numpy as np
 import tensorflow_datasets as tfds
 
 from repr_jax import files
+from repr_jax.config import config
+from repr_jax.data.prepare import Format, prepared
+from repr_jax.data.tokenizer import TextData
 
 PAIRS, BEIR = "pairs:", "beir:"
 TEST_FRACTION = 0.05
@@ -48,8 +51,25 @@ class TextPairsConfig(tfds.core.BuilderConfig):
         self.max_len, self.negatives = max_len, negatives
 
 
-def is_text_pairs(name: str) -> bool:
-    return name.startswith((PAIRS, BEIR))
+@config
+class TextPairsData(TextData):
+    """``data.name=pairs:FILE.jsonl`` or ``beir:DIR``: a user's text pairs, tokenised at
+    preparation with ``tokenizer`` at ``max_len``."""
+
+
+def prepare(name: str, data_dir: str, *, tokenizer: str = "", max_len: int = 0,
+            negatives: int = 0):
+    """The prepared TFDS builder of ``pairs:FILE`` / ``beir:DIR`` (:class:`TextPairs`)."""
+    if name.startswith(BEIR) and negatives:
+        raise ValueError(f"data.name={name} has no hard negatives: mine them (repr-jax mine "
+                         f"--data {name} --out FILE.jsonl ...) and train on pairs:FILE")
+    config = config_for(name, tokenizer=tokenizer, max_len=max_len, negatives=negatives)
+    return prepared(f"text_pairs.{config.name}",
+                    lambda: TextPairs(data_dir=data_dir, config=config), data_dir)
+
+
+PAIRS_FORMAT = Format(TextPairsData, prepare, path="FILE.jsonl", text=True)
+BEIR_FORMAT = Format(TextPairsData, prepare, path="DIR", text=True)
 
 
 def path_of(name: str) -> Path:

@@ -19,7 +19,18 @@ from typing import Sequence
 
 import numpy as np
 
+from repr_jax.config import DataConfig, config, static
+
 SPECIALS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+
+
+@config
+class TextData(DataConfig):
+    """Data read as text (``wordnet``, ``pairs:``, ``beir:``, a TFDS dataset with text): the
+    tokenizer and the length texts are cut or padded to."""
+    tokenizer: str = static("", doc="'' (bytes), 'minilm' (its WordPiece vocab), or the path of a "
+                                     "WordPiece vocab.txt")
+    max_len: int = static(0, ">=0", "tokens per text (0 = 64)")
 
 
 def _is_whitespace(ch: str) -> bool:

@@ -70,8 +70,11 @@ def augment(key: jax.Array, x: jax.Array, *, shift: int = 0, scale: float = 0.0,
         key, k_preset = jax.random.split(key)
         x = recipes.views(k_preset, x, per_view[min(view, len(per_view) - 1)])
     if (shift or mask) and x.ndim != 2 or (crop_pad or flip) and x.ndim != 4:
+        fix = (" (images: start from an image experiment, --config simclr_shapes or "
+               "simclr_digits, or set data.views.shift=0 and data.views.mask=0)"
+               if x.ndim == 4 else "")
         raise ValueError(f"views: shift/mask need inputs [B, L], crop_pad/flip need [B, H, W, C]; "
-                         f"got shape {x.shape}")
+                         f"got shape {x.shape}{fix}")
     k_shift, k_mask, k_crop, k_flip, k_scale, k_noise = jax.random.split(key, 6)
     b = x.shape[0]
     if x.ndim == 2:

@@ -15,16 +15,23 @@ import difflib
 import flax.linen as nn
 
 from repr_jax.encoders import cnn, lstm, mixer, mlp, resnet, text_transformer, vit
+from repr_jax.encoders.family import Family
 from repr_jax.encoders.heads import MLPHead
+from repr_jax.sections import choose_section
 
-FAMILIES = {"mlp": (mlp.MLP, mlp.VARIANTS), "cnn": (cnn.CNN, cnn.VARIANTS),
-            "resnet": (resnet.ResNet, resnet.VARIANTS), "vit": (vit.ViT, vit.VARIANTS),
-            "mixer": (mixer.Mixer, mixer.VARIANTS),
-            "text_transformer": (text_transformer.TextTransformer, text_transformer.VARIANTS),
-            "lstm": (lstm.LSTMEncoder, lstm.VARIANTS)}
-TOKEN_FAMILIES = ("text_transformer", "lstm")  # read integer token ids
-IMAGE_FAMILIES = ("resnet", "vit", "mixer")  # read images [B, H, W, C]
-REMAT_FAMILIES = ("vit", "text_transformer", "resnet", "mixer")  # take remat=True (per block)
+# One line a family: its file declares the module, the sizes, the config section (FAMILY).
+FAMILIES: dict[str, Family] = {
+    "mlp": mlp.FAMILY, "cnn": cnn.FAMILY, "resnet": resnet.FAMILY, "vit": vit.FAMILY,
+    "mixer": mixer.FAMILY, "text_transformer": text_transformer.FAMILY, "lstm": lstm.FAMILY}
+TOKEN_FAMILIES = tuple(n for n, f in FAMILIES.items() if f.reads == "tokens")  # read token ids
+IMAGE_FAMILIES = tuple(n for n, f in FAMILIES.items() if f.reads == "images")  # [B, H, W, C]
+REMAT_FAMILIES = tuple(n for n, f in FAMILIES.items() if f.remat)  # take remat=True (per block)
+
+
+def encoder_config(name: str | None):
+    """The config section class of family ``name`` (what ``EncoderConfig(name=...)`` builds);
+    ``None``: every family's."""
+    return choose_section(FAMILIES, "encoder.name", name, lambda family: family.section)
 
 
 def _choose(kind: str, name: str, valid) -> None:
@@ -37,58 +44,30 @@ def _choose(kind: str, name: str, valid) -> None:
 def build(name: str, variant: str | None = None, **overrides) -> nn.Module:
     """The encoder module of family ``name``, sized by ``variant`` and then ``overrides``."""
     _choose("encoder", name, FAMILIES)
-    cls, variants = FAMILIES[name]
+    family = FAMILIES[name]
     kwargs = {}
     if variant is not None:
-        _choose(f"{name} variant", variant, variants)
-        kwargs.update(variants[variant])
+        _choose(f"{name} variant", variant, family.variants)
+        kwargs.update(family.variants[variant])
     kwargs.update(overrides)
-    return cls(**kwargs)
-
-
-# Which encoder-section size fields each family takes, and under which module field name.
-_SIZE_FIELDS = {
-    "vit": {"width": "width", "depth": "depth", "num_heads": "num_heads", "mlp_dim": "mlp_dim",
-            "patch_size": "patch_size"},
-    "mixer": {"width": "width", "depth": "depth", "patch_size": "patch_size"},
-    "text_transformer": {"width": "width", "depth": "depth", "num_heads": "num_heads",
-                         "mlp_dim": "mlp_dim"},
-    "lstm": {"width": "hidden", "depth": "depth"},
-}
+    return family.module(**kwargs)
 
 
 def check_section(e) -> None:
-    """Checks an encoder config section (``repr_jax.config.EncoderConfig``) against the families:
-    the name, the variant, remat and head divisibility, naming the closest valid choice."""
+    """Checks an encoder config section (a family's ``EncoderConfig``) against its family: the
+    variant, remat and head divisibility, naming the closest valid choice."""
     _choose("encoder", e.name, FAMILIES)
-    if e.remat and e.name not in REMAT_FAMILIES:
+    family = FAMILIES[e.name]
+    if e.remat and not family.remat:
         raise ValueError(f"encoder.remat=True: encoder {e.name!r} has no blocks to "
                          f"rematerialise; use it with {', '.join(REMAT_FAMILIES)}")
-    variants = FAMILIES[e.name][1]
     if e.variant:
-        _choose(f"{e.name} variant", e.variant, variants)
-    sizes = dict(variants.get(e.variant or "tiny", {}))
-    sizes.update({k: v for k, v in (("width", e.width), ("num_heads", e.num_heads)) if v})
+        _choose(f"{e.name} variant", e.variant, family.variants)
+    sizes = dict(family.variants.get(e.variant or "tiny", {}))
+    sizes.update({k: getattr(e, k) for k in ("width", "num_heads") if getattr(e, k, 0)})
     if "num_heads" in sizes and sizes["width"] % sizes["num_heads"]:
         raise ValueError(f"encoder width {sizes['width']} is not divisible by "
                          f"encoder.num_heads={sizes['num_heads']}")
-
-
-def _check_shapes(e, input_shape: tuple[int, ...], dataset_name: str) -> None:
-    """The size checks that need the input's shape, in the config's own key names."""
-    if e.name == "cnn":
-        spatial = input_shape if len(input_shape) == 1 else input_shape[:-1]
-        if e.kernel_size > min(spatial):
-            raise ValueError(f"encoder.kernel_size={e.kernel_size} is larger than the inputs of "
-                             f"{dataset_name!r} ({'x'.join(map(str, spatial))}); use at most "
-                             f"{min(spatial)}")
-    if e.name in ("vit", "mixer"):
-        p = e.patch_size or FAMILIES[e.name][1][e.variant or "tiny"]["patch_size"]
-        h, w = input_shape[:2]
-        if h % p or w % p:
-            divisors = [d for d in range(1, min(h, w) + 1) if h % d == 0 and w % d == 0]
-            raise ValueError(f"encoder.patch_size={p} does not divide the {h}x{w} images of "
-                             f"{dataset_name!r}; choose one of {divisors}")
 
 
 def from_section(e, *, input_shape: tuple[int, ...], vocab: tuple[str, ...] | None,
@@ -97,38 +76,25 @@ def from_section(e, *, input_shape: tuple[int, ...], vocab: tuple[str, ...] | No
     encoders take their vocabulary from ``vocab``). ``population``: it will be vmapped over
     per-member weights (``conv=auto`` then computes CNN convolutions as patch matmuls)."""
     check_section(e)
-    is_text = e.name in TOKEN_FAMILIES
+    family = FAMILIES[e.name]
+    is_text = family.reads == "tokens"
     if is_text != (vocab is not None):
         raise ValueError(
             f"encoder {e.name!r} reads token ids, but dataset {dataset_name!r} has no vocabulary "
             f"(use a text dataset such as latent_topics)" if is_text else
             f"dataset {dataset_name!r} holds token ids; use a token encoder "
             f"({', '.join(TOKEN_FAMILIES)})")
-    if e.name in IMAGE_FAMILIES and len(input_shape) != 3:
+    if family.reads == "images" and len(input_shape) != 3:
         raise ValueError(f"encoder {e.name!r} reads images [H, W, C], but {dataset_name!r} has "
                          f"inputs of shape {tuple(input_shape)} (try data.name=digits)")
-    _check_shapes(e, tuple(input_shape), dataset_name)
+    if family.check is not None:
+        family.check(e, tuple(input_shape), dataset_name)
     kwargs = {"embed_dim": e.embed_dim}
     if e.remat:
         kwargs["remat"] = True
-    kwargs.update({module_field: getattr(e, field)
-                   for field, module_field in _SIZE_FIELDS.get(e.name, {}).items()
-                   if getattr(e, field)})
-    if is_text:
-        t = input_shape[0]
-        kwargs.update(vocab_size=len(vocab), pooling=e.pooling,
-                      max_len=max(t + -(-t // e.landmark_chunk), 8))
-        if e.name == "text_transformer":
-            kwargs.update(landmark_chunk=e.landmark_chunk, landmark_id=vocab.index("[SEP]"))
-    if e.name in ("mlp", "cnn"):
-        kwargs["norm"] = e.norm
-        if not e.variant:
-            kwargs["widths"] = e.widths
-        if e.name == "cnn":
-            kwargs["kernel_size"] = e.kernel_size
-            kwargs["im2col"] = e.conv == "im2col" or (e.conv == "auto" and population)
-    default_variant = None if e.name in ("mlp", "cnn") else "tiny"
-    return build(e.name, e.variant or default_variant, **kwargs)
+    kwargs.update(family.fields(e, input_shape=tuple(input_shape), vocab=vocab,
+                                population=population))
+    return build(e.name, e.variant or family.default_variant, **kwargs)
 
 
 def load_exported(path):
@@ -138,5 +104,5 @@ def load_exported(path):
     return load(path)
 
 
-__all__ = ["FAMILIES", "IMAGE_FAMILIES", "MLPHead", "REMAT_FAMILIES", "TOKEN_FAMILIES", "build",
-           "check_section", "from_section", "load_exported"]
+__all__ = ["FAMILIES", "Family", "IMAGE_FAMILIES", "MLPHead", "REMAT_FAMILIES", "TOKEN_FAMILIES",
+           "build", "check_section", "encoder_config", "from_section", "load_exported"]

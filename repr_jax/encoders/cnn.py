@@ -11,7 +11,10 @@ from typing import Sequence
 import flax.linen as nn
 import jax
 
+from repr_jax.config import EncoderConfig, config, static
+from repr_jax.encoders.family import Family
 from repr_jax.encoders.layers import PatchConv, conv, norm_layer
+from repr_jax.encoders.mlp import check_widths
 
 VARIANTS = {
     "tiny": dict(widths=(8, 16)),
@@ -56,3 +59,35 @@ class CNN(nn.Module):
         emb = nn.Dense(self.embed_dim, name="embed")(pooled) if self.embed_dim else pooled
         return emb, {"tokens": tokens, "layers": tuple(layers), "pooled": pooled,
                      "pre_head": pooled}
+
+
+@config
+class CNNConfig(EncoderConfig):
+    """``encoder.name=cnn``: its channels, kernel, normalisation and convolution kind."""
+    widths: tuple[int, ...] = static((32, 64, 128), doc="conv channels, one per block "
+                                                        "(variant replaces them)")
+    kernel_size: int = static(5, ">0", "convolution kernel (a side, for images)")
+    norm: str = static("batch", ("batch", "layer", "none"), "normalisation after each conv")
+    conv: str = static("auto", ("auto", "xla", "im2col"), "convolutions: XLA's, or patch matmuls "
+                       "(im2col: fast when vmapped); auto = im2col in populations whose members "
+                       "are vmapped together (train.population_chunk)")
+
+    def _validate(self):
+        check_widths(self.widths)
+
+
+def _fields(e: CNNConfig, *, population: bool = False, **_) -> dict:
+    return {"norm": e.norm, "kernel_size": e.kernel_size,
+            "im2col": e.conv == "im2col" or (e.conv == "auto" and population),
+            **({} if e.variant else {"widths": e.widths})}
+
+
+def _check(e: CNNConfig, input_shape: tuple[int, ...], dataset_name: str) -> None:
+    spatial = input_shape if len(input_shape) == 1 else input_shape[:-1]
+    if e.kernel_size > min(spatial):
+        raise ValueError(f"encoder.kernel_size={e.kernel_size} is larger than the inputs of "
+                         f"{dataset_name!r} ({'x'.join(map(str, spatial))}); use at most "
+                         f"{min(spatial)}")
+
+
+FAMILY = Family(CNN, VARIANTS, CNNConfig, _fields, default_variant=None, check=_check)

@@ -10,7 +10,10 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from repr_jax.encoders.pooling import pool_tokens
+from repr_jax.config import EncoderConfig, config, static
+from repr_jax.encoders.family import Family, sizes
+from repr_jax.encoders.pooling import ALL_POOLINGS, pool_tokens
+from repr_jax.encoders.text_transformer import text_max_len
 
 VARIANTS = {
     "tiny": dict(hidden=16, depth=1, embed_width=16),
@@ -56,3 +59,21 @@ class LSTMEncoder(nn.Module):
         emb = nn.Dense(self.embed_dim, name="embed")(pooled) if self.embed_dim else pooled
         return emb, {"tokens": x, "layers": tuple(layers), "mask": mask, "pooled": pooled,
                      "pre_head": pooled}
+
+
+@config
+class LSTMConfig(EncoderConfig):
+    """``encoder.name=lstm``: sizes that override the variant's (0 = the variant's) and the
+    pooling (landmarks need a transformer)."""
+    width: int = static(0, ">=0", "hidden size (0 = the variant's)")
+    depth: int = static(0, ">=0", "layers (0 = the variant's)")
+    pooling: str = static("mean", tuple(p for p in ALL_POOLINGS if p != "landmark"),
+                          "token pooling")
+
+
+def _fields(e: LSTMConfig, *, input_shape, vocab, **_) -> dict:
+    return {**sizes(e, {"width": "hidden", "depth": "depth"}), "vocab_size": len(vocab),
+            "pooling": e.pooling, "max_len": text_max_len(input_shape[0])}
+
+
+FAMILY = Family(LSTMEncoder, VARIANTS, LSTMConfig, _fields, reads="tokens")

@@ -6,6 +6,9 @@ from __future__ import annotations
 import flax.linen as nn
 import jax
 
+from repr_jax.config import EncoderConfig, config, static
+from repr_jax.encoders.family import Family, patch_check, sizes
+
 VARIANTS = {
     "tiny": dict(width=32, depth=2, tokens_mlp_dim=16, channels_mlp_dim=64, patch_size=4),
     "S": dict(width=512, depth=8, tokens_mlp_dim=256, channels_mlp_dim=2048, patch_size=16),
@@ -56,3 +59,19 @@ class Mixer(nn.Module):
         emb = nn.Dense(self.embed_dim, name="embed")(pooled) if self.embed_dim else pooled
         return emb, {"tokens": tokens, "layers": tuple(layers), "pooled": pooled,
                      "pre_head": pooled}
+
+
+@config
+class MixerConfig(EncoderConfig):
+    """``encoder.name=mixer``: sizes that override the variant's (0 = the variant's)."""
+    width: int = static(0, ">=0", "channels per token (0 = the variant's)")
+    depth: int = static(0, ">=0", "blocks (0 = the variant's)")
+    patch_size: int = static(0, ">=0", "patch side (0 = the variant's)")
+
+
+def _fields(e: MixerConfig, **_) -> dict:
+    return sizes(e, {"width": "width", "depth": "depth", "patch_size": "patch_size"})
+
+
+FAMILY = Family(Mixer, VARIANTS, MixerConfig, _fields, reads="images", remat=True,
+                check=patch_check(lambda e: VARIANTS[e.variant or "tiny"]["patch_size"]))

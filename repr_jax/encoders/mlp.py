@@ -7,6 +7,8 @@ from typing import Sequence
 import flax.linen as nn
 import jax
 
+from repr_jax.config import ConfigError, EncoderConfig, config, static
+from repr_jax.encoders.family import Family
 from repr_jax.encoders.layers import norm_layer
 
 VARIANTS = {
@@ -37,3 +39,26 @@ class MLP(nn.Module):
             layers.append(h)
         emb = nn.Dense(self.embed_dim, name="embed")(h) if self.embed_dim else h
         return emb, {"layers": tuple(layers), "pooled": h, "pre_head": h}
+
+
+@config
+class MLPConfig(EncoderConfig):
+    """``encoder.name=mlp``: its widths and normalisation (``variant`` replaces the widths)."""
+    widths: tuple[int, ...] = static((32, 64, 128), doc="hidden widths, one per block")
+    norm: str = static("batch", ("batch", "layer", "none"), "normalisation after each Dense")
+
+    def _validate(self):
+        check_widths(self.widths)
+
+
+def check_widths(widths) -> None:
+    if not widths or any(w <= 0 for w in widths):
+        raise ConfigError(f"encoder.widths must be a non-empty tuple of positive ints, "
+                          f"got {widths!r}")
+
+
+def _fields(e: MLPConfig, **_) -> dict:
+    return {"norm": e.norm, **({} if e.variant else {"widths": e.widths})}
+
+
+FAMILY = Family(MLP, VARIANTS, MLPConfig, _fields, default_variant=None)

@@ -9,6 +9,9 @@ from typing import Sequence
 import flax.linen as nn
 import jax
 
+from repr_jax.config import EncoderConfig, config
+from repr_jax.encoders.family import Family
+
 VARIANTS = {
     "tiny": dict(stage_sizes=(1, 1), num_filters=8, bottleneck=False, small_images=True),
     "18": dict(stage_sizes=(2, 2, 2, 2), num_filters=64, bottleneck=False),
@@ -86,3 +89,16 @@ class ResNet(nn.Module):
         emb = nn.Dense(self.embed_dim, name="embed")(pooled) if self.embed_dim else pooled
         return emb, {"tokens": tokens, "layers": tuple(layers), "pooled": pooled,
                      "pre_head": pooled}
+
+
+@config
+class ResNetConfig(EncoderConfig):
+    """``encoder.name=resnet``: sized by ``encoder.variant`` alone (18, 34, 50, ...; tiny)."""
+
+
+def _fields(e: ResNetConfig, **_) -> dict:
+    del e
+    return {}
+
+
+FAMILY = Family(ResNet, VARIANTS, ResNetConfig, _fields, reads="images", remat=True)

@@ -14,7 +14,9 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from repr_jax.encoders.pooling import insert_landmarks, mean_pool, pool_tokens
+from repr_jax.config import EncoderConfig, config, static
+from repr_jax.encoders.family import Family, sizes
+from repr_jax.encoders.pooling import ALL_POOLINGS, insert_landmarks, mean_pool, pool_tokens
 
 VARIANTS = {
     "tiny": dict(width=32, depth=2, num_heads=2, mlp_dim=64),
@@ -107,3 +109,32 @@ class TextTransformer(nn.Module):
         emb = nn.Dense(self.embed_dim, name="embed")(pooled) if self.embed_dim else pooled
         return emb, {"tokens": x, "layers": tuple(layers), "mask": mask, "pooled": pooled,
                      "pre_head": pooled}
+
+
+@config
+class TextTransformerConfig(EncoderConfig):
+    """``encoder.name=text_transformer``: a BERT over token ids; sizes that override the variant's
+    (0 = the variant's), its pooling and the landmark chunk."""
+    width: int = static(0, ">=0", "hidden width (0 = the variant's)")
+    depth: int = static(0, ">=0", "layers (0 = the variant's)")
+    num_heads: int = static(0, ">=0", "attention heads (0 = the variant's)")
+    mlp_dim: int = static(0, ">=0", "FFN width (0 = the variant's)")
+    pooling: str = static("mean", ALL_POOLINGS, "token pooling")
+    landmark_chunk: int = static(16, ">0", "landmark pooling: tokens per chunk")
+
+
+def text_max_len(length: int, chunk: int = 16) -> int:
+    """Positions a text encoder needs for ``length`` tokens plus a landmark every ``chunk``."""
+    return max(length + -(-length // chunk), 8)
+
+
+def _fields(e: TextTransformerConfig, *, input_shape, vocab, **_) -> dict:
+    return {**sizes(e, {"width": "width", "depth": "depth", "num_heads": "num_heads",
+                        "mlp_dim": "mlp_dim"}),
+            "vocab_size": len(vocab), "pooling": e.pooling,
+            "max_len": text_max_len(input_shape[0], e.landmark_chunk),
+            "landmark_chunk": e.landmark_chunk, "landmark_id": vocab.index("[SEP]")}
+
+
+FAMILY = Family(TextTransformer, VARIANTS, TextTransformerConfig, _fields, reads="tokens",
+                remat=True)

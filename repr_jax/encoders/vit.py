@@ -8,6 +8,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from repr_jax.config import EncoderConfig, config, static
+from repr_jax.encoders.family import Family, patch_check, sizes
+
 VARIANTS = {
     "tiny": dict(width=32, depth=2, num_heads=2, mlp_dim=64, patch_size=4),
     "Ti": dict(width=192, depth=12, num_heads=3, mlp_dim=768, patch_size=16),
@@ -123,3 +126,25 @@ class ViT(nn.Module):
         emb = nn.Dense(self.embed_dim, name="embed")(pooled) if self.embed_dim else pooled
         return emb, {"tokens": tokens, "layers": tuple(layers), "pooled": pooled,
                      "pre_head": pooled}
+
+
+@config
+class ViTConfig(EncoderConfig):
+    """``encoder.name=vit``: sizes that override the variant's (0 = the variant's)."""
+    width: int = static(0, ">=0", "token width (0 = the variant's)")
+    depth: int = static(0, ">=0", "blocks (0 = the variant's)")
+    num_heads: int = static(0, ">=0", "attention heads (0 = the variant's)")
+    mlp_dim: int = static(0, ">=0", "MLP width (0 = the variant's)")
+    patch_size: int = static(0, ">=0", "patch side (0 = the variant's)")
+
+
+SIZES = {"width": "width", "depth": "depth", "num_heads": "num_heads", "mlp_dim": "mlp_dim",
+         "patch_size": "patch_size"}
+
+
+def _fields(e: ViTConfig, **_) -> dict:
+    return sizes(e, SIZES)
+
+
+FAMILY = Family(ViT, VARIANTS, ViTConfig, _fields, reads="images", remat=True,
+                check=patch_check(lambda e: VARIANTS[e.variant or "tiny"]["patch_size"]))

@@ -10,7 +10,7 @@ Evaluators (``EVALUATORS[name](embedder, **options).run(variables)`` yields ``(m
 one per module, named like it.
 """
 
-from repr_jax.eval.base import Embedder, EmbedderView, Evaluator
+from repr_jax.eval.base import Embedder, EmbedderView, Evaluator, NoOptions
 from repr_jax.eval.clustering import Clustering, ami, kmeans, nmi, v_measure
 from repr_jax.eval.fewshot import FewShot, fewshot
 from repr_jax.eval.geometry import (Geometry, alignment, anisotropy, coding_rate, effective_rank,
@@ -30,7 +30,13 @@ EVALUATORS = {e.name: e for e in (LinearProbe, KNN, FewShot, Retrieval, Quantiza
 # What layerwise and matryoshka can run per layer / prefix: every evaluator but themselves.
 PROTOCOLS = tuple(name for name in EVALUATORS if name not in ("layerwise", "matryoshka"))
 
-__all__ = ["EVALUATORS", "PROTOCOLS", "Embedder", "EmbedderView", "Estimate", "Evaluator",
+
+def option_classes() -> dict[str, type]:
+    """``{evaluator name: its options section}``: the ``eval.<name>`` sections of the config
+    (``repr_jax.config.EvalConfig`` gathers them on first use)."""
+    return {name: getattr(e, "options", NoOptions) for name, e in EVALUATORS.items()}
+
+__all__ = ["EVALUATORS", "PROTOCOLS", "option_classes", "Embedder", "EmbedderView", "Estimate", "Evaluator",
            "adaptive_retrieve", "alignment", "ami", "anisotropy", "bootstrap_ci", "class_qrels",
            "coding_rate", "effective_rank", "feature_std", "fewshot",
            "kmeans", "knn_classifier", "linear_cka", "linear_probe", "nmi", "paired_bootstrap",

@@ -24,6 +24,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from repr_jax.config import config
+
 PredictFn = Callable[[Any, jax.Array], Any]  # (variables, x_BxS) -> embedding_BxE (or a tuple)
 
 
@@ -190,10 +192,18 @@ class EmbedderView(Embedder):
         return self.transform(self.parent.embed(variables, x, self.which if which == "x" else which))
 
 
+@config
+class NoOptions:
+    """The section of an evaluator with nothing to set."""
+
+
 class Evaluator(abc.ABC):
-    """Base of every evaluator: ``Evaluator(embedder, **options).run(variables)``."""
+    """Base of every evaluator: ``Evaluator(embedder, **options).run(variables)``. ``options``:
+    its config section (``eval.<name>.*``), a ``repr_jax.config.config`` class declared in the
+    evaluator's file whose fields are the keyword arguments it takes beside ``bootstrap``."""
 
     name: str = "evaluator"
+    options: type = NoOptions
 
     def __init__(self, embedder: Embedder):
         self.embedder = embedder

@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from repr_jax.config import config, static
 from repr_jax.eval.base import Evaluator
 
 
@@ -178,6 +179,12 @@ def v_measure(labels_true, labels_pred, beta: float = 1.0) -> float:
     return (1 + beta) * hom * com / (beta * hom + com) if hom + com else 0.0
 
 
+@config
+class ClusteringOptions:
+    """``eval.clustering.*``: the options of :class:`Clustering` (its keyword arguments)."""
+    seed: int = static(0, ">=0", "k-means initialisations")
+
+
 class Clustering(Evaluator):
     """k-means on the ``test`` features with k = the number of classes, scored against the labels.
 
@@ -185,6 +192,7 @@ class Clustering(Evaluator):
     ``O(N D + N K)``; the scores from a ``bincount`` contingency table, ``O(N + K^2)``."""
 
     name = "clustering"
+    options = ClusteringOptions
 
     def __init__(self, embedder, *, num_inits: int = 3, seed: int = 0, normalize: bool = True):
         super().__init__(embedder)

@@ -10,6 +10,7 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
+from repr_jax.config import config, static
 from repr_jax.eval.base import Embedder, Evaluator
 from repr_jax.eval.linear_probe import linear_probe
 from repr_jax.eval.stats import mean_and_spread
@@ -44,6 +45,13 @@ def fewshot(train_x, train_y, test_x, test_y, *, shots: Sequence[int] = (1, 5, 1
     return out
 
 
+@config
+class FewShotOptions:
+    """``eval.fewshot.*``: the options of :class:`FewShot` (its keyword arguments)."""
+    shots: tuple[int, ...] = static((1, 5, 10, 25), "positive counts", "examples per class")
+    seeds: int = static(5, ">0", "draws per shot count")
+
+
 class FewShot(Evaluator):
     """Few-shot probes from the ``train`` split, scored on ``test``.
 
@@ -52,6 +60,7 @@ class FewShot(Evaluator):
     shot count compiles once."""
 
     name = "fewshot"
+    options = FewShotOptions
 
     def __init__(self, embedder: Embedder, *, shots: Sequence[int] = (1, 5, 10, 25),
                  seeds: int = 5, **options: Any):

@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from repr_jax.config import config, static
 from repr_jax.eval.base import Evaluator
 from repr_jax.eval.retrieval import _normalize
 
@@ -164,6 +165,12 @@ def feature_std(z) -> jax.Array:
     return jnp.mean(jnp.std(_normalize(jnp.asarray(z, jnp.float32)), axis=0))
 
 
+@config
+class GeometryOptions:
+    """``eval.geometry.*``: the options of :class:`Geometry` (its keyword arguments)."""
+    max_examples: int = static(2000, ">0", "test examples the geometry is measured on")
+
+
 class Geometry(Evaluator):
     """Label-free geometry of the ``test`` features (the first ``max_examples``): uniformity,
     effective rank, anisotropy, coding rate (of L2-normalised features), feature std; alignment of
@@ -174,6 +181,7 @@ class Geometry(Evaluator):
     ``D_in x D_in``."""
 
     name = "geometry"
+    options = GeometryOptions
 
     def __init__(self, embedder, *, max_examples: int = 2000):
         super().__init__(embedder)

@@ -8,6 +8,7 @@ from typing import Any, Iterator
 import jax
 import jax.numpy as jnp
 
+from repr_jax.config import config, static
 from repr_jax.eval.base import Embedder, Evaluator
 from repr_jax.eval.retrieval import SIMILARITIES, retrieve, similarity_matrix
 from repr_jax.eval.stats import with_ci
@@ -69,6 +70,14 @@ def knn_classifier(train_x, train_y, test_x, test_y, *, k: int = 20, temperature
     return out
 
 
+@config
+class KNNOptions:
+    """``eval.knn.*``: the options of :class:`KNN` (its keyword arguments)."""
+    k: int = static(20, ">0")
+    temperature: float = static(0.07, ">0", "weights neighbours' votes by exp(sim / T)")
+    similarity: str = static("cosine", SIMILARITIES)
+
+
 class KNN(Evaluator):
     """kNN classifier with the ``train`` split as memory bank, scored on ``test``.
 
@@ -76,6 +85,7 @@ class KNN(Evaluator):
     (:func:`knn_classifier`)."""
 
     name = "knn"
+    options = KNNOptions
 
     def __init__(self, embedder: Embedder, *, k: int = 20, temperature: float = 0.07,
                  similarity: str = "cosine", bootstrap: int = 1000):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from repr_jax.config import config, static
 from repr_jax.eval.base import Embedder, Evaluator
 
 
@@ -16,6 +17,13 @@ def protocol_evaluator(protocol: str) -> type[Evaluator]:
     return EVALUATORS[protocol]
 
 
+@config
+class LayerwiseOptions:
+    """``eval.layerwise.*``: the options of :class:`Layerwise` (its keyword arguments)."""
+    protocol: str = static("linear_probe", doc="the evaluator run on every layer (with its own "
+                                               "section's options)")
+
+
 class Layerwise(Evaluator):
     """Runs ``protocol`` (an evaluator name) on each encoder layer's pooled features and on the final
     embedding; yields ``layer_{i}/{metric}`` and ``embedding/{metric}``.
@@ -23,6 +31,7 @@ class Layerwise(Evaluator):
     Cost: the protocol's, once per layer (each at that layer's width)."""
 
     name = "layerwise"
+    options = LayerwiseOptions
 
     def __init__(self, embedder: Embedder, *, protocol: str = "linear_probe", **options: Any):
         super().__init__(embedder)

@@ -11,6 +11,7 @@ import numpy as np
 import optax
 import optax.tree_utils as otu
 
+from repr_jax.config import config, static
 from repr_jax.eval.base import Embedder, Evaluator
 from repr_jax.eval.stats import with_ci
 
@@ -239,6 +240,13 @@ def linear_probe(train_x, train_y, test_x, test_y, *, kind: str = "ridge", l2: f
     return out
 
 
+@config
+class LinearProbeOptions:
+    """``eval.linear_probe.*``: the options of :class:`LinearProbe` (its keyword arguments)."""
+    kind: str = static("ridge", ("ridge", "logistic"), "closed-form ridge (penalty chosen on "
+                       "validation) or multinomial logistic regression")
+
+
 class LinearProbe(Evaluator):
     """Linear probe trained on ``train``, penalty chosen on ``validation``, scored on ``test`` (with a
     bootstrap interval over test examples); then on every classification evaluation set.
@@ -248,6 +256,7 @@ class LinearProbe(Evaluator):
     """
 
     name = "linear_probe"
+    options = LinearProbeOptions
 
     def __init__(self, embedder: Embedder, *, kind: str = "ridge", bootstrap: int = 1000,
                  **options: Any):

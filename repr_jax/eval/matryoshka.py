@@ -7,6 +7,7 @@ from typing import Any, Sequence
 
 import jax.numpy as jnp
 
+from repr_jax.config import config, static
 from repr_jax.eval.base import Embedder, Evaluator
 from repr_jax.eval.layerwise import protocol_evaluator
 from repr_jax.eval.retrieval import rerank, retrieve
@@ -21,6 +22,15 @@ def prefix_dims(dim: int, smallest: int = 8) -> tuple[int, ...]:
     return tuple(dims) + (dim,)
 
 
+@config
+class MatryoshkaOptions:
+    """``eval.matryoshka.*``: the options of :class:`Matryoshka` (its keyword arguments)."""
+    protocol: str = static("linear_probe", doc="the evaluator run on every prefix (with its own "
+                                               "section's options)")
+    dims: tuple[int, ...] = static((), doc="prefix widths; () = method.matryoshka_dims, or powers "
+                                           "of two")
+
+
 class Matryoshka(Evaluator):
     """Runs ``protocol`` (an evaluator name) on every embedding prefix ``[:, :d]``; yields
     ``dim_{d}/{metric}``. ``dims=()`` takes powers of two up to the embedding width; dims wider than
@@ -29,6 +39,7 @@ class Matryoshka(Evaluator):
     Cost: the protocol's, once per prefix (each at its width d)."""
 
     name = "matryoshka"
+    options = MatryoshkaOptions
 
     def __init__(self, embedder: Embedder, *, dims: Sequence[int] = (),
                  protocol: str = "linear_probe", **options: Any):

@@ -17,9 +17,10 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from repr_jax.config import config, static
 from repr_jax.eval.base import Evaluator
-from repr_jax.eval.retrieval import (_normalize, rerank, retrieval_tasks, retrieve, without,
-                                     topk_metrics)
+from repr_jax.eval.retrieval import (SIMILARITIES, _normalize, rerank, retrieval_tasks, retrieve,
+                                     topk_metrics, without)
 from repr_jax.eval.stats import with_ci
 
 PRECISIONS = ("float32", "int8", "binary")
@@ -92,6 +93,13 @@ def quantized_search(queries, corpus, *, precision: str = "int8", k: int = 10,
     return rerank(queries, corpus, idx, k=k, similarity=float_sim)  # float scores, shortlist
 
 
+@config
+class QuantizationOptions:
+    """``eval.quantization.*``: the options of :class:`Quantization` (its keyword arguments)."""
+    similarity: str = static("cosine", SIMILARITIES)
+    max_queries: int = static(2000, ">0", "retrieval over the test pairs: first N pairs")
+
+
 class Quantization(Evaluator):
     """Retrieval quality against storage: every retrieval task at float32, int8, binary and binary
     with a float-rescored shortlist; yields ``{precision}/{metric}`` and ``{precision}/bytes``.
@@ -99,6 +107,7 @@ class Quantization(Evaluator):
     Cost: four searches, time ``O(Q N D)`` each, memory ``O(N D)``."""
 
     name = "quantization"
+    options = QuantizationOptions
 
     def __init__(self, embedder, *, metric: str = "ndcg@10", rescore_multiplier: int = 4,
                  similarity: str = "cosine", max_queries: int = 2000, bootstrap: int = 1000):

@@ -24,6 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from repr_jax.config import config, static
 from repr_jax.eval.base import Evaluator
 from repr_jax.eval.stats import with_ci
 
@@ -373,6 +374,16 @@ def without(indices_QxK1, exclude_Q) -> np.ndarray:
     return idx[~drop].reshape(idx.shape[0], idx.shape[1] - 1)
 
 
+@config
+class RetrievalOptions:
+    """``eval.retrieval.*``: the options of :class:`Retrieval` (its keyword arguments)."""
+    metrics: tuple[str, ...] = static(("recall@1", "recall@10", "mrr@10", "ndcg@10", "map@10"),
+                                      doc="metric@k, metric in recall | precision | mrr | ndcg "
+                                          "| map")
+    similarity: str = static("cosine", SIMILARITIES)
+    max_queries: int = static(2000, ">0", "retrieval over the test pairs: first N pairs")
+
+
 class Retrieval(Evaluator):
     """Exact top-k retrieval on every retrieval task (see :func:`retrieval_tasks`), with per-query
     bootstrap intervals.
@@ -381,6 +392,7 @@ class Retrieval(Evaluator):
     (corpus_chunk + N / block))`` (:func:`retrieve`); metrics ``O(Q k)`` from the top-k."""
 
     name = "retrieval"
+    options = RetrievalOptions
 
     def __init__(self, embedder, *, metrics: Sequence[str] = ("recall@1", "recall@10", "mrr@10",
                                                              "ndcg@10", "map@10"),

@@ -9,6 +9,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from repr_jax.config import config, static
 from repr_jax.eval.base import Evaluator
 from repr_jax.eval.retrieval import SIMILARITIES, _normalize
 from repr_jax.eval.stats import with_ci
@@ -59,6 +60,12 @@ def sts_correlation(emb1, emb2, gold, similarity: str = "cosine") -> dict[str, f
     return {"spearman": float(spearman(sim, gold)), "pearson": float(pearson(sim, gold))}
 
 
+@config
+class STSOptions:
+    """``eval.sts.*``: the options of :class:`STS` (its keyword arguments)."""
+    similarity: str = static("cosine", SIMILARITIES)
+
+
 class STS(Evaluator):
     """Spearman and Pearson correlation on every similarity evaluation set, with bootstrap intervals
     over rated pairs.
@@ -66,6 +73,7 @@ class STS(Evaluator):
     Cost (P pairs, D dims): time ``O(P D + R P log P)`` with R resamples, memory ``O(P D)``."""
 
     name = "sts"
+    options = STSOptions
 
     def __init__(self, embedder, *, similarity: str = "cosine", bootstrap: int = 1000):
         super().__init__(embedder)

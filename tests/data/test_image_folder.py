@@ -83,7 +83,6 @@ def test_repr_jax_trains_and_evaluates_on_an_image_folder(tmp_path):
     r = subprocess.run(
         [sys.executable, "-m", "repr_jax.cli", "train", "--workdir", str(tmp_path / "run"),
          "--no-progress", "--set", f"data.name=imagefolder:{root}", "--set", "data.image_size=16",
-         "--set", "data.num_examples=0",
          "--set", f"data.data_dir={tmp_path / 'tfds'}", "--set", "encoder.name=resnet",
          "--set", "data.views.preset=simclr", "--set", "data.views.shift=0",
          "--set", "data.views.mask=0.0", "--set", "train.steps=6", "--set", "train.batch_size=32",

@@ -141,8 +141,8 @@ def test_heads_must_divide_width():
 IMAGE = (2, 8, 8, 1)
 
 
-@pytest.mark.parametrize("family, variant", [(f, v) for f, (_, vs) in encoders.FAMILIES.items()
-                                             for v in vs])
+@pytest.mark.parametrize("family, variant", [(f, v) for f, family in encoders.FAMILIES.items()
+                                             for v in family.variants])
 def test_every_family_and_variant_shapes(family, variant):
     """Shapes for every variant (abstractly: no big compute); the tiny ones run for finiteness."""
     token = family in encoders.TOKEN_FAMILIES
@@ -220,11 +220,13 @@ def test_every_family_is_built_from_its_config_section():
               "mixer": (8, 8, 1)}
     vocab = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b")
     for family in encoders.FAMILIES:
-        section = C.EncoderConfig(name=family, widths=(8,))
+        section = C.EncoderConfig(name=family, **({"widths": (8,)} if family in ("mlp", "cnn")
+                                                  else {}))
+        assert isinstance(section, encoders.FAMILIES[family].section)
         text = family in encoders.TOKEN_FAMILIES
         module = encoders.from_section(section, input_shape=shapes.get(family, (40,)),
                                        vocab=vocab if text else None)
-        assert type(module) is encoders.FAMILIES[family][0]
+        assert type(module) is encoders.FAMILIES[family].module
     with pytest.raises(ValueError, match="reads token ids, but dataset 'x' has no vocabulary"):
         encoders.from_section(C.EncoderConfig(name="lstm"), input_shape=(40,), vocab=None,
                               dataset_name="x")

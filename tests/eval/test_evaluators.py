@@ -11,6 +11,10 @@ from repr_jax import config as C
 from repr_jax.data import eval_sets
 from repr_jax.data.eval_sets import ClassificationSet, RetrievalSet, SimilaritySet
 from repr_jax.eval import EVALUATORS, Embedder
+from repr_jax.eval.fewshot import FewShotOptions
+from repr_jax.eval.layerwise import LayerwiseOptions
+from repr_jax.eval.quantization import QuantizationOptions
+from repr_jax.eval.retrieval import RetrievalOptions
 
 RNG = np.random.default_rng(0)
 
@@ -211,9 +215,9 @@ def test_eval_config_errors_name_the_choices():
     with pytest.raises(C.ConfigError, match="did you mean 'retrieval'"):
         check(evaluators=("retreival",))
     with pytest.raises(C.ConfigError, match="eval.retrieval.metrics: 'ndcg10' is not metric@k"):
-        check(retrieval=C.RetrievalOptions(metrics=("ndcg10",)))
+        check(retrieval=RetrievalOptions(metrics=("ndcg10",)))
     with pytest.raises(C.ConfigError, match="eval.layerwise.protocol='layerwise' is not valid"):
-        check(layerwise=C.LayerwiseOptions(protocol="layerwise"))
+        check(layerwise=LayerwiseOptions(protocol="layerwise"))
 
 
 def test_incompatible_eval_set_fails_before_training(tmp_path, mnist1d_small):
@@ -240,9 +244,9 @@ def test_battery_through_training_and_repr_jax_eval(tmp_path, capsys):
         encoder=C.EncoderConfig(name="mlp", widths=(32, 32)),
         train=C.TrainConfig(batch_size=32, steps=4, ckpt_every=4, log_every=2, num_devices=1),
         eval=C.EvalConfig(sets=("latent_retrieval", "latent_sts"), bootstrap=100,
-                          fewshot=C.FewShotOptions(shots=(1, 5), seeds=2),
-                          retrieval=C.RetrievalOptions(max_queries=200),
-                          quantization=C.QuantizationOptions(max_queries=200)))
+                          fewshot=FewShotOptions(shots=(1, 5), seeds=2),
+                          retrieval=RetrievalOptions(max_queries=200),
+                          quantization=QuantizationOptions(max_queries=200)))
     out = train_and_evaluate(cfg, tmp_path / "run", progress=False, verbose=False)
     rows = out["eval_rows"]
     got = {(r["representation"], r["evaluator"], r["metric"]) for r in rows}

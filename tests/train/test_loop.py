@@ -132,7 +132,7 @@ def test_workdir_with_other_config_is_refused(tmp_path, mnist1d_small):
 @pytest.mark.slow
 def test_supervised_method_trains_on_digits(tmp_path):
     cfg = C.override(tiny_config(), [
-        "data.name=digits", "data.num_examples=0", "data.views.shift=0", "data.views.mask=0.0",
+        "data.name=digits", "data.views.shift=0", "data.views.mask=0.0",
         "data.views.crop_pad=1", "method.name=supervised", "optim.lr=0.01", "train.steps=30",
         "train.ckpt_every=0", "train.log_every=10"])
     out = train_and_evaluate(cfg, tmp_path / "run", progress=False, verbose=False)

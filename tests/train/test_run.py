@@ -21,13 +21,14 @@ def test_paths_are_recorded_absolute_and_names_stay_names(tmp_path, monkeypatch)
         str(tmp_path / "tfds"), str(tmp_path / "vocab.txt"), str(tmp_path / "weights"))
     assert r.eval.sets == (f"beir:{tmp_path / 'coll'}", "lee")
     assert resolved_paths(r) == r and resolved_paths(C.Config()) == C.Config()
-    named = C.override(C.Config(), ["data.tokenizer=bytes", "encoder.init_from=minilm"])
+    named = C.override(C.Config(), ["data.name=wordnet", "data.tokenizer=bytes",
+                                    "encoder.init_from=minilm"])
     assert resolved_paths(named) == named
 
 
 @needs_minilm
 def test_the_minilm_wheel_is_recorded_by_its_name(minilm_dir):
-    cfg = C.override(C.Config(), [f"data.tokenizer={minilm_dir / 'vocab.txt'}",
+    cfg = C.override(C.Config(), ["data.name=wordnet", f"data.tokenizer={minilm_dir / 'vocab.txt'}",
                                   f"encoder.init_from={minilm_dir}"])
     r = resolved_paths(cfg)
     assert (r.data.tokenizer, r.encoder.init_from) == ("minilm", "minilm")

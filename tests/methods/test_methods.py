@@ -37,8 +37,9 @@ def method_config(name, **method_kw):
     temperature = {"simclr": 0.2, "supcon": 0.1, "moco": 0.1, "biencoder": 0.1}.get(name, 0.5)
     return C.Config(
         seed=0,
-        data=C.DataConfig(name=dataset, num_examples=2000,
-                          views=C.ViewsConfig(noise=0.0 if name in ("mae", "mlm") else 0.1)),
+        data=C.DataConfig(name=dataset, num_examples=2000,  # token ids (mlm) take no views
+                          **({} if name == "mlm" else
+                             {"views": C.ViewsConfig(noise=0.0 if name == "mae" else 0.1)})),
         encoder=encoder,
         method=C.MethodConfig(name=name, **_own(name, dict(
             temperature=temperature, proj_hidden=64, proj_dim=32, pred_hidden=32, queue_size=256,

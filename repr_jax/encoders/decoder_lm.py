@@ -1,0 +1,203 @@
+"""A Llama-family decoder as an embedding model (E5-Mistral, LLM2Vec, GritLM, SGPT).
+
+Input: token ids ``[B, T]`` where ``-1`` marks padding (left or right: the pad id of these
+vocabularies is often their EOS, so padding is never read from the ids' values) and ``-2 - id``
+marks an instruction token: it is read and attended to like any other but left out of the
+pooling (LLM2Vec's and GritLM's instruction mask). Each block is pre-norm::
+
+    x = x + Attn(RMSNorm(x));  x = x + SwiGLU(RMSNorm(x))
+
+with rotary position embeddings (Hugging Face's ``rotate_half`` layout, positions counted from
+each row's first real token, so left padding changes nothing), grouped-query attention and a final
+RMSNorm — the conventions of Hugging Face's ``LlamaModel`` (Mistral and Qwen2 too; Qwen2's
+``qkv_bias``). ``attention`` is ``causal`` (as pretrained) or ``bidirectional`` (LLM2Vec): a
+static choice, never derived from the batch. Poolings: ``last_token`` (each row's last real token,
+under either padding side), ``mean`` and ``weighted_mean`` (position-weighted, SGPT). Parameter
+names mirror the Hugging Face layout so ``decoder_lm_weights`` maps a checkpoint one tensor to one
+parameter. Cost per text: ``O(depth * (T * width * (width + mlp_dim) + T^2 * width))``.
+"""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from repr_jax.config import EncoderConfig, config, static
+from repr_jax.encoders.family import Family, sizes
+
+PAD = -1  # the padding id of decoder_lm inputs
+ATTENTIONS = ("causal", "bidirectional")
+POOLINGS = ("last_token", "mean", "weighted_mean")
+
+VARIANTS = {
+    "tiny": dict(width=32, depth=2, num_heads=4, num_kv_heads=2, mlp_dim=64),
+    "SmolLM2-135M": dict(width=576, depth=30, num_heads=9, num_kv_heads=3, mlp_dim=1536,
+                         rope_base=100000.0, eps=1e-5),
+}
+
+
+def split_ids(ids: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """``(token ids, valid [B, T], pooled [B, T])`` of decoder_lm inputs (module docstring):
+    padding is ``-1`` (not valid), an instruction token ``-2 - id`` (valid, not pooled)."""
+    ids = ids.astype(jnp.int32)
+    valid, pooled = ids != PAD, ids >= 0
+    return jnp.where(pooled, ids, jnp.where(valid, -2 - ids, 0)), valid, pooled
+
+
+def last_valid(valid: jax.Array) -> jax.Array:
+    """Index ``[B]`` of each row's last valid position (left or right padding alike)."""
+    t = valid.shape[1]
+    return t - 1 - jnp.argmax(valid[:, ::-1], axis=1)
+
+
+def pool(kind: str, tokens: jax.Array, valid: jax.Array, pooled: jax.Array) -> jax.Array:
+    """``last_token``: the state of the last valid token (an instruction-only row pools its
+    instruction); ``mean``: over the pooled tokens; ``weighted_mean``: weights 1, 2, 3, ... over
+    the pooled tokens in order (SGPT)."""
+    if kind == "last_token":
+        last = last_valid(valid)
+        return jnp.take_along_axis(tokens, last[:, None, None], axis=1)[:, 0]
+    if kind in ("mean", "weighted_mean"):
+        w = pooled.astype(tokens.dtype)
+        if kind == "weighted_mean":
+            w = w * jnp.cumsum(w, axis=1)
+        return jnp.einsum("bt,btd->bd", w, tokens) / jnp.maximum(w.sum(1), 1e-9)[:, None]
+    raise ValueError(f"unknown decoder_lm pooling {kind!r}; choose from: {', '.join(POOLINGS)}")
+
+
+def rope(x: jax.Array, positions: jax.Array, base: float) -> jax.Array:
+    """Rotary embedding of ``x [B, T, N, d]`` at ``positions [B, T]`` (``rotate_half`` layout:
+    the first and second halves of each head are the pairs)."""
+    d = x.shape[-1]
+    inv_freq = 1.0 / (base ** (jnp.arange(0, d, 2, dtype=jnp.float32) / d))
+    angles = positions[..., None].astype(jnp.float32) * inv_freq[None, None]  # [B, T, d/2]
+    cos = jnp.concatenate([jnp.cos(angles)] * 2, -1)[:, :, None, :].astype(x.dtype)
+    sin = jnp.concatenate([jnp.sin(angles)] * 2, -1)[:, :, None, :].astype(x.dtype)
+    x1, x2 = jnp.split(x, 2, axis=-1)
+    return x * cos + jnp.concatenate([-x2, x1], axis=-1) * sin
+
+
+class DecoderBlock(nn.Module):
+    num_heads: int
+    num_kv_heads: int
+    mlp_dim: int
+    rope_base: float
+    eps: float
+    qkv_bias: bool = False
+
+    @nn.compact
+    def __call__(self, x_BxTxD, positions_BxT, mask_Bx1xTxT):
+        b, t, d = x_BxTxD.shape
+        dh = d // self.num_heads
+        h = nn.RMSNorm(self.eps, name="input_layernorm")(x_BxTxD)
+
+        def proj(name, heads):
+            return nn.Dense(heads * dh, use_bias=self.qkv_bias, name=name)(h).reshape(
+                b, t, heads, dh)
+
+        q = rope(proj("q_proj", self.num_heads), positions_BxT, self.rope_base)
+        k = rope(proj("k_proj", self.num_kv_heads), positions_BxT, self.rope_base)
+        v = proj("v_proj", self.num_kv_heads)
+        ctx = jax.nn.dot_product_attention(q, k, v, mask=mask_Bx1xTxT)  # grouped-query
+        x = x_BxTxD + nn.Dense(d, use_bias=False, name="o_proj")(ctx.reshape(b, t, d))
+        h = nn.RMSNorm(self.eps, name="post_attention_layernorm")(x)
+        gate = nn.Dense(self.mlp_dim, use_bias=False, name="gate_proj")(h)
+        up = nn.Dense(self.mlp_dim, use_bias=False, name="up_proj")(h)
+        return x + nn.Dense(d, use_bias=False, name="down_proj")(nn.silu(gate) * up)
+
+
+class DecoderLM(nn.Module):
+    """Returns ``(embedding [B, E], features)`` with ``tokens`` ``[B, T, D]`` (after the final
+    norm), ``layers`` (each block's output), ``mask`` (the pooled tokens), ``pooled`` and
+    ``pre_head``."""
+    vocab_size: int = 49152
+    width: int = 576
+    depth: int = 30
+    num_heads: int = 9
+    num_kv_heads: int = 3
+    mlp_dim: int = 1536
+    rope_base: float = 10000.0
+    eps: float = 1e-5
+    qkv_bias: bool = False
+    attention: str = "causal"
+    pooling: str = "last_token"
+    embed_dim: int = 0
+    remat: bool = False
+
+    def setup_check(self):
+        if self.attention not in ATTENTIONS:
+            raise ValueError(f"decoder_lm attention {self.attention!r}; choose from: "
+                             f"{', '.join(ATTENTIONS)}")
+        if self.width % self.num_heads or self.num_heads % self.num_kv_heads:
+            raise ValueError(f"decoder_lm: width {self.width}, num_heads {self.num_heads} and "
+                             f"num_kv_heads {self.num_kv_heads} must divide one another")
+
+    @nn.compact
+    def __call__(self, ids: jax.Array, *, train: bool = False, segment_ids=None):
+        del train, segment_ids  # no dropout; one segment
+        self.setup_check()
+        ids, valid, pooled = split_ids(ids)
+        t = ids.shape[1]
+        embed = nn.Embed(self.vocab_size, self.width, name="embed_tokens",
+                         embedding_init=nn.initializers.normal(0.02))
+        x = embed(ids)
+        positions = jnp.maximum(jnp.cumsum(valid, axis=1) - 1, 0)
+        keys = valid[:, None, None, :]
+        if self.attention == "causal":
+            keys = keys & jnp.tril(jnp.ones((t, t), bool))[None, None]
+        mask = jnp.broadcast_to(keys, (ids.shape[0], 1, t, t))
+        block = nn.remat(DecoderBlock) if self.remat else DecoderBlock
+        layers = []
+        for i in range(self.depth):
+            x = block(self.num_heads, self.num_kv_heads, self.mlp_dim, self.rope_base, self.eps,
+                      self.qkv_bias, name=f"layer_{i}")(x, positions, mask)
+            layers.append(x)
+        x = nn.RMSNorm(self.eps, name="norm")(x)
+        vec = pool(self.pooling, x, valid, pooled)
+        emb = nn.Dense(self.embed_dim, name="embed")(vec) if self.embed_dim else vec
+        return emb, {"tokens": x, "layers": tuple(layers), "mask": pooled, "pooled": vec,
+                     "pre_head": vec}
+
+
+@config
+class DecoderLMConfig(EncoderConfig):
+    """``encoder.name=decoder_lm``: a Llama-family decoder over token ids (sizes 0 = the
+    variant's, or the weights' when ``init_from`` names a GGUF file or a Hugging Face folder);
+    its attention mask and pooling."""
+    width: int = static(0, ">=0", "hidden width (0 = the variant's)")
+    depth: int = static(0, ">=0", "blocks (0 = the variant's)")
+    num_heads: int = static(0, ">=0", "query heads (0 = the variant's)")
+    num_kv_heads: int = static(0, ">=0", "key/value heads (0 = the variant's)")
+    mlp_dim: int = static(0, ">=0", "SwiGLU width (0 = the variant's)")
+    attention: str = static("causal", ATTENTIONS, "causal (as pretrained) or bidirectional "
+                                                  "(LLM2Vec)")
+    pooling: str = static("last_token", POOLINGS, "token pooling")
+
+
+SIZES = {"width": "width", "depth": "depth", "num_heads": "num_heads",
+         "num_kv_heads": "num_kv_heads", "mlp_dim": "mlp_dim"}
+
+
+def _fields(e: DecoderLMConfig, *, vocab, **_) -> dict:
+    out = {"vocab_size": len(vocab), "attention": e.attention, "pooling": e.pooling}
+    if e.init_from and not e.variant:  # the weights' own sizes
+        from repr_jax.encoders.decoder_lm_weights import is_decoder_weights, read_header
+        if is_decoder_weights(e.init_from):
+            out.update(read_header(e.init_from).module_fields())
+    return {**out, **sizes(e, SIZES)}
+
+
+def _check(e: DecoderLMConfig, input_shape, dataset_name: str) -> None:
+    del input_shape, dataset_name
+    width = e.width or VARIANTS[e.variant or "tiny"]["width"]
+    heads = e.num_heads or VARIANTS[e.variant or "tiny"]["num_heads"]
+    kv = e.num_kv_heads or VARIANTS[e.variant or "tiny"]["num_kv_heads"]
+    if width % heads or heads % kv or (width // heads) % 2:
+        raise ValueError(f"encoder.width={width}, num_heads={heads}, num_kv_heads={kv}: the "
+                         f"width must split into heads of even size and the query heads into "
+                         f"groups of key/value heads")
+
+
+FAMILY = Family(DecoderLM, VARIANTS, DecoderLMConfig, _fields, reads="tokens", remat=True,
+                check=_check)

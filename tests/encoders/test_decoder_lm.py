@@ -1,0 +1,340 @@
+"""decoder_lm: the Llama-family encoder, its poolings and masks, GGUF / Hugging Face import, and
+SmolLM2's parity with transformers (tests/data/make_smollm2_reference.py)."""
+
+import json
+import sys
+from pathlib import Path
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from repr_jax.encoders.decoder_lm import DecoderLM, last_valid, pool, split_ids
+from repr_jax.encoders.decoder_lm_weights import (load_decoder_lm, read_decoder_weights,
+                                                   read_header)
+
+DATA = Path(__file__).resolve().parent.parent / "data"
+sys.path.insert(0, str(DATA.parent))
+from conftest import needs_smollm2  # noqa: E402
+
+TINY = dict(vocab_size=300, width=32, depth=2, num_heads=4, num_kv_heads=2, mlp_dim=48,
+            rope_base=10000.0, eps=1e-5)
+
+
+def _tiny(**kw):
+    module = DecoderLM(**{**TINY, **kw})
+    params = module.init(jax.random.PRNGKey(0), jnp.zeros((1, 4), jnp.int32))["params"]
+    return module, params
+
+
+def _states(module, params, ids):
+    return np.asarray(module.apply({"params": params}, jnp.asarray(ids, jnp.int32))[1]["tokens"])
+
+
+# --------------------------------------------------------------------------- masks and poolings
+def test_bidirectional_lets_a_later_token_change_an_earlier_one_and_causal_does_not():
+    a, b = [[5, 6, 7, 8]], [[5, 6, 7, 9]]  # batch size 1, the last token differs
+    for attention, changes in (("causal", False), ("bidirectional", True)):
+        module, params = _tiny(attention=attention)
+        sa, sb = _states(module, params, a), _states(module, params, b)
+        assert np.allclose(sa[0, :3], sb[0, :3], atol=1e-6) != changes, attention
+        assert not np.allclose(sa[0, 3], sb[0, 3])
+
+
+def test_padding_on_either_side_changes_nothing():
+    module, params = _tiny()
+    row = [11, 12, 13, 14, 15]
+    alone = _states(module, params, [row])[0]
+    right = _states(module, params, [row + [-1, -1, -1]])[0]
+    left = _states(module, params, [[-1, -1, -1] + row])[0]
+    np.testing.assert_allclose(right[:5], alone, atol=1e-5)
+    np.testing.assert_allclose(left[3:], alone, atol=1e-5)
+    for pooling in ("last_token", "mean", "weighted_mean"):
+        m = DecoderLM(**TINY, pooling=pooling)
+        embs = [np.asarray(m.apply({"params": params}, jnp.asarray(x))[0])
+                for x in ([row], [row + [-1] * 3], [[-1] * 3 + row])]
+        np.testing.assert_allclose(embs[1], embs[0], atol=1e-5)
+        np.testing.assert_allclose(embs[2], embs[0], atol=1e-5)
+
+
+def test_poolings_by_hand():
+    rng = np.random.default_rng(0)
+    tokens = jnp.asarray(rng.normal(size=(3, 5, 4)), jnp.float32)
+    ids = jnp.asarray([[-1, -1, 7, 8, 9],       # left padded
+                       [-2 - 3, -2 - 4, 5, -1, -1],  # instruction, text, right padding
+                       [1, 2, 3, 4, 5]])
+    _, valid, pooled = split_ids(ids)
+    np.testing.assert_array_equal(last_valid(valid), [4, 2, 4])
+    t = np.asarray(tokens)
+    np.testing.assert_allclose(pool("last_token", tokens, valid, pooled),
+                               [t[0, 4], t[1, 2], t[2, 4]], rtol=1e-6)
+    np.testing.assert_allclose(pool("mean", tokens, valid, pooled),
+                               [t[0, 2:].mean(0), t[1, 2], t[2].mean(0)], rtol=1e-6)
+    np.testing.assert_allclose(pool("weighted_mean", tokens, valid, pooled),
+                               [(1 * t[0, 2] + 2 * t[0, 3] + 3 * t[0, 4]) / 6, t[1, 2],
+                                np.einsum("t,td->d", np.arange(1, 6), t[2]) / 15], rtol=1e-5)
+
+
+def test_instruction_tokens_are_read_but_not_pooled():
+    module, params = _tiny(pooling="mean")
+    text = [20, 21, 22]
+    with_instruction = [[-2 - 40, -2 - 41] + text]
+    plain_prefix = [[40, 41] + text]
+    states = _states(module, params, with_instruction)
+    np.testing.assert_allclose(states, _states(module, params, plain_prefix), atol=1e-6)
+    emb = np.asarray(module.apply({"params": params}, jnp.asarray(with_instruction))[0])
+    np.testing.assert_allclose(emb[0], states[0, 2:].mean(0), atol=1e-6)
+    assert not np.allclose(emb, np.asarray(module.apply({"params": params},
+                                                        jnp.asarray([text]))[0]), atol=1e-3)
+
+
+def test_attention_misspelt_is_one_line():
+    module = DecoderLM(**TINY, attention="bidirectonal")
+    with pytest.raises(ValueError, match="choose from: causal, bidirectional"):
+        module.init(jax.random.PRNGKey(0), jnp.zeros((1, 4), jnp.int32))
+
+
+# ------------------------------------------------------------------------------ GGUF and folders
+def _hf_tensors(params) -> dict[str, np.ndarray]:
+    """A tiny DecoderLM's parameters under Hugging Face Llama names ([out, in] weights)."""
+    p = jax.tree.map(np.asarray, params)
+    out = {"model.embed_tokens.weight": p["embed_tokens"]["embedding"],
+           "model.norm.weight": p["norm"]["scale"]}
+    for i in range(TINY["depth"]):
+        layer = p[f"layer_{i}"]
+        pre = f"model.layers.{i}."
+        out[pre + "input_layernorm.weight"] = layer["input_layernorm"]["scale"]
+        out[pre + "post_attention_layernorm.weight"] = layer["post_attention_layernorm"]["scale"]
+        for name in ("q_proj", "k_proj", "v_proj", "o_proj"):
+            out[pre + f"self_attn.{name}.weight"] = layer[name]["kernel"].T
+        for name in ("gate_proj", "up_proj", "down_proj"):
+            out[pre + f"mlp.{name}.weight"] = layer[name]["kernel"].T
+    return {k: np.ascontiguousarray(v, np.float32) for k, v in out.items()}
+
+
+def _byte_vocab():
+    from tokenizers.pre_tokenizers import ByteLevel
+    alphabet = sorted(ByteLevel.alphabet())
+    tokens = alphabet + ["Ġt", "he", "Ġthe"]
+    tokens += [f"<extra_{i}>" for i in range(TINY["vocab_size"] - len(tokens) - 2)]
+    return tokens + ["<|endoftext|>", "<|im_start|>"], ["Ġ t", "h e", "Ġt he"]
+
+
+def _permute(w, heads):  # llama.cpp's convert_hf_to_gguf.py permutation
+    return w.reshape(heads, 2, w.shape[0] // heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(
+        w.shape)
+
+
+def write_gguf(path, params, types=None, *, arch="llama"):
+    """A tiny Llama GGUF as llama.cpp writes one (q/k rows permuted, tied embeddings), its
+    matrices stored as ``types`` (name pattern -> GGML type), with a byte-level BPE tokenizer."""
+    import gguf
+    tokens, merges = _byte_vocab()
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_block_count(TINY["depth"])
+    w.add_context_length(64)
+    w.add_embedding_length(TINY["width"])
+    w.add_feed_forward_length(TINY["mlp_dim"])
+    w.add_head_count(TINY["num_heads"])
+    w.add_head_count_kv(TINY["num_kv_heads"])
+    w.add_rope_freq_base(TINY["rope_base"])
+    w.add_layer_norm_rms_eps(TINY["eps"])
+    w.add_vocab_size(TINY["vocab_size"])
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("gpt2")
+    w.add_token_list(tokens)
+    w.add_token_types([3 if t.startswith("<|") else 1 for t in tokens])
+    w.add_token_merges(merges)
+    w.add_eos_token_id(len(tokens) - 2)
+    hf = _hf_tensors(params)
+    names = {"model.embed_tokens.weight": "token_embd.weight",
+             "model.norm.weight": "output_norm.weight"}
+    block = {"input_layernorm.weight": "attn_norm.weight",
+             "post_attention_layernorm.weight": "ffn_norm.weight",
+             "self_attn.q_proj.weight": "attn_q.weight", "self_attn.k_proj.weight": "attn_k.weight",
+             "self_attn.v_proj.weight": "attn_v.weight",
+             "self_attn.o_proj.weight": "attn_output.weight",
+             "mlp.gate_proj.weight": "ffn_gate.weight", "mlp.up_proj.weight": "ffn_up.weight",
+             "mlp.down_proj.weight": "ffn_down.weight"}
+    stored = {}
+    for name, t in hf.items():
+        if name.startswith("model.layers."):
+            i, rest = name[len("model.layers."):].split(".", 1)
+            gname = f"blk.{i}.{block[rest]}"
+        else:
+            gname = names[name]
+        if arch == "llama" and gname.endswith("attn_q.weight"):
+            t = _permute(t, TINY["num_heads"])
+        if arch == "llama" and gname.endswith("attn_k.weight"):
+            t = _permute(t, TINY["num_kv_heads"])
+        kind = next((k for pattern, k in (types or {}).items() if pattern in gname), "F32")
+        qtype = gguf.GGMLQuantizationType[kind]
+        if t.ndim == 2 and kind not in ("F32", "F16"):
+            data = gguf.quants.quantize(t, qtype)
+            w.add_tensor(gname, data, raw_shape=data.shape, raw_dtype=qtype)
+        else:
+            w.add_tensor(gname, t.astype(np.float16) if kind == "F16" else t)
+        stored[gname] = np.asarray(gguf.quants.dequantize(
+            gguf.quants.quantize(t, qtype) if kind not in ("F32", "F16") else
+            t.astype(np.float16 if kind == "F16" else np.float32), qtype), np.float32)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return stored
+
+
+def test_gguf_import_dequantises_every_type_and_unpermutes_queries_and_keys(tmp_path):
+    module, params = _tiny()
+    types = {"attn_q": "Q4_0", "attn_k": "Q4_1", "attn_v": "Q8_0", "attn_output": "F16",
+             "ffn_gate": "BF16", "token_embd": "Q8_0"}
+    stored = write_gguf(tmp_path / "tiny.gguf", params, types)
+    header, loaded = read_decoder_weights(tmp_path / "tiny.gguf")
+    assert header.module_fields() == {**TINY, "qkv_bias": False}
+    # every matrix equals the gguf package's own dequantisation of what was stored
+    np.testing.assert_array_equal(loaded["embed_tokens"]["embedding"], stored["token_embd.weight"])
+    np.testing.assert_array_equal(loaded["layer_1"]["gate_proj"]["kernel"],
+                                  stored["blk.1.ffn_gate.weight"].T)
+    np.testing.assert_array_equal(loaded["layer_0"]["up_proj"]["kernel"],
+                                  np.asarray(params["layer_0"]["up_proj"]["kernel"]))
+    # queries and keys come back in Hugging Face's order: stored as F32, they are exact
+    f32 = tmp_path / "f32.gguf"
+    write_gguf(f32, params)
+    _, exact = read_decoder_weights(f32)
+    for name in ("q_proj", "k_proj"):
+        np.testing.assert_array_equal(exact["layer_0"][name]["kernel"],
+                                      np.asarray(params["layer_0"][name]["kernel"]))
+    ids = [[5, 6, 7, 8, 9]]
+    np.testing.assert_allclose(_states(module, exact, ids), _states(module, params, ids),
+                               atol=1e-6)
+
+
+def test_a_hugging_face_folder_loads_the_same_model(tmp_path):
+    from safetensors.numpy import save_file
+    module, params = _tiny()
+    folder = tmp_path / "hf"
+    folder.mkdir()
+    save_file(_hf_tensors(params), str(folder / "model.safetensors"))
+    (folder / "config.json").write_text(json.dumps({
+        "model_type": "llama", "vocab_size": TINY["vocab_size"], "hidden_size": TINY["width"],
+        "num_hidden_layers": TINY["depth"], "num_attention_heads": TINY["num_heads"],
+        "num_key_value_heads": TINY["num_kv_heads"], "intermediate_size": TINY["mlp_dim"],
+        "rope_theta": TINY["rope_base"], "rms_norm_eps": TINY["eps"], "eos_token_id": 2}))
+    header, loaded = read_decoder_weights(folder)
+    assert header.module_fields() == {**TINY, "qkv_bias": False}
+    chex.assert_trees_all_equal(loaded, jax.tree.map(np.asarray, params))
+
+
+def test_the_gguf_tokenizer_keeps_control_tokens_whole(tmp_path):
+    _, params = _tiny()
+    write_gguf(tmp_path / "tiny.gguf", params)
+    loaded = load_decoder_lm(tmp_path / "tiny.gguf")
+    tok = loaded.tokenizer
+    tokens, _ = _byte_vocab()
+    ids = tok.tokenize("<|im_start|>the the")
+    assert ids[0] == tokens.index("<|im_start|>") and tokens.index("Ġthe") in ids
+    assert tok.decode(ids) == "<|im_start|>the the"
+    rows = tok.rows(["the"], prefix="the ", append_eos=True, max_len=8)
+    assert rows[0][-1] == tok.eos_id and all(i <= -2 for i in rows[0][:len(tok.tokenize("the "))])
+
+
+@pytest.mark.parametrize("case", ["architecture", "truncated", "not_gguf", "quantisation"])
+def test_bad_gguf_files_are_one_line(tmp_path, case):
+    import gguf
+    _, params = _tiny()
+    path = tmp_path / "bad.gguf"
+    if case == "architecture":
+        write_gguf(path, params, arch="gpt2")
+        match = "architecture 'gpt2' is not read here; decoder_lm reads llama, qwen2"
+    elif case == "truncated":
+        write_gguf(path, params)
+        path.write_bytes(path.read_bytes()[:5000])
+        match = "damaged or truncated GGUF"
+    elif case == "not_gguf":
+        path.write_bytes(b"PK\x03\x04" + bytes(100))
+        match = "is not a GGUF file"
+    else:
+        w = gguf.GGUFWriter(str(path), "llama")
+        for key, value in (("block_count", 0), ("embedding_length", 32),
+                           ("feed_forward_length", 48), ("attention.head_count", 4),
+                           ("attention.layer_norm_rms_epsilon", 1e-5)):
+            w.add_uint32(f"llama.{key}", value) if isinstance(value, int) else \
+                w.add_float32(f"llama.{key}", value)
+        w.add_tensor("token_embd.weight", np.zeros((300, 40), np.uint8), raw_shape=(300, 40),
+                     raw_dtype=gguf.GGMLQuantizationType.Q8_1)
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
+        match = "tensor 'token_embd.weight' of type Q8_1 cannot be dequantised"
+    with pytest.raises(ValueError, match=match) as info:
+        read_decoder_weights(path)
+    assert "\n" not in str(info.value)
+
+
+# ------------------------------------------------------------------------------ SmolLM2 parity
+@pytest.mark.slow
+@needs_smollm2
+def test_smollm2_equals_transformers_on_both_padding_sides():
+    """Token ids and final hidden states of 16 texts, batched with right and with left padding,
+    equal transformers' LlamaModel from the same GGUF (stored by make_smollm2_reference.py); where
+    transformers is installed, every layer is compared live as well."""
+    ref = np.load(DATA / "smollm2_reference.npz")
+    texts, off = [str(t) for t in ref["texts"]], ref["offsets"]
+    loaded = load_decoder_lm("smollm2")
+    h = read_header("smollm2")
+    assert (h.width, h.depth, h.num_heads, h.num_kv_heads, h.mlp_dim, h.rope_base,
+            h.vocab_size) == (576, 30, 9, 3, 1536, 100000.0, 49152)
+    theirs = [list(ref["ids"][off[i]:off[i + 1]]) for i in range(len(texts))]
+    assert [loaded.tokenizer.tokenize(t) for t in texts] == theirs
+    module = loaded.module()
+    apply = jax.jit(lambda p, x: module.apply({"params": p}, x)[1])
+    live = _transformers_layers(theirs)
+    for left in (False, True):
+        ids = loaded.tokenizer.pad(theirs, left=left)
+        feats = apply(loaded.params, jnp.asarray(ids))
+        valid = ids != -1
+        ours = np.asarray(feats["tokens"])
+        for i in range(len(texts)):
+            _close(ours[i][valid[i]], ref["states"][off[i]:off[i + 1]])
+        for layer, (states, mask) in enumerate(live):
+            for i in range(len(texts)):
+                _close(np.asarray(feats["layers"][layer])[i][valid[i]], states[i][mask[i]])
+
+
+def _close(a, b, rtol=1e-4):
+    rel = np.linalg.norm(a - b, axis=-1) / np.linalg.norm(b, axis=-1)
+    assert rel.max() < rtol, rel.max()
+
+
+def _transformers_layers(ids):
+    """Each block's output from transformers, where it is installed (else nothing)."""
+    try:
+        import torch  # noqa: F401
+        import transformers  # noqa: F401
+    except ImportError:
+        return []
+    sys.path.insert(0, str(DATA))
+    from make_smollm2_reference import reference
+    from repr_jax.encoders.decoder_lm_weights import smollm2_file
+    path = smollm2_file()
+    _, out, _, _ = reference(str(path.parent), path.name)
+    states, mask = out["right"]
+    return [(h, mask) for h in states[:-1]]  # the last is after the final norm: checked above
+
+
+@pytest.mark.slow
+@needs_smollm2
+def test_smollm2_completes_a_sentence():
+    """The imported weights are the model's: greedy decoding with the tied embedding as the
+    output head continues "The capital of France is" with " Paris"."""
+    loaded = load_decoder_lm("smollm2")
+    module, tok = loaded.module(), loaded.tokenizer
+    ids = tok.tokenize("The capital of France is")
+    apply = jax.jit(lambda p, x: module.apply({"params": p}, x)[1]["tokens"])
+    for _ in range(2):
+        h = apply(loaded.params, jnp.asarray(tok.pad([ids])))[0, len(ids) - 1]
+        ids.append(int(jnp.argmax(loaded.params["embed_tokens"]["embedding"] @ h)))
+    assert tok.decode(ids).startswith("The capital of France is Paris")

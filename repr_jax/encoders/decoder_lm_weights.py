@@ -84,6 +84,8 @@ def resolve(spec: str | Path) -> Path:
 def is_decoder_weights(spec: str | Path) -> bool:
     """Whether ``spec`` names decoder weights (``smollm2``, a ``.gguf`` file, or a folder whose
     config.json has a decoder ``model_type``)."""
+    if not str(spec) or str(spec) in ("bytes", "minilm"):
+        return False
     if str(spec) == "smollm2" or str(spec).endswith(".gguf"):
         return True
     path = Path(spec)

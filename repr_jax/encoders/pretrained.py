@@ -268,8 +268,19 @@ def unflatten_tree(flat: dict[str, np.ndarray]) -> dict:
 
 
 def read_encoder_weights(path: str | Path) -> EncoderWeights:
-    """A sentence-transformers / BERT directory (``model.safetensors`` + ``config.json``), or an
-    export of :func:`export_safetensors` (its directory or its ``model.safetensors``)."""
+    """A sentence-transformers / BERT directory (``model.safetensors`` + ``config.json``), an
+    export of :func:`export_safetensors` (its directory or its ``model.safetensors``), or decoder
+    LLM weights (a GGUF file, ``smollm2``, a Llama/Mistral/Qwen2 folder)."""
+    from repr_jax.encoders import decoder_lm_weights as decoder
+    if decoder.is_decoder_weights(path):
+        header, params = decoder.read_decoder_weights(path)
+        from repr_jax.data.tokenizer import make_tokenizer
+        return EncoderWeights(flatten_tree({"params": params}),
+                              dict(name="decoder_lm", width=header.width, depth=header.depth,
+                                   num_heads=header.num_heads, mlp_dim=header.mlp_dim,
+                                   vocab_size=header.vocab_size),
+                              tuple(make_tokenizer(str(decoder.resolve(path))).vocab),
+                              header.source)
     path = Path(path)
     exported = path if path.is_dir() else path.parent
     if (exported / EXPORT_CONFIG).exists():

@@ -33,17 +33,17 @@ def flops(stage: Any) -> float:
     return float((stage.cost_analysis() or {}).get("flops", float("nan")))
 
 
-def device_memory() -> tuple[int, str]:
+def device_memory(devices: int = 0) -> tuple[int, str]:
     """``(bytes, what)``: the memory one device can use (an accelerator's limit; on CPU the
-    host's physical memory, shared by its devices)."""
+    host's physical memory, shared by the ``devices`` the run uses: 0 = all local ones)."""
     device = jax.local_devices()[0]
     stats = device.memory_stats() if device.platform != "cpu" else None
     if stats and stats.get("bytes_limit"):
         return int(stats["bytes_limit"]), f"one {device.device_kind}"
     total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    return total // max(jax.local_device_count(), 1), (
-        f"this host's memory shared by {jax.local_device_count()} devices"
-        if jax.local_device_count() > 1 else "this host's memory")
+    n = min(devices or jax.local_device_count(), jax.local_device_count())
+    return total // max(n, 1), (f"this host's memory shared by {n} devices" if n > 1
+                                else "this host's memory")
 
 
 def _gib(n: float) -> str:
@@ -55,11 +55,11 @@ def nbytes(tree: Any) -> int:
     return sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(tree))
 
 
-def check_state_fits(abstract_state: Any, shards: int = 1) -> None:
+def check_state_fits(abstract_state: Any, shards: int = 1, devices: int = 0) -> None:
     """Refuses, before anything is allocated, a state (``jax.eval_shape``'s) whose arrays
     (parameters, optimizer moments) and gradients alone exceed one device's memory; ``shards``:
-    the fsdp axis size."""
-    limit, what = device_memory()
+    the fsdp axis size; ``devices``: the local devices the run uses (0 = all)."""
+    limit, what = device_memory(devices)
     n = param_counts(abstract_state.params)["params"]
     need = (nbytes(abstract_state) + nbytes(abstract_state.params)) / shards
     if need > limit:
@@ -68,9 +68,9 @@ def check_state_fits(abstract_state: Any, shards: int = 1) -> None:
                           f"smaller" + (" or shard it (train.fsdp)" if shards == 1 else ""))
 
 
-def check_step_fits(compiled: Any) -> None:
+def check_step_fits(compiled: Any, devices: int = 0) -> None:
     """Refuses a compiled step whose peak memory (XLA's estimate: arguments, outputs, temporaries)
-    exceeds one device's, before it runs."""
+    exceeds one device's (of the ``devices`` the run uses on this host), before it runs."""
     try:
         m = compiled.memory_analysis()
     except Exception:  # noqa: BLE001 - backends without memory analysis
@@ -80,7 +80,7 @@ def check_step_fits(compiled: Any) -> None:
     temp = getattr(m, "temp_size_in_bytes", 0)
     need = (getattr(m, "argument_size_in_bytes", 0) + getattr(m, "output_size_in_bytes", 0)
             - getattr(m, "alias_size_in_bytes", 0) + temp)
-    limit, what = device_memory()
+    limit, what = device_memory(devices)
     if need > limit:
         raise ConfigError(f"one train step needs about {_gib(need)} per device ({_gib(temp)} of "
                           f"activations and temporaries), and {what} is {_gib(limit)}; lower "

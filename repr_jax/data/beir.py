@@ -188,8 +188,10 @@ def read_collection(root: str | Path) -> Collection:
 # Evaluation set
 # --------------------------------------------------------------------------------------------------
 
-def tokenized(texts: list[str], path: Path, tokenizer: str, max_len: int, what: str) -> np.ndarray:
-    """``[N, max_len]`` token ids of ``texts``, kept at ``path`` (memory-mapped); made once, in
+def tokenized(texts: list[str], path: Path, tokenizer: str, sides, side: str) -> np.ndarray:
+    """``[N, T]`` token ids of ``texts`` read as ``side`` (``query`` or ``doc``, at that side's
+    length and prefix: a :class:`~repr_jax.data.tokenizer.Sides`), kept at ``path``
+    (memory-mapped); made once, in
     chunks with a progress bar, written atomically with its digest; a file that no longer matches
     its digest (damaged, replaced) is named and made again. Time ``O(N T)`` once, then ``O(N T)``
     reading the file to check it; memory ``O(N T)`` while made, then a memory map."""
@@ -199,7 +201,7 @@ def tokenized(texts: list[str], path: Path, tokenizer: str, max_len: int, what: 
             ids = None if why else np.load(path, mmap_mode="r")
         except (OSError, ValueError) as e:
             why = f"unreadable ({type(e).__name__})"
-        if ids is not None and ids.shape == (len(texts), max_len):
+        if ids is not None and ids.shape == (len(texts), sides.length(side)):
             return ids
         if why:
             import warnings
@@ -209,12 +211,11 @@ def tokenized(texts: list[str], path: Path, tokenizer: str, max_len: int, what: 
 
     from repr_jax.data.tokenizer import make_tokenizer
     tok = make_tokenizer(tokenizer)
-    out = np.zeros((len(texts), max_len), np.int32)
-    step = 4096
+    out = np.zeros((len(texts), sides.length(side)), np.int32)
+    step, what = 4096, "queries" if side == "query" else "corpus"
     for start in tqdm(range(0, len(texts), step), desc=f"beir: tokenising {what}", unit="chunk",
                       leave=False, dynamic_ncols=True, disable=len(texts) <= step):
-        out[start:start + step] = tok.encode(texts[start:start + step], max_len=max_len,
-                                             pad_to=max_len).ids
+        out[start:start + step] = sides.encode(tok, texts[start:start + step], side)
     buffer = io.BytesIO()
     np.save(buffer, out)
     files.write_verified(path, buffer.getvalue())

@@ -35,6 +35,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from repr_jax.data.tokenizer import Sides
+
 
 @dataclasses.dataclass(frozen=True)
 class SimilaritySet:
@@ -129,10 +131,12 @@ def polarity(tokenizer: str = "", max_len: int = 64, **_) -> ClassificationSet:
 
 
 def wordnet_retrieval(tokenizer: str = "", max_len: int = 64, data_dir: str = "",
-                      num_queries: int = 2000, **_) -> RetrievalSet:
+                      num_queries: int = 2000, sides: Sides | None = None,
+                      **_) -> RetrievalSet:
     """Definition → lemma-list retrieval over the first ``num_queries`` synsets of the WordNet test
     split (never trained on: WordNet runs split by synset). A lemma list shared by several
-    synsets is relevant to each of their definitions."""
+    synsets is relevant to each of their definitions. ``sides``: the queries' and documents'
+    lengths and prefixes (default: ``max_len`` both, no prefix)."""
     from repr_jax.data.pipeline import _builder, default_data_dir
     from repr_jax.data.source import SourceSplit
     builder = _builder("wordnet", data_dir or default_data_dir(), pairs="definition_lemmas")
@@ -144,8 +148,10 @@ def wordnet_retrieval(tokenizer: str = "", max_len: int = 64, data_dir: str = ""
     col = {w: i for i, w in enumerate(unique)}
     qrels = np.zeros((len(defs), len(unique)), np.int8)
     qrels[np.arange(len(defs)), [col[w] for w in lemmas]] = 1
-    return RetrievalSet("wordnet_retrieval", _tokenize(defs, tokenizer, max_len),
-                        _tokenize(unique, tokenizer, max_len), qrels, corpus_is_pos=True)
+    from repr_jax.data.tokenizer import make_tokenizer
+    sides, tok = sides or Sides.of(max_len), make_tokenizer(tokenizer)
+    return RetrievalSet("wordnet_retrieval", sides.encode(tok, defs, "query"),
+                        sides.encode(tok, unique, "doc"), qrels, corpus_is_pos=True)
 
 
 def latent_map(dim: int = 32, latent_dim: int = 8, num_classes: int = 10, seed: int = 0
@@ -192,12 +198,13 @@ def latent_sts(num_classes: int = 10, dim: int = 32, latent_dim: int = 8, noise:
 
 
 def beir(root: str | Path, *, tokenizer: str = "", max_len: int = 64, data_dir: str = "",
-         split: str = "") -> RetrievalSet:
+         split: str = "", sides: Sides | None = None) -> RetrievalSet:
     """``eval.sets=("beir:DIR",)``: a BEIR collection's test (else dev) queries against its whole
     corpus (:mod:`repr_jax.data.beir`), qrels sparse, token ids memory-mapped from the data dir, a
     query's own id left out of its results when it is also a document's. Cost: reading the
     collection ``O(N + Q + J)``, tokenising ``O(N T)`` the first time only; memory ``O(J)`` for
-    the qrels beside the memory-mapped ``[N, T]`` ids."""
+    the qrels beside the memory-mapped ``[N, T]`` ids. ``sides``: the queries' and documents'
+    lengths and prefixes (default: ``max_len`` both, no prefix)."""
     import hashlib
 
     from repr_jax import files
@@ -215,15 +222,16 @@ def beir(root: str | Path, *, tokenizer: str = "", max_len: int = 64, data_dir: 
     used = np.unique(r["query"])  # BEIR evaluates the queries its qrels judge
     row = np.searchsorted(used, r["query"])
     stamp = files.version_stamp(collection.root / f for f in reader.FILES)
-    digest = hashlib.sha1(f"{collection.root}|{stamp}|{tokenizer}|{max_len}".encode()
+    sides = sides or Sides.of(max_len)
+    digest = hashlib.sha1(f"{collection.root}|{stamp}|{tokenizer}|{sides}".encode()
                           ).hexdigest()[:12]
     base = Path(data_dir or default_data_dir())
     cache = files.no_symlinks(base / "beir" / f"{collection.root.name}_{digest}", below=base,
                               what="a collection's token ids")
     corpus = reader.tokenized(collection.doc_texts, cache / "corpus_ids.npy", tokenizer,
-                              max_len, "corpus")
+                              sides, "doc")
     queries = reader.tokenized([collection.query_texts[i] for i in used],
-                               cache / f"queries_{split}_ids.npy", tokenizer, max_len, "queries")
+                               cache / f"queries_{split}_ids.npy", tokenizer, sides, "query")
     qrels = SparseQrels(row, r["doc"], r["grade"], (len(used), len(collection.doc_ids)))
     docs = {k: i for i, k in enumerate(collection.doc_ids)}
     same = np.asarray([docs.get(collection.query_ids[i], -1) for i in used], np.int64)

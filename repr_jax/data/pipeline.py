@@ -23,7 +23,7 @@ from repr_jax import files
 from repr_jax.config import ArrayData, config
 from repr_jax.data.prepare import default_data_dir, prepared
 from repr_jax.data.source import SourceSplit, subset, take
-from repr_jax.data.tokenizer import TextData, make_tokenizer
+from repr_jax.data.tokenizer import SIDE_FIELDS, Sides, TextData, make_tokenizer
 
 SPLITS = ("train", "validation", "test")
 
@@ -121,15 +121,15 @@ def _builder(name: str, data_dir: str, **config_kwargs: Any):
     return builder
 
 
-def _tokenize_text(splits, tokenizer: str, max_len: int) -> tuple[str, ...]:
-    """Replaces string features (``x``, ``x_pos``) by ``[N, max_len]`` token ids, in place."""
+def _tokenize_text(splits, tokenizer: str, sides: Sides) -> tuple[str, ...]:
+    """Replaces string features (``x``: queries, ``x_pos``: documents) by token ids, in place."""
     tok = make_tokenizer(tokenizer)
     for arrays in splits.values():
         for key in ("x", "x_pos"):
             if key in arrays and arrays[key].dtype.kind in "OSU":
                 texts = [t.decode("utf-8") if isinstance(t, bytes) else str(t)
                          for t in arrays[key]]
-                arrays[key] = tok.encode(texts, max_len=max_len, pad_to=max_len).ids
+                arrays[key] = sides.encode(tok, texts, "query" if key == "x" else "doc")
     return tuple(tok.vocab)
 
 
@@ -160,8 +160,10 @@ def load(name: str, *, data_dir: str = "", tokenizer: str = "", max_len: int = 0
     from repr_jax.data.formats import format_of
     found = format_of(name)
     pretokenized = found is not None and found[1].text  # tokenised at preparation
+    side_settings = {k: config_kwargs.pop(k) for k in SIDE_FIELDS[1:] if k in config_kwargs}
     if pretokenized:
-        config_kwargs.update(tokenizer=tokenizer, max_len=max_len, negatives=negatives)
+        config_kwargs.update(tokenizer=tokenizer, max_len=max_len, negatives=negatives,
+                             **side_settings)
     elif negatives:
         raise ValueError(f"hard negatives come from data.name=pairs:FILE (lines with "
                          f"'negatives'); {name!r} has none")
@@ -193,7 +195,7 @@ def load(name: str, *, data_dir: str = "", tokenizer: str = "", max_len: int = 0
     if pretokenized:
         vocab = make_tokenizer(tokenizer).vocab
     elif splits["train"]["x"].dtype.kind in "OSU":
-        vocab = _tokenize_text(splits, tokenizer, max_len or 64)
+        vocab = _tokenize_text(splits, tokenizer, Sides.of(max_len, **side_settings))
     return Dataset(name=name, splits=splits, num_classes=int(num_classes),
                    vocab=tuple(vocab) if vocab else None)
 

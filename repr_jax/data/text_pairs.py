@@ -35,7 +35,7 @@ import tensorflow_datasets as tfds
 from repr_jax import files
 from repr_jax.config import config
 from repr_jax.data.prepare import Format, prepared
-from repr_jax.data.tokenizer import TextData
+from repr_jax.data.tokenizer import Sides, TextData
 
 PAIRS, BEIR = "pairs:", "beir:"
 TEST_FRACTION = 0.05
@@ -44,26 +44,30 @@ _NEGATIVE_N = re.compile(r"negative_(\d+)$")
 
 
 class TextPairsConfig(tfds.core.BuilderConfig):
-    def __init__(self, *, source: str = "", tokenizer: str = "", max_len: int = 64,
+    def __init__(self, *, source: str = "", tokenizer: str = "", sides: Sides = Sides(),
                  negatives: int = 0, **kwargs):
         super().__init__(**kwargs)
         self.source, self.tokenizer = source, tokenizer
-        self.max_len, self.negatives = max_len, negatives
+        self.sides, self.negatives = sides, negatives
 
 
 @config
 class TextPairsData(TextData):
     """``data.name=pairs:FILE.jsonl`` or ``beir:DIR``: a user's text pairs, tokenised at
-    preparation with ``tokenizer`` at ``max_len``."""
+    preparation with ``tokenizer``, queries and documents at their lengths and prefixes."""
 
 
-def prepare(name: str, data_dir: str, *, tokenizer: str = "", max_len: int = 0,
-            negatives: int = 0):
-    """The prepared TFDS builder of ``pairs:FILE`` / ``beir:DIR`` (:class:`TextPairs`)."""
+def prepare(name: str, data_dir: str, *, tokenizer: str = "", negatives: int = 0,
+            max_len: int = 0, query_max_len: int = 0, doc_max_len: int = 0,
+            query_prefix: str = "", doc_prefix: str = ""):
+    """The prepared TFDS builder of ``pairs:FILE`` / ``beir:DIR`` (:class:`TextPairs`), its
+    queries and documents at the text section's lengths and prefixes (:class:`Sides`)."""
+    sides = dict(max_len=max_len, query_max_len=query_max_len, doc_max_len=doc_max_len,
+                 query_prefix=query_prefix, doc_prefix=doc_prefix)
     if name.startswith(BEIR) and negatives:
         raise ValueError(f"data.name={name} has no hard negatives: mine them (repr-jax mine "
                          f"--data {name} --out FILE.jsonl ...) and train on pairs:FILE")
-    config = config_for(name, tokenizer=tokenizer, max_len=max_len, negatives=negatives)
+    config = config_for(name, tokenizer=tokenizer, sides=Sides.of(**sides), negatives=negatives)
     return prepared(f"text_pairs.{config.name}",
                     lambda: TextPairs(data_dir=data_dir, config=config), data_dir)
 
@@ -88,7 +92,7 @@ def path_of(name: str) -> Path:
     return path
 
 
-def config_for(name: str, *, tokenizer: str = "", max_len: int = 0,
+def config_for(name: str, *, tokenizer: str = "", sides: Sides = Sides(),
                negatives: int = 0) -> TextPairsConfig:
     """The builder config of ``pairs:FILE`` / ``beir:DIR``: its name tells file versions,
     tokenizers, lengths and negative counts apart (an edited file is prepared again)."""
@@ -102,9 +106,8 @@ def config_for(name: str, *, tokenizer: str = "", max_len: int = 0,
     digest = hashlib.sha1(f"{files.version_stamp(watched)}|{tokenizer}".encode()).hexdigest()[:10]
     slug = re.sub(r"[^a-z0-9]+", "_", path.stem.lower()).strip("_") or "pairs"
     kind = "pairs" if name.startswith(PAIRS) else "beir"
-    length = max_len or 64
-    return TextPairsConfig(name=f"{kind}_{slug}_{digest}_t{length}_k{negatives}",
-                           source=f"{kind}:{path}", tokenizer=tokenizer, max_len=length,
+    return TextPairsConfig(name=f"{kind}_{slug}_{digest}_{sides.tag()}_k{negatives}",
+                           source=f"{kind}:{path}", tokenizer=tokenizer, sides=sides,
                            negatives=negatives, description=f"text pairs from {path}")
 
 
@@ -173,12 +176,12 @@ class TextPairs(tfds.core.GeneratorBasedBuilder):
 
     def _info(self) -> tfds.core.DatasetInfo:
         c = self.builder_config
-        feats = {"x": tfds.features.Tensor(shape=(c.max_len,), dtype=np.int32),
-                 "x_pos": tfds.features.Tensor(shape=(c.max_len,), dtype=np.int32),
+        q, d = c.sides.query_len, c.sides.doc_len
+        feats = {"x": tfds.features.Tensor(shape=(q,), dtype=np.int32),
+                 "x_pos": tfds.features.Tensor(shape=(d,), dtype=np.int32),
                  "label": tfds.features.ClassLabel(names=["pair"])}
         if c.negatives:
-            feats["negatives"] = tfds.features.Tensor(shape=(c.negatives, c.max_len),
-                                                      dtype=np.int32)
+            feats["negatives"] = tfds.features.Tensor(shape=(c.negatives, d), dtype=np.int32)
         return tfds.core.DatasetInfo(
             builder=self, description=c.description, features=tfds.features.FeaturesDict(feats),
             supervised_keys=("x", "label"), disable_shuffling=True,  # file order, no spill
@@ -215,8 +218,8 @@ class TextPairs(tfds.core.GeneratorBasedBuilder):
         c = self.builder_config
         tok = make_tokenizer(c.tokenizer)
 
-        def encode(texts):
-            return tok.encode(texts, max_len=c.max_len, pad_to=c.max_len).ids
+        def encode(texts, side: str = "doc"):
+            return c.sides.encode(tok, texts, side)
 
         bar = tqdm(desc=f"{c.source.split(':')[0]}: tokenising {split}", unit="pair",
                    leave=False, dynamic_ncols=True)
@@ -233,7 +236,7 @@ class TextPairs(tfds.core.GeneratorBasedBuilder):
 
     def _encode_chunk(self, chunk, encode):
         k = self.builder_config.negatives
-        queries = encode([q for _, q, _, _ in chunk])
+        queries = encode([q for _, q, _, _ in chunk], "query")
         positives = encode([p for _, _, p, _ in chunk])
         if k:
             for where, _, _, negs in chunk:

@@ -34,6 +34,61 @@ class TextData(DataConfig):
                                      ".gguf file, a Hugging Face folder (tokenizer.json); '' "
                                      "with encoder.name=decoder_lm: encoder.init_from's")
     max_len: int = static(0, ">=0", "tokens per text (0 = 64)")
+    query_max_len: int = static(0, ">=0", "tokens per query (x) of pairs and retrieval sets "
+                                          "(0 = max_len)")
+    doc_max_len: int = static(0, ">=0", "tokens per document (positive, negatives, corpus) "
+                                        "(0 = max_len)")
+    query_prefix: str = static("", doc="instruction read before each query (a decoder_lm "
+                                        "attends to it and leaves it out of pooling)")
+    doc_prefix: str = static("", doc="instruction read before each document")
+
+
+SIDE_FIELDS = ("max_len", "query_max_len", "doc_max_len", "query_prefix", "doc_prefix")
+
+
+@dataclasses.dataclass(frozen=True)
+class Sides:
+    """How the two sides of text pairs are tokenised: queries (``x``, a retrieval set's queries)
+    and documents (``x_pos``, negatives, a corpus), each with its length and instruction prefix
+    (Tevatron's q/p lengths; E5's and LLM2Vec's instructions). Symmetric sets (STS, word
+    similarity, classification) read texts as documents."""
+    query_len: int = 64
+    doc_len: int = 64
+    query_prefix: str = ""
+    doc_prefix: str = ""
+
+    @classmethod
+    def of(cls, max_len: int = 0, query_max_len: int = 0, doc_max_len: int = 0,
+           query_prefix: str = "", doc_prefix: str = "", **_) -> "Sides":
+        """From a text section's fields (0 lengths: ``max_len``, itself 0 = 64)."""
+        length = max_len or 64
+        return cls(query_max_len or length, doc_max_len or length, query_prefix, doc_prefix)
+
+    @classmethod
+    def of_section(cls, section) -> "Sides":
+        """From a data config section (a section without text: the defaults)."""
+        return cls.of(**{f: getattr(section, f) for f in SIDE_FIELDS if hasattr(section, f)})
+
+    def length(self, side: str) -> int:
+        return self.query_len if side == "query" else self.doc_len
+
+    def prefix(self, side: str) -> str:
+        return self.query_prefix if side == "query" else self.doc_prefix
+
+    def tag(self) -> str:
+        """A short name for caches and prepared copies: equal for equal settings."""
+        out = f"q{self.query_len}d{self.doc_len}" if self.query_len != self.doc_len else \
+            f"t{self.query_len}"
+        if self.query_prefix or self.doc_prefix:
+            import hashlib
+            out += "_i" + hashlib.sha1(f"{self.query_prefix}\0{self.doc_prefix}".encode()
+                                       ).hexdigest()[:8]
+        return out
+
+    def encode(self, tokenizer, texts: Sequence[str], side: str) -> np.ndarray:
+        """``[N, length]`` ids of ``texts`` read as ``side`` (``query`` or ``doc``)."""
+        n = self.length(side)
+        return tokenizer.encode(list(texts), max_len=n, pad_to=n, prefix=self.prefix(side)).ids
 
 
 def _is_whitespace(ch: str) -> bool:
@@ -153,10 +208,16 @@ class WordPieceTokenizer:
                     ids.extend(self._wordpiece(piece))
         return ids
 
-    def encode(self, texts: Sequence[str], *, max_len: int = 512, pad_to: int | None = None
-               ) -> Encoded:
-        """``[CLS] tokens [SEP]`` truncated to ``max_len``, padded to the longest (or ``pad_to``)."""
-        rows = [[self.cls_id] + self.tokenize(t)[: max_len - 2] + [self.sep_id] for t in texts]
+    def encode(self, texts: Sequence[str], *, max_len: int = 512, pad_to: int | None = None,
+               prefix: str = "") -> Encoded:
+        """``[CLS] tokens [SEP]`` truncated to ``max_len``, padded to the longest (or ``pad_to``);
+        ``prefix`` is read before each text, as text (E5's ``query: ``)."""
+        head = self.tokenize(prefix) if prefix else []
+        if len(head) + 2 >= max_len:
+            raise ValueError(f"the prefix {prefix!r} takes {len(head)} tokens: no room for text "
+                             f"in {max_len}")
+        rows = [[self.cls_id] + (head + self.tokenize(t))[: max_len - 2] + [self.sep_id]
+                for t in texts]
         width = pad_to or max(len(r) for r in rows)
         ids = np.full((len(rows), width), self.pad_id, np.int32)
         mask = np.zeros((len(rows), width), np.int32)
@@ -186,9 +247,10 @@ class ByteTokenizer:
     def tokenize(self, text: str) -> list[int]:
         return [len(SPECIALS) + b for b in text.encode("utf-8")]
 
-    def encode(self, texts: Sequence[str], *, max_len: int = 512, pad_to: int | None = None
-               ) -> Encoded:
-        return WordPieceTokenizer.encode(self, texts, max_len=max_len, pad_to=pad_to)
+    def encode(self, texts: Sequence[str], *, max_len: int = 512, pad_to: int | None = None,
+               prefix: str = "") -> Encoded:
+        return WordPieceTokenizer.encode(self, texts, max_len=max_len, pad_to=pad_to,
+                                         prefix=prefix)
 
     def decode(self, ids: Sequence[int]) -> str:
         return bytes(int(i) - len(SPECIALS) for i in ids if int(i) >= len(SPECIALS)).decode(

@@ -27,6 +27,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from repr_jax.data.tokenizer import Sides, make_tokenizer
+
 SAMPLING = ("top", "random")
 
 
@@ -132,18 +134,21 @@ def encoders_of(*, workdir: str | None = None, init_from: str | None = None, max
         loaded = load_sentence_transformer(init_from)
         module, variables, tokenizer = loaded.module, loaded.params, loaded.tokenizer
         length = min(max_len or loaded.config.max_seq_length, loaded.config.max_seq_length)
+        sides = Sides(length, length)
 
         def query(params, ids):
             return module.apply({"params": params}, ids)[0]
         document = query
         identity = f"{Path(init_from).absolute()}|{length}"
     else:
-        from repr_jax.data.tokenizer import make_tokenizer
         from repr_jax.train.run import load_trained
         check_text_run(workdir)
         cfg, _, method, state = load_trained(workdir, text_only=True)  # its data: not needed
         variables, tokenizer = state.variables, make_tokenizer(cfg.data.tokenizer)
-        length = max_len or cfg.data.max_len or 64  # check_text_run: a text section
+        sides = Sides.of_section(cfg.data)  # check_text_run: a text section
+        if max_len:
+            sides = dataclasses.replace(sides, query_len=max_len, doc_len=max_len)
+        length = sides
         query = method.embed_query or method.embed
         document = method.embed_pos or method.embed
         identity = f"{Path(workdir).absolute()}|step {int(jax.device_get(state.step))}|{length}"
@@ -156,7 +161,7 @@ def encoders_of(*, workdir: str | None = None, init_from: str | None = None, max
 
     def texts_to(which: str):
         def embed(texts: Sequence[str]) -> np.ndarray:
-            ids = tokenizer.encode(list(texts), max_len=length, pad_to=length).ids
+            ids = sides.encode(tokenizer, texts, "query" if which == "query" else "doc")
             return np.asarray(embedder.embed(variables, ids, which))
         return embed
     return Encoders(texts_to("query"), texts_to("pos"))

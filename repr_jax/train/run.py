@@ -77,14 +77,15 @@ def load_eval_sets(cfg: Config, dataset: data.Dataset) -> list:
     """The configured ``eval.sets``, prepared for this run's inputs: text sets tokenised like the
     run's text, latent sets drawn through the run's latent-class map."""
     from repr_jax.data import eval_sets
-    from repr_jax.data.tokenizer import TextData
+    from repr_jax.data.tokenizer import Sides, TextData
     d, out = cfg.data, []
     for name in cfg.eval.sets:
         if name.startswith("beir:") or name in eval_sets.TEXT_SETS:
             if not isinstance(d, TextData) or dataset.vocab is None:
                 raise ConfigError(f"eval.sets: {name!r} is text; dataset {d.name!r} is not text "
                                   f"read by a tokenizer")
-            text = dict(tokenizer=d.tokenizer, max_len=d.max_len or 64, data_dir=d.data_dir)
+            text = dict(tokenizer=d.tokenizer, max_len=d.max_len or 64, data_dir=d.data_dir,
+                        sides=Sides.of_section(d))
             out.append(eval_sets.beir(name[len("beir:"):], **text) if name.startswith("beir:")
                        else eval_sets.load_eval_set(name, **text))
         else:
@@ -100,12 +101,14 @@ def text_stand_in(cfg: Config) -> data.Dataset:
     """The shapes of a text run's data without preparing it: two rows of padding ids at its
     length (and its negatives per query), with its tokenizer's vocabulary: what building a run's
     towers needs to encode new text (``repr-jax mine``). Its sizes mean nothing."""
-    from repr_jax.data.tokenizer import make_tokenizer
-    length, k = getattr(cfg.data, "max_len", 0) or 64, getattr(cfg.method, "negatives_per_query", 0)
-    ids = np.zeros((2, length), np.int32)
-    split = {"x": ids, "x_pos": ids, "label": np.zeros(2, np.int32)}
+    from repr_jax.data.tokenizer import Sides, make_tokenizer
+    sides = Sides.of_section(cfg.data)
+    k = getattr(cfg.method, "negatives_per_query", 0)
+    docs = np.zeros((2, sides.doc_len), np.int32)
+    split = {"x": np.zeros((2, sides.query_len), np.int32), "x_pos": docs,
+             "label": np.zeros(2, np.int32)}
     if k:
-        split["negatives"] = np.zeros((2, k, length), np.int32)
+        split["negatives"] = np.zeros((2, k, sides.doc_len), np.int32)
     splits = {s: split for s in ("train", "validation", "test")}
     return data.Dataset(cfg.data.name, splits, num_classes=1,
                         vocab=tuple(make_tokenizer(getattr(cfg.data, "tokenizer", "")).vocab))

@@ -236,9 +236,12 @@ def test_every_family_is_built_from_its_config_section():
 def test_remat_recomputes_blocks_with_the_same_parameters_and_gradients(family):
     """remat=True changes memory, not maths: same variable tree, same loss and gradients, and the
     differentiated program holds one rematerialised region per block."""
-    x = (jax.random.randint(jax.random.PRNGKey(0), (2, 12), 1, 50) if family == "text_transformer"
+    text = family in ("text_transformer", "decoder_lm")
+    x = (jax.random.randint(jax.random.PRNGKey(0), (2, 12), 1, 50) if text
          else jax.random.normal(jax.random.PRNGKey(0), (2, 8, 8, 1)))
     extra = {"vocab_size": 50, "max_len": 16} if family == "text_transformer" else {}
+    if family == "decoder_lm":
+        extra = {"vocab_size": 50}
     if family in ("vit", "mixer"):
         extra["patch_size"] = 4
     if family == "resnet":

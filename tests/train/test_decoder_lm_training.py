@@ -60,6 +60,39 @@ def test_the_cli_trains_smollm2_on_a_pairs_file(tmp_path, capsys):
                      "--set", "encoder.init_from=smollm2", "--set", "data.max_len=16",
                      "--set", "train.steps=2", "--set", "train.batch_size=8",
                      "--set", "train.num_devices=1",
+                     "--set", "data.query_prefix='Instruct: find the meaning\\nQuery: '",
                      "--set", "eval.evaluators=('retrieval',)", "--set", "eval.sets=()",
                      "--set", "eval.bootstrap=0", "--set", "eval.reference_rows=False"])
     assert code == 0, capsys.readouterr().err
+
+
+def test_queries_and_documents_have_their_own_lengths_and_instructions(tmp_path):
+    """data.query_max_len / doc_max_len / query_prefix / doc_prefix reach the prepared pairs and
+    the retrieval set; a decoder's instruction tokens are marked (-2 - id), a WordPiece's are
+    plain text after [CLS]."""
+    from repr_jax.data import eval_sets, pipeline
+    from repr_jax.data.tokenizer import Sides, make_tokenizer
+    root = beir.synthetic_collection(tmp_path / "coll", num_docs=100, num_queries=10,
+                                     num_train=60, seed=4)
+    gguf = tmp_path / "tiny.gguf"
+    write_gguf(gguf, tiny_params())
+    settings = dict(query_max_len=12, doc_max_len=20, query_prefix="the ", doc_prefix="")
+    ds = pipeline.load(f"beir:{root}", data_dir=str(tmp_path / "tfds"), tokenizer=str(gguf),
+                       **settings)
+    x, pos = ds.splits["train"]["x"], ds.splits["train"]["x_pos"]
+    assert x.shape[1] == 12 and pos.shape[1] == 20
+    tok = make_tokenizer(str(gguf))
+    n = len(tok.tokenize("the "))
+    assert (x[:, :n] <= -2).all() and (x[:, n] >= 0).all() and (pos[:, 0] >= 0).all()
+    sides = Sides.of(**settings)
+    rs = eval_sets.beir(root, tokenizer=str(gguf), data_dir=str(tmp_path / "tfds"), sides=sides)
+    assert rs.queries.shape[1] == 12 and rs.corpus.shape[1] == 20
+    assert (np.asarray(rs.queries)[:, :n] <= -2).all()
+    bert = Sides(12, 12, "query: ").encode(make_tokenizer("bytes"), ["ab"], "query")[0]
+    assert list(bert) == [2] + [5 + b for b in b"query: ab"] + [3, 0]
+
+
+def test_a_prefix_on_data_without_text_is_one_line():
+    with pytest.raises(C.ConfigError, match="query_prefix") as info:
+        C.override(C.load("simclr_mnist1d"), ["data.query_prefix='Query: '"])
+    assert "\n" not in str(info.value)

@@ -187,6 +187,14 @@ class OptimConfig:
                                              "lr * decay^(L-i), embeddings at decay^(L+1)")
     head_lr_mult: float = hyper(1.0, ">=0", "lr multiplier for parameters outside the encoder "
                                             "(heads, projectors, logit scales)")
+    lora_rank: int = static(0, ">=0", "LoRA adapters of this rank on the encoder's lora_targets; "
+                                      "only they (and what is outside the encoder) train, and "
+                                      "only they have optimizer state (0 = off)")
+    lora_alpha: float = static(0.0, ">=0", "LoRA scale alpha / rank (0 = rank: scale 1)")
+    lora_targets: tuple[str, ...] = static((), doc="dense layers that get adapters, by name "
+                                                   "(empty = the attention projections: q_proj, "
+                                                   "k_proj, v_proj, o_proj / query, key, value, "
+                                                   "attention_out)")
 
 
 @config

@@ -18,6 +18,7 @@ from repr_jax.encoders import (cnn, decoder_lm, lstm, mixer, mlp, resnet, text_t
                                vit)
 from repr_jax.encoders.family import Family
 from repr_jax.encoders.heads import MLPHead
+from repr_jax.encoders.lora import LoRA
 from repr_jax.sections import choose_section
 
 # One line a family: its file declares the module, the sizes, the config section (FAMILY).
@@ -72,11 +73,31 @@ def check_section(e) -> None:
                          f"encoder.num_heads={sizes['num_heads']}")
 
 
+def lora_for(name: str, rank: int = 0, alpha: float = 0.0, targets: tuple[str, ...] = ()
+             ) -> LoRA | None:
+    """The adapters ``optim.lora_*`` ask of encoder family ``name`` (None: rank 0); a family
+    without adapters or a target it lacks is a one-line ValueError."""
+    if not rank:
+        return None
+    family = FAMILIES[name]
+    if not family.lora_layers:
+        with_lora = [n for n, f in FAMILIES.items() if f.lora_layers]
+        raise ValueError(f"optim.lora_rank={rank}: encoder {name!r} takes no LoRA adapters; "
+                         f"use one of {', '.join(with_lora)}")
+    wrong = [t for t in targets if t not in family.lora_layers]
+    if wrong:
+        raise ValueError(f"optim.lora_targets {wrong} are not dense layers of {name!r}; choose "
+                         f"from: {', '.join(family.lora_layers)}")
+    return LoRA(rank, alpha, tuple(targets) or family.lora_default)
+
+
 def from_section(e, *, input_shape: tuple[int, ...], vocab: tuple[str, ...] | None,
-                 dataset_name: str = "the dataset", population: bool = False) -> nn.Module:
+                 dataset_name: str = "the dataset", population: bool = False,
+                 lora: LoRA | None = None) -> nn.Module:
     """The encoder an encoder config section describes, for inputs of ``input_shape`` (token
     encoders take their vocabulary from ``vocab``). ``population``: it will be vmapped over
-    per-member weights (``conv=auto`` then computes CNN convolutions as patch matmuls)."""
+    per-member weights (``conv=auto`` then computes CNN convolutions as patch matmuls);
+    ``lora``: adapters (:func:`lora_for`)."""
     check_section(e)
     family = FAMILIES[e.name]
     is_text = family.reads == "tokens"
@@ -96,7 +117,13 @@ def from_section(e, *, input_shape: tuple[int, ...], vocab: tuple[str, ...] | No
         kwargs["remat"] = True
     kwargs.update(family.fields(e, input_shape=tuple(input_shape), vocab=vocab,
                                 population=population))
-    return build(e.name, e.variant or family.default_variant, **kwargs)
+    module = build(e.name, e.variant or family.default_variant, **kwargs)
+    if lora is not None:
+        if lora.rank > module.width:
+            raise ValueError(f"optim.lora_rank={lora.rank} is larger than the encoder's width "
+                             f"{module.width}: a low-rank adapter needs rank < width")
+        module = module.clone(lora=lora)
+    return module
 
 
 def load_exported(path):
@@ -107,4 +134,5 @@ def load_exported(path):
 
 
 __all__ = ["FAMILIES", "Family", "IMAGE_FAMILIES", "MLPHead", "REMAT_FAMILIES", "TOKEN_FAMILIES",
-           "build", "check_section", "encoder_config", "from_section", "load_exported"]
+           "build", "check_section", "encoder_config", "from_section", "load_exported",
+           "lora_for"]

@@ -25,10 +25,13 @@ import jax.numpy as jnp
 
 from repr_jax.config import EncoderConfig, config, static
 from repr_jax.encoders.family import Family, sizes
+from repr_jax.encoders.lora import LoRA, dense_factory
 
 PAD = -1  # the padding id of decoder_lm inputs
 ATTENTIONS = ("causal", "bidirectional")
 POOLINGS = ("last_token", "mean", "weighted_mean")
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj")  # the default: attention projections
+DENSE_LAYERS = LORA_TARGETS + ("gate_proj", "up_proj", "down_proj")
 
 VARIANTS = {
     "tiny": dict(width=32, depth=2, num_heads=4, num_kv_heads=2, mlp_dim=64),
@@ -85,26 +88,27 @@ class DecoderBlock(nn.Module):
     rope_base: float
     eps: float
     qkv_bias: bool = False
+    lora: LoRA | None = None
 
     @nn.compact
     def __call__(self, x_BxTxD, positions_BxT, mask_Bx1xTxT):
         b, t, d = x_BxTxD.shape
         dh = d // self.num_heads
         h = nn.RMSNorm(self.eps, name="input_layernorm")(x_BxTxD)
+        dense = dense_factory(self.lora, LORA_TARGETS)
 
         def proj(name, heads):
-            return nn.Dense(heads * dh, use_bias=self.qkv_bias, name=name)(h).reshape(
-                b, t, heads, dh)
+            return dense(heads * dh, name, self.qkv_bias)(h).reshape(b, t, heads, dh)
 
         q = rope(proj("q_proj", self.num_heads), positions_BxT, self.rope_base)
         k = rope(proj("k_proj", self.num_kv_heads), positions_BxT, self.rope_base)
         v = proj("v_proj", self.num_kv_heads)
         ctx = jax.nn.dot_product_attention(q, k, v, mask=mask_Bx1xTxT)  # grouped-query
-        x = x_BxTxD + nn.Dense(d, use_bias=False, name="o_proj")(ctx.reshape(b, t, d))
+        x = x_BxTxD + dense(d, "o_proj", False)(ctx.reshape(b, t, d))
         h = nn.RMSNorm(self.eps, name="post_attention_layernorm")(x)
-        gate = nn.Dense(self.mlp_dim, use_bias=False, name="gate_proj")(h)
-        up = nn.Dense(self.mlp_dim, use_bias=False, name="up_proj")(h)
-        return x + nn.Dense(d, use_bias=False, name="down_proj")(nn.silu(gate) * up)
+        gate = dense(self.mlp_dim, "gate_proj", False)(h)
+        up = dense(self.mlp_dim, "up_proj", False)(h)
+        return x + dense(d, "down_proj", False)(nn.silu(gate) * up)
 
 
 class DecoderLM(nn.Module):
@@ -125,6 +129,7 @@ class DecoderLM(nn.Module):
     embed_dim: int = 0
     remat: bool = False
     pad_id: int = PAD  # a vocabulary with its own padding token (WordPiece's 0) names it
+    lora: LoRA | None = None  # adapters on the layers it names (optim.lora_*)
 
     def setup_check(self):
         if self.attention not in ATTENTIONS:
@@ -154,7 +159,7 @@ class DecoderLM(nn.Module):
         layers = []
         for i in range(self.depth):
             x = block(self.num_heads, self.num_kv_heads, self.mlp_dim, self.rope_base, self.eps,
-                      self.qkv_bias, name=f"layer_{i}")(x, positions, mask)
+                      self.qkv_bias, self.lora, name=f"layer_{i}")(x, positions, mask)
             layers.append(x)
         x = nn.RMSNorm(self.eps, name="norm")(x)
         vec = pool(self.pooling, x, valid, pooled)
@@ -173,13 +178,17 @@ class DecoderLMConfig(EncoderConfig):
     num_heads: int = static(0, ">=0", "query heads (0 = the variant's)")
     num_kv_heads: int = static(0, ">=0", "key/value heads (0 = the variant's)")
     mlp_dim: int = static(0, ">=0", "SwiGLU width (0 = the variant's)")
+    rope_base: float = static(0.0, ">=0", "rotary base (0 = the variant's)")
+    eps: float = static(0.0, ">=0", "RMSNorm epsilon (0 = the variant's)")
+    qkv_bias: bool = static(False, doc="biases on the query/key/value projections (Qwen2)")
     attention: str = static("causal", ATTENTIONS, "causal (as pretrained) or bidirectional "
                                                   "(LLM2Vec)")
     pooling: str = static("last_token", POOLINGS, "token pooling")
 
 
 SIZES = {"width": "width", "depth": "depth", "num_heads": "num_heads",
-         "num_kv_heads": "num_kv_heads", "mlp_dim": "mlp_dim"}
+         "num_kv_heads": "num_kv_heads", "mlp_dim": "mlp_dim", "rope_base": "rope_base",
+         "eps": "eps", "qkv_bias": "qkv_bias"}
 
 
 def _weights(e: DecoderLMConfig):
@@ -212,4 +221,4 @@ def _check(e: DecoderLMConfig, input_shape, dataset_name: str) -> None:
 
 
 FAMILY = Family(DecoderLM, VARIANTS, DecoderLMConfig, _fields, reads="tokens", remat=True,
-                check=_check)
+                check=_check, lora_layers=DENSE_LAYERS, lora_default=LORA_TARGETS)

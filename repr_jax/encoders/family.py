@@ -20,7 +20,9 @@ class Family:
     takes (``tokens``: token ids with a vocabulary, ``images``: ``[H, W, C]``, ``any``: vectors,
     signals or images); ``default_variant``: its sizes when ``encoder.variant`` is empty (None:
     the section's own fields); ``check(section, input_shape, dataset_name)`` raises a one-line
-    ValueError for sizes the inputs refute, in the config's key names."""
+    ValueError for sizes the inputs refute, in the config's key names; ``lora_layers``: the
+    dense layers that can take LoRA adapters (``lora_default`` when ``optim.lora_targets`` is
+    empty); none: the family takes no adapters."""
     module: type
     variants: dict[str, dict[str, Any]]
     section: type
@@ -29,6 +31,8 @@ class Family:
     default_variant: str | None = "tiny"
     remat: bool = False
     check: Callable[..., None] | None = None
+    lora_layers: tuple[str, ...] = ()
+    lora_default: tuple[str, ...] = ()
 
     def __post_init__(self):
         if self.reads not in READS:

@@ -16,7 +16,11 @@ import jax.numpy as jnp
 
 from repr_jax.config import EncoderConfig, config, static
 from repr_jax.encoders.family import Family, sizes
+from repr_jax.encoders.lora import LoRA, dense_factory
 from repr_jax.encoders.pooling import ALL_POOLINGS, insert_landmarks, mean_pool, pool_tokens
+
+LORA_TARGETS = ("query", "key", "value", "attention_out")  # the default: attention projections
+DENSE_LAYERS = LORA_TARGETS + ("intermediate", "output")
 
 VARIANTS = {
     "tiny": dict(width=32, depth=2, num_heads=2, mlp_dim=64),
@@ -31,23 +35,25 @@ class BertLayer(nn.Module):
     num_heads: int
     mlp_dim: int
     eps: float = 1e-12
+    lora: LoRA | None = None
 
     @nn.compact
     def __call__(self, x_BxTxD, bias_Bx1x1xT):
         b, t, d = x_BxTxD.shape
         h, dh = self.num_heads, d // self.num_heads
+        dense = dense_factory(self.lora, LORA_TARGETS)
 
         def heads(name):
-            return nn.Dense(d, name=name)(x_BxTxD).reshape(b, t, h, dh)
+            return dense(d, name)(x_BxTxD).reshape(b, t, h, dh)
 
         q, k, v = heads("query"), heads("key"), heads("value")
         scores_BxHxTxT = jnp.einsum("bqhd,bkhd->bhqk", q, k) / jnp.sqrt(dh).astype(q.dtype)
         attn = jax.nn.softmax(scores_BxHxTxT + bias_Bx1x1xT, axis=-1)
         ctx = jnp.einsum("bhqk,bkhd->bqhd", attn, v).reshape(b, t, d)
         x = nn.LayerNorm(self.eps, name="attention_ln")(
-            x_BxTxD + nn.Dense(d, name="attention_out")(ctx))
-        ffn = nn.Dense(self.mlp_dim, name="intermediate")(x)
-        ffn = nn.Dense(d, name="output")(nn.gelu(ffn, approximate=False))
+            x_BxTxD + dense(d, "attention_out")(ctx))
+        ffn = dense(self.mlp_dim, "intermediate")(x)
+        ffn = dense(d, "output")(nn.gelu(ffn, approximate=False))
         return nn.LayerNorm(self.eps, name="output_ln")(x + ffn)
 
 
@@ -68,6 +74,7 @@ class TextTransformer(nn.Module):
     landmark_chunk: int = 16
     landmark_id: int = 102  # BERT's [SEP]
     remat: bool = False  # recompute each layer's activations in the backward pass
+    lora: LoRA | None = None  # adapters on the layers it names (optim.lora_*)
 
     def setup(self):
         if self.width % self.num_heads:
@@ -99,8 +106,8 @@ class TextTransformer(nn.Module):
         layers = []
         layer = nn.remat(BertLayer) if self.remat else BertLayer
         for i in range(self.depth):
-            x = layer(self.width, self.num_heads, self.mlp_dim, self.eps, name=f"layer_{i}")(
-                x, bias)
+            x = layer(self.width, self.num_heads, self.mlp_dim, self.eps, self.lora,
+                      name=f"layer_{i}")(x, bias)
             layers.append(x)
         if self.pooling == "landmark":
             pooled = mean_pool(x, landmarks)
@@ -137,4 +144,4 @@ def _fields(e: TextTransformerConfig, *, input_shape, vocab, **_) -> dict:
 
 
 FAMILY = Family(TextTransformer, VARIANTS, TextTransformerConfig, _fields, reads="tokens",
-                remat=True)
+                remat=True, lora_layers=DENSE_LAYERS, lora_default=LORA_TARGETS)

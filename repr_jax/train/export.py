@@ -17,6 +17,7 @@ import numpy as np
 from repr_jax import config as config_lib
 from repr_jax import files
 from repr_jax.config import Config, ConfigError
+from repr_jax.encoders.lora import LoRA, merged
 from repr_jax.encoders.pretrained import (LoadedModel, SentenceTransformerConfig,
                                           export_safetensors, export_sentence_transformer,
                                           flatten_tree, unflatten_tree)
@@ -128,10 +129,17 @@ def export_run(workdir: str | Path, fmt: str, out: str | Path) -> Path:
     if not subtrees:
         raise ConfigError(f"{workdir}: this run's model has no encoder to export")
     prefix, tensors = next(iter(subtrees.items()))
+    if cfg.optim.lora_rank:  # adapters folded into their kernels: the plain encoder, same outputs
+        tensors = flatten_tree(merged(unflatten_tree(tensors), LoRA(
+            cfg.optim.lora_rank, cfg.optim.lora_alpha).scale))
     card = model_card(workdir, cfg, fmt, step)
     if fmt == "safetensors":
+        module = encoder_module(cfg, dataset)
         encoder = {k: v for k, v in config_lib.to_dict(cfg.encoder).items()
                    if k not in ("init_from", "init_strict")}
+        # the sizes the module was built with (a decoder's come from its weights' header)
+        encoder.update({k: getattr(module, k) for k in encoder if k not in ("name", "variant")
+                        and isinstance(getattr(module, k, None), (int, float))})
         meta = dict(encoder=encoder, input_shape=list(dataset.input_shape),
                     vocab=list(dataset.vocab) if dataset.vocab else None,
                     fields=encoder_fields(cfg, dataset), step=step, source=str(workdir),

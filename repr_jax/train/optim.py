@@ -155,3 +155,32 @@ def lr_scales(params: Any, *, freeze=(), layer_decay=1.0, head_lr_mult=1.0) -> A
             d = top if d == -1 else d
             scales.append(jnp.asarray(layer_decay, jnp.float32) ** (top - d))
     return jax.tree_util.tree_unflatten(treedef, scales)
+
+
+# ----------------------------------------------------------------------------- trainable subsets
+def trainable_filter(optim_cfg: Any):
+    """``keep(path) -> bool`` of the parameters that train when only some do (LoRA: the adapters
+    and everything outside the encoder); None when all train. Frozen parameters get neither
+    gradients nor optimizer state (:func:`split_trainable`)."""
+    if not getattr(optim_cfg, "lora_rank", 0):
+        return None
+    from repr_jax.encoders.lora import is_adapter
+    return lambda path: is_adapter(path) or "encoder" not in path.split("/")
+
+
+def split_trainable(params: Any, keep) -> tuple[Any, Any]:
+    """``(trainable, frozen)``: two trees shaped like ``params``, each with ``None`` where the
+    other has the leaf (a ``None`` is an empty subtree: optax and ``jax.tree.map`` skip it)."""
+    leaves, treedef = jax.tree_util.tree_flatten_with_path(params)
+    kept = [keep(_path(k)) for k, _ in leaves]
+    return (treedef.unflatten([x if k else None for (_, x), k in zip(leaves, kept)]),
+            treedef.unflatten([None if k else x for (_, x), k in zip(leaves, kept)]))
+
+
+def join_trainable(trainable: Any, frozen: Any) -> Any:
+    """The inverse of :func:`split_trainable`."""
+    def is_leaf(x):
+        return x is None
+    a, treedef = jax.tree_util.tree_flatten(trainable, is_leaf=is_leaf)
+    b = jax.tree_util.tree_leaves(frozen, is_leaf=is_leaf)
+    return treedef.unflatten([x if x is not None else y for x, y in zip(a, b)])

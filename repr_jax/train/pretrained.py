@@ -20,6 +20,7 @@ import jax
 import numpy as np
 
 from repr_jax.config import Config, ConfigError
+from repr_jax.encoders.lora import is_adapter
 from repr_jax.encoders.pretrained import EncoderWeights, flatten_tree, read_encoder_weights
 
 SIZE_FIELDS = ("name", "width", "depth", "num_heads", "mlp_dim", "vocab_size")
@@ -121,6 +122,8 @@ def pretrained_variables(cfg: Config, dataset, abstract_variables: Any, load_run
     for prefix, leaves in targets.items():
         for name, leaf in leaves.items():
             full = _full_name(name, prefix)
+            if is_adapter(name):
+                continue  # LoRA adapters start fresh (B = 0: the pretrained function)
             if name not in source.tensors:
                 problems.append((name, "missing from the weights", str(tuple(leaf.shape))))
             elif _truncatable(name, source.tensors[name].shape, leaf.shape):
@@ -132,7 +135,7 @@ def pretrained_variables(cfg: Config, dataset, abstract_variables: Any, load_run
                                        f"weights", f"{tuple(leaf.shape)} here"))
             else:
                 out[full] = np.asarray(source.tensors[name], leaf.dtype)
-    wanted = {name for leaves in targets.values() for name in leaves}
+    wanted = {name for leaves in targets.values() for name in leaves if not is_adapter(name)}
     problems += [(name, "not in this encoder", str(tuple(t.shape)))
                  for name, t in source.tensors.items() if name not in wanted]
     problems = list(dict.fromkeys(problems))

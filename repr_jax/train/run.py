@@ -24,7 +24,7 @@ from repr_jax.data.source import subset, take
 from repr_jax.methods import Method
 from repr_jax.train import costs, sharding
 from repr_jax.train.checkpoint import all_finite, restore_latest
-from repr_jax.train.optim import optimizer_for
+from repr_jax.train.optim import optimizer_for, trainable_filter
 from repr_jax.train.pretrained import pretrained_variables, substitute
 from repr_jax.train.state import TrainState, create_train_state
 from repr_jax.train.step import configured_step, hyperparams
@@ -127,9 +127,14 @@ def build_method(cfg: Config, dataset: data.Dataset, *, population: bool = False
     """The method ``cfg.method.name`` with its encoder(s), heads and views, for ``dataset``'s
     inputs. ``population``: the encoder will be vmapped over per-member weights (see
     :func:`repr_jax.encoders.from_section`)."""
+    o = cfg.optim
+    try:
+        lora = encoders.lora_for(cfg.encoder.name, o.lora_rank, o.lora_alpha, o.lora_targets)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
     encoder = functools.partial(encoders.from_section, cfg.encoder,
                                 input_shape=dataset.input_shape, vocab=dataset.vocab,
-                                dataset_name=dataset.name, population=population)
+                                dataset_name=dataset.name, population=population, lora=lora)
     views = getattr(cfg.data, "views", None)  # text sections have none: token ids take no views
     views_fn = data.make_views_fn(**(dataclasses.asdict(views) if views is not None else {}))
     method = methods.build_method(cfg.method, methods.BuildContext(
@@ -153,6 +158,8 @@ def check_buildable(cfg: Config) -> None:
     method options, evaluators, eval sets), with the closest valid name; nothing is built."""
     try:
         encoders.check_section(cfg.encoder)
+        encoders.lora_for(cfg.encoder.name, cfg.optim.lora_rank, cfg.optim.lora_alpha,
+                          cfg.optim.lora_targets)
     except ValueError as e:
         raise ConfigError(str(e)) from None
     methods.check_method(cfg.method, grad_cache_chunk=cfg.train.grad_cache_chunk)
@@ -213,7 +220,8 @@ def state_init_fn(cfg: Config, method: Method) -> Callable[[jax.Array, dict], Tr
         init_key, loop_key = jax.random.split(seed_key)
         variables = substitute(method.init(init_key, batch), pretrained or {})
         extra = method.init_extra(jax.random.fold_in(init_key, 1), variables)
-        return create_train_state(variables, tx, loop_key, extra)
+        return create_train_state(variables, tx, loop_key, extra,
+                                  trainable=trainable_filter(cfg.optim))
     return init_fn
 
 

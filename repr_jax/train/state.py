@@ -34,8 +34,12 @@ class TrainState:
 
 
 def create_train_state(variables: dict, tx: optax.GradientTransformation, rng: jax.Array,
-                       extra: dict | None = None) -> TrainState:
+                       extra: dict | None = None, trainable=None) -> TrainState:
+    """``trainable``: :func:`repr_jax.train.optim.trainable_filter`'s (None: all train); the
+    optimizer state covers the trainable parameters only."""
+    from repr_jax.train.optim import split_trainable
     params = variables["params"]
+    train = params if trainable is None else split_trainable(params, trainable)[0]
     return TrainState(step=jnp.zeros((), jnp.int32), params=params,
                       batch_stats=dict(variables.get("batch_stats", {})),
-                      opt_state=tx.init(params), rng=rng, extra=extra or {})
+                      opt_state=tx.init(train), rng=rng, extra=extra or {})

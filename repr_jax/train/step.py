@@ -10,7 +10,8 @@ import jax.numpy as jnp
 import optax
 
 from repr_jax.methods import Method
-from repr_jax.train.optim import learning_rate, lr_scales, optimizer_for
+from repr_jax.train.optim import (join_trainable, learning_rate, lr_scales, optimizer_for,
+                                  split_trainable, trainable_filter)
 from repr_jax.train.state import TrainState
 
 
@@ -27,7 +28,7 @@ def _like(new: Any, old: Any) -> Any:
 
 def train_step(state: TrainState, batch: dict, hp: Any, *, method: Method,
                tx: optax.GradientTransformationExtraArgs, total_steps: int,
-               compute_dtype: str = "float32", grad_accum: int = 1
+               compute_dtype: str = "float32", grad_accum: int = 1, trainable=None
                ) -> tuple[TrainState, dict]:
     """One update. ``hp`` is ``{"optim": OptimConfig, "method": MethodConfig}`` (numeric leaves);
     ``tx`` is the run's optimizer (:func:`repr_jax.train.optim.make_optimizer`), which takes the
@@ -45,13 +46,24 @@ def train_step(state: TrainState, batch: dict, hp: Any, *, method: Method,
     averaged (a ``lax.scan``: activation memory of one micro-batch). For objectives that are a mean
     over examples this is the full-batch gradient; in-batch-negative objectives see only their
     micro-batch's negatives.
+
+    ``trainable`` (:func:`repr_jax.train.optim.trainable_filter`'s, e.g. LoRA's): only those
+    parameters are differentiated and updated; the rest enter the loss as constants.
     """
     key = jax.random.fold_in(state.rng, state.step)
+    if trainable is None:
+        train_params, frozen = state.params, None
+    else:
+        train_params, frozen = split_trainable(state.params, trainable)
+
+    def whole(params):
+        return params if frozen is None else join_trainable(params, frozen)
     dtype = jnp.dtype(compute_dtype)
     mixed = dtype != jnp.float32
     model_state = {"batch_stats": state.batch_stats} if state.batch_stats else {}
 
     def loss_fn(params, model_state, extra, batch, key):
+        params = whole(params)
         if not mixed:
             return method.loss(params, model_state, extra, batch, key, hp["method"])
         loss, (new_state, new_extra, metrics) = method.loss(
@@ -63,7 +75,7 @@ def train_step(state: TrainState, batch: dict, hp: Any, *, method: Method,
     grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
     if grad_accum == 1:
         (loss, (model_state, extra, metrics)), grads = grad_fn(
-            state.params, model_state, state.extra, batch, key)
+            train_params, model_state, state.extra, batch, key)
     else:
         micro = jax.tree.map(lambda x: x.reshape(x.shape[0] // grad_accum, grad_accum,
                                                  *x.shape[1:]).swapaxes(0, 1), batch)
@@ -72,22 +84,22 @@ def train_step(state: TrainState, batch: dict, hp: Any, *, method: Method,
             model_state, extra, total = carry
             mb, i = inputs
             (loss, (model_state, extra, metrics)), grads = grad_fn(
-                state.params, model_state, extra, mb, jax.random.fold_in(key, i))
+                train_params, model_state, extra, mb, jax.random.fold_in(key, i))
             return (model_state, extra, jax.tree.map(jnp.add, total, grads)), (loss, metrics)
 
-        zeros = jax.tree.map(jnp.zeros_like, state.params)
+        zeros = jax.tree.map(jnp.zeros_like, train_params)
         (model_state, extra, grads), (losses, metrics) = jax.lax.scan(
             accumulate, (model_state, state.extra, zeros), (micro, jnp.arange(grad_accum)))
         grads = jax.tree.map(lambda g: g / grad_accum, grads)
         loss, metrics = losses.mean(), jax.tree.map(lambda m: m.mean(axis=0), metrics)
     lr = learning_rate(state.step, hp["optim"], total_steps=total_steps)
     o = hp["optim"]
-    scales = lr_scales(state.params, freeze=o.freeze, layer_decay=o.layer_decay,
+    scales = lr_scales(train_params, freeze=o.freeze, layer_decay=o.layer_decay,
                        head_lr_mult=o.head_lr_mult)
-    updates, opt_state = tx.update(grads, state.opt_state, state.params,
+    updates, opt_state = tx.update(grads, state.opt_state, train_params,
                                    learning_rate=jax.tree.map(lambda s: lr * s, scales),
                                    weight_decay=o.weight_decay)
-    params = optax.apply_updates(state.params, updates)
+    params = whole(optax.apply_updates(train_params, updates))
     if method.after_update is not None:
         extra = method.after_update(extra, params, hp["method"])
     metrics = dict(metrics, loss=loss, grad_norm=optax.global_norm(grads), lr=lr)
@@ -103,7 +115,8 @@ def configured_step(cfg, method: Method):
     return functools.partial(train_step, method=method, tx=optimizer_for(cfg.optim),
                              total_steps=cfg.train.steps,
                              compute_dtype=cfg.train.compute_dtype,
-                             grad_accum=cfg.train.grad_accum)
+                             grad_accum=cfg.train.grad_accum,
+                             trainable=trainable_filter(cfg.optim))
 
 
 def hyperparams(cfg) -> dict:

@@ -96,3 +96,59 @@ def test_a_prefix_on_data_without_text_is_one_line():
     with pytest.raises(C.ConfigError, match="query_prefix") as info:
         C.override(C.load("simclr_mnist1d"), ["data.query_prefix='Query: '"])
     assert "\n" not in str(info.value)
+
+
+def test_lora_trains_only_the_adapters_and_the_merged_export_gives_the_trained_embeddings(
+        tmp_path):
+    import jax
+    from repr_jax.encoders import load_exported
+    from repr_jax.encoders.pretrained import flatten_tree
+    from repr_jax.train.export import export_run
+    root = beir.synthetic_collection(tmp_path / "coll", num_docs=100, num_queries=10,
+                                     num_train=60, seed=5)
+    gguf = tmp_path / "tiny.gguf"
+    start = tiny_params()
+    write_gguf(gguf, start)
+    cfg = C.override(_config(root, tmp_path, gguf), ["optim.lora_rank=4", "optim.lr=0.05",
+                                                     "optim.lora_targets=('q_proj','v_proj')"])
+    train_and_evaluate(cfg, tmp_path / "run", progress=False, verbose=False)
+    _, dataset, _, state = load_trained(tmp_path / "run")
+    flat = flatten_tree(jax.device_get(state.params))
+    tower = "tower_a/encoder/"
+    adapters = {k for k in flat if k.endswith(("lora_a", "lora_b"))}
+    assert adapters and all(("q_proj" in k or "v_proj" in k) for k in adapters)
+    assert all(k.startswith(("tower_a", "tower_b")) for k in adapters)
+    for name, value in flatten_tree(start).items():  # the base weights never moved
+        np.testing.assert_array_equal(flat[tower + name], value, err_msg=name)
+    assert any(np.abs(flat[k]).max() > 0 for k in adapters if k.endswith("lora_b"))
+    moments = jax.tree.leaves(state.opt_state)  # optimizer state for the adapters (and heads)
+    n_moments = sum(x.size for x in moments if np.issubdtype(x.dtype, np.floating))
+    n_train = sum(v.size for k, v in flat.items() if k in adapters or "encoder" not in k)
+    assert n_moments == 2 * n_train < sum(v.size for v in flat.values())
+    export_run(tmp_path / "run", "safetensors", tmp_path / "export")
+    module, variables = load_exported(tmp_path / "export")
+    assert module.lora is None
+    from repr_jax.encoders import from_section, lora_for
+    trained = from_section(cfg.encoder, input_shape=dataset.input_shape, vocab=dataset.vocab,
+                           lora=lora_for("decoder_lm", 4, 0, ("q_proj", "v_proj")))
+    x = np.asarray(dataset.splits["test"]["x"][:4])
+    ours = trained.apply({"params": state.params["tower_a"]["encoder"]}, x)[0]
+    np.testing.assert_allclose(module.apply(variables, x)[0], ours, atol=1e-5)
+    assert not np.allclose(module.apply(variables, x)[0],
+                           module.apply({"params": start}, x)[0], atol=1e-3)  # it trained
+
+
+@pytest.mark.parametrize("setting,match", [
+    ("optim.lora_rank=64", "lora_rank=64 is larger than the encoder's width 32"),
+    ("optim.lora_targets=('qproj',)", r"lora_targets \['qproj'\] are not dense layers"),
+    ("encoder.attention=bidirectonal", "bidirectional"),
+])
+def test_bad_lora_and_attention_settings_are_one_line(tmp_path, setting, match):
+    root = beir.synthetic_collection(tmp_path / "coll", num_docs=40, num_queries=5,
+                                     num_train=20, seed=6)
+    gguf = tmp_path / "tiny.gguf"
+    write_gguf(gguf, tiny_params())
+    with pytest.raises((C.ConfigError, ValueError), match=match) as info:
+        cfg = C.override(_config(root, tmp_path, gguf), ["optim.lora_rank=4", setting])
+        train_and_evaluate(cfg, tmp_path / "run", progress=False, verbose=False)
+    assert "\n" not in str(info.value)

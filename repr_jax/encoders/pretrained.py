@@ -75,22 +75,6 @@ def _read_json(path: Path, kind: type = dict):
     return value
 
 
-def _read_tensors(path: Path) -> dict[str, np.ndarray]:
-    """The tensors of a safetensors file; a truncated or mangled file is named, and so is the
-    first tensor holding NaN or infinity."""
-    from safetensors.numpy import load_file
-    try:
-        tensors = load_file(str(path))
-    except Exception as e:  # noqa: BLE001 - safetensors raises its own error types
-        raise ValueError(f"{path} is not a readable safetensors file "
-                         f"({type(e).__name__}: {files.first_line(e)})") from None
-    for name, t in tensors.items():
-        if np.issubdtype(t.dtype, np.inexact) and not np.isfinite(t).all():
-            raise ValueError(f"{path}: tensor {name!r} holds {np.size(t) - np.isfinite(t).sum()} "
-                             f"non-finite values (a damaged file)")
-    return tensors
-
-
 def _bert_params(tensors: dict[str, np.ndarray], c: SentenceTransformerConfig) -> dict:
     """Maps Hugging Face BERT tensor names onto TextTransformer's parameter tree."""
     prefix = next((p for p in ("", "bert.", "0.auto_model.", "model.")
@@ -196,7 +180,7 @@ def load_sentence_transformer(path: str | Path) -> LoadedModel:
     if not weights.is_file():
         raise FileNotFoundError(f"missing model.safetensors in {path} (only safetensors weights "
                                 f"are read: no torch at run time)")
-    params = _bert_params(_read_tensors(weights), config)
+    params = _bert_params(files.read_safetensors(weights), config)
     tokenizer = WordPieceTokenizer.from_file(path / "vocab.txt", lower_case=lower,
                                              strip_accents=tok_cfg.get("strip_accents"))
     if len(tokenizer.vocab) != config.vocab_size:
@@ -289,7 +273,7 @@ def read_encoder_weights(path: str | Path) -> EncoderWeights:
         if not weights.is_file():
             raise FileNotFoundError(f"missing model.safetensors beside {exported / EXPORT_CONFIG}")
         vocab = meta.get("vocab")
-        return EncoderWeights(_read_tensors(weights), dict(meta.get("fields", {})),
+        return EncoderWeights(files.read_safetensors(weights), dict(meta.get("fields", {})),
                               tuple(vocab) if vocab else None, str(exported))
     if path.is_dir() and (path / "config.json").exists() and (path / "model.safetensors").exists():
         loaded = load_sentence_transformer(path)

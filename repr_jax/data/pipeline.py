@@ -45,7 +45,13 @@ class Dataset:
 
     @property
     def input_shape(self) -> tuple[int, ...]:
-        return tuple(self.splits["train"]["x"].shape[1:])
+        """One example's ``x`` shape; token ids: the longest of its queries (``x``) and documents
+        (``x_pos``), which one encoder may read both of."""
+        train = self.splits["train"]
+        shape = tuple(train["x"].shape[1:])
+        if self.vocab is not None and "x_pos" in train and len(shape) == 1:
+            shape = (max(shape[0], train["x_pos"].shape[1]),)
+        return shape
 
     def __repr__(self) -> str:
         sizes = ", ".join(f"{k}={len(v['label'])}" for k, v in self.splits.items())

@@ -56,15 +56,16 @@ def last_valid(valid: jax.Array) -> jax.Array:
 
 def pool(kind: str, tokens: jax.Array, valid: jax.Array, pooled: jax.Array) -> jax.Array:
     """``last_token``: the state of the last valid token (an instruction-only row pools its
-    instruction); ``mean``: over the pooled tokens; ``weighted_mean``: weights 1, 2, 3, ... over
-    the pooled tokens in order (SGPT)."""
+    instruction); ``mean``: over the pooled tokens; ``weighted_mean``: each pooled token weighted
+    by its position counted from 1 at the row's first token (SGPT; sentence-transformers'
+    ``weightedmean`` under right padding)."""
     if kind == "last_token":
         last = last_valid(valid)
         return jnp.take_along_axis(tokens, last[:, None, None], axis=1)[:, 0]
     if kind in ("mean", "weighted_mean"):
         w = pooled.astype(tokens.dtype)
         if kind == "weighted_mean":
-            w = w * jnp.cumsum(w, axis=1)
+            w = w * jnp.cumsum(valid, axis=1).astype(tokens.dtype)
         return jnp.einsum("bt,btd->bd", w, tokens) / jnp.maximum(w.sum(1), 1e-9)[:, None]
     raise ValueError(f"unknown decoder_lm pooling {kind!r}; choose from: {', '.join(POOLINGS)}")
 

@@ -337,19 +337,11 @@ def _bert_tensors(params: dict, c: SentenceTransformerConfig) -> dict[str, np.nd
     return {k: np.ascontiguousarray(v) for k, v in out.items()}
 
 
-def export_sentence_transformer(loaded: LoadedModel, out_dir: str | Path, *,
-                                card: str | None = None) -> Path:
-    """Writes a directory that ``SentenceTransformer(out_dir)`` loads offline (and
-    :func:`load_sentence_transformer` reads back): BERT weights in ``model.safetensors``,
-    ``config.json``, the WordPiece tokenizer's files, ``modules.json``, ``1_Pooling`` and, when the
-    model normalises, ``2_Normalize``; ``card`` becomes its ``README.md``. ``loaded`` is what
-    :func:`load_sentence_transformer` returns, or a trained text encoder in that shape."""
+def write_bert_files(loaded: LoadedModel, out: Path) -> None:
+    """The Transformer module's files of a sentence-transformers BERT model (weights, config,
+    WordPiece vocabulary and tokenizer settings, ``sentence_bert_config.json``) into ``out``."""
     from safetensors.numpy import save
-    c, out = loaded.config, Path(out_dir)
-    modes = {v: k for k, v in _POOLING_MODES.items()}
-    if c.pooling not in modes:
-        raise ValueError(f"sentence-transformers has no {c.pooling!r} pooling (it pools by "
-                         f"{', '.join(sorted(modes))}); this encoder cannot be exported as one")
+    c = loaded.config
     files.write_bytes(out / "model.safetensors", save(_bert_tensors(loaded.params, c),
                                                       metadata={"format": "pt"}))
     files.write_json(out / "config.json", {
@@ -371,23 +363,34 @@ def export_sentence_transformer(loaded: LoadedModel, out_dir: str | Path, *,
         "mask_token": "[MASK]"})
     files.write_json(out / "sentence_bert_config.json",
                      {"max_seq_length": c.max_seq_length, "do_lower_case": False})
-    files.write_json(out / "1_Pooling" / "config.json", {
-        "word_embedding_dimension": c.width,
-        **{key: mode == c.pooling for mode, key in modes.items()}})
-    modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
-               {"idx": 1, "name": "1", "path": "1_Pooling",
-                "type": "sentence_transformers.models.Pooling"}]
-    if c.normalize:
-        modules.append({"idx": 2, "name": "2", "path": "2_Normalize",
-                        "type": "sentence_transformers.models.Normalize"})
-        (out / "2_Normalize").mkdir(parents=True, exist_ok=True)
-    files.write_json(out / "modules.json", modules)
-    if card is not None:
-        files.write_text(out / "README.md", card)
-    return out
+
+
+def bert_writer(loaded: LoadedModel):
+    """``write(folder) -> width``: the Transformer module of a sentence-transformers model
+    (:class:`repr_jax.encoders.st_format.Route`) for a TextTransformer in this form."""
+    def write(folder: Path) -> int:
+        write_bert_files(loaded, folder)
+        return loaded.config.width
+    return write
+
+
+def export_sentence_transformer(loaded: LoadedModel, out_dir: str | Path, *,
+                                card: str | None = None) -> Path:
+    """Writes a directory that ``SentenceTransformer(out_dir)`` loads offline (and
+    :func:`load_sentence_transformer` reads back): BERT weights in ``model.safetensors``,
+    ``config.json``, the WordPiece tokenizer's files, ``modules.json``, ``1_Pooling`` and, when the
+    model normalises, ``2_Normalize``; ``card`` becomes its ``README.md``. ``loaded`` is what
+    :func:`load_sentence_transformer` returns, or a trained text encoder in that shape."""
+    from repr_jax.encoders.st_format import Route, write_model
+    if loaded.config.pooling not in _POOLING_MODES.values():
+        raise ValueError(f"sentence-transformers has no {loaded.config.pooling!r} pooling (it "
+                         f"pools by {', '.join(sorted(_POOLING_MODES.values()))}); this encoder "
+                         f"cannot be exported as one")
+    route = Route(bert_writer(loaded), loaded.config.pooling)
+    return write_model(out_dir, {"": route}, normalize=loaded.config.normalize, card=card)
 
 
 __all__ = ["EncoderWeights", "LoadedModel", "SentenceTransformerConfig", "encode",
-           "export_safetensors", "export_sentence_transformer", "load_exported",
+           "export_safetensors", "export_sentence_transformer", "load_exported", "write_bert_files",
            "load_sentence_transformer", "read_encoder_weights"]
 

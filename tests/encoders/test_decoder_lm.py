@@ -244,6 +244,10 @@ def test_smollm2_completes_a_sentence():
     module, tok = loaded.module(), loaded.tokenizer
     ids = tok.tokenize("The capital of France is")
     apply = jax.jit(lambda p, x: module.apply({"params": p}, x)[1]["tokens"])
+    from repr_jax.encoders.pretrained import encode
+    first = np.asarray(apply(loaded.params, jnp.asarray(tok.pad([ids])))[0, len(ids) - 1])
+    np.testing.assert_allclose(encode(loaded, ["The capital of France is", "a"])[0], first,
+                               rtol=1e-5, atol=1e-5)  # encode: the last token's final state
     for _ in range(2):
         h = apply(loaded.params, jnp.asarray(tok.pad([ids])))[0, len(ids) - 1]
         ids.append(int(jnp.argmax(loaded.params["embed_tokens"]["embedding"] @ h)))

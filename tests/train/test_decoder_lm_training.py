@@ -29,11 +29,18 @@ def _config(root, tmp_path, gguf, **method):
                           sets=(f"beir:{root}",)))
 
 
-def test_a_decoder_trains_from_its_gguf_with_its_own_tokenizer(tmp_path):
-    root = beir.synthetic_collection(tmp_path / "coll", num_docs=200, num_queries=20,
-                                     num_train=120, seed=3)
+def _collection_and_gguf(tmp_path, seed: int, num_docs: int = 100, num_queries: int = 10,
+                         num_train: int = 60):
+    """A synthetic BEIR collection and the tiny decoder written as a GGUF."""
+    root = beir.synthetic_collection(tmp_path / "coll", num_docs=num_docs,
+                                     num_queries=num_queries, num_train=num_train, seed=seed)
     gguf = tmp_path / "tiny.gguf"
     write_gguf(gguf, tiny_params())
+    return root, gguf
+
+
+def test_a_decoder_trains_from_its_gguf_with_its_own_tokenizer(tmp_path):
+    root, gguf = _collection_and_gguf(tmp_path, 3, 200, 20, 120)
     cfg = _config(root, tmp_path, gguf)
     result = train_and_evaluate(cfg, tmp_path / "run", progress=False, verbose=False)
     recorded = json.loads((tmp_path / "run" / "config.json").read_text())
@@ -58,6 +65,7 @@ def test_the_cli_trains_smollm2_on_a_pairs_file(tmp_path, capsys):
                      "--no-progress",
                      "--set", f"data.name=pairs:{pairs}", "--set", "encoder.name=decoder_lm",
                      "--set", "encoder.init_from=smollm2", "--set", "data.max_len=16",
+                     "--set", "optim.lora_rank=8", "--set", "method.tied_towers=True",
                      "--set", "train.steps=2", "--set", "train.batch_size=8",
                      "--set", "train.num_devices=1",
                      "--set", "data.query_prefix='Instruct: find the meaning\\nQuery: '",
@@ -72,10 +80,7 @@ def test_queries_and_documents_have_their_own_lengths_and_instructions(tmp_path)
     plain text after [CLS]."""
     from repr_jax.data import eval_sets, pipeline
     from repr_jax.data.tokenizer import Sides, make_tokenizer
-    root = beir.synthetic_collection(tmp_path / "coll", num_docs=100, num_queries=10,
-                                     num_train=60, seed=4)
-    gguf = tmp_path / "tiny.gguf"
-    write_gguf(gguf, tiny_params())
+    root, gguf = _collection_and_gguf(tmp_path, 4, 100, 10, 60)
     settings = dict(query_max_len=12, doc_max_len=20, query_prefix="the ", doc_prefix="")
     ds = pipeline.load(f"beir:{root}", data_dir=str(tmp_path / "tfds"), tokenizer=str(gguf),
                        **settings)
@@ -104,11 +109,8 @@ def test_lora_trains_only_the_adapters_and_the_merged_export_gives_the_trained_e
     from repr_jax.encoders import load_exported
     from repr_jax.encoders.pretrained import flatten_tree
     from repr_jax.train.export import export_run
-    root = beir.synthetic_collection(tmp_path / "coll", num_docs=100, num_queries=10,
-                                     num_train=60, seed=5)
-    gguf = tmp_path / "tiny.gguf"
     start = tiny_params()
-    write_gguf(gguf, start)
+    root, gguf = _collection_and_gguf(tmp_path, 5, 100, 10, 60)
     cfg = C.override(_config(root, tmp_path, gguf), ["optim.lora_rank=4", "optim.lr=0.05",
                                                      "optim.lora_targets=('q_proj','v_proj')"])
     train_and_evaluate(cfg, tmp_path / "run", progress=False, verbose=False)
@@ -144,10 +146,7 @@ def test_lora_trains_only_the_adapters_and_the_merged_export_gives_the_trained_e
     ("encoder.attention=bidirectonal", "bidirectional"),
 ])
 def test_bad_lora_and_attention_settings_are_one_line(tmp_path, setting, match):
-    root = beir.synthetic_collection(tmp_path / "coll", num_docs=40, num_queries=5,
-                                     num_train=20, seed=6)
-    gguf = tmp_path / "tiny.gguf"
-    write_gguf(gguf, tiny_params())
+    root, gguf = _collection_and_gguf(tmp_path, 6, 40, 5, 20)
     with pytest.raises((C.ConfigError, ValueError), match=match) as info:
         cfg = C.override(_config(root, tmp_path, gguf), ["optim.lora_rank=4", setting])
         train_and_evaluate(cfg, tmp_path / "run", progress=False, verbose=False)
@@ -156,10 +155,7 @@ def test_bad_lora_and_attention_settings_are_one_line(tmp_path, setting, match):
 
 def test_tied_towers_hold_one_encoder_for_queries_and_documents(tmp_path):
     import jax
-    root = beir.synthetic_collection(tmp_path / "coll", num_docs=100, num_queries=10,
-                                     num_train=60, seed=7)
-    gguf = tmp_path / "tiny.gguf"
-    write_gguf(gguf, tiny_params())
+    root, gguf = _collection_and_gguf(tmp_path, 7, 100, 10, 60)
     two = _config(root, tmp_path, gguf)
     tied = C.override(two, ["method.tied_towers=True", "data.query_prefix='the '"])
     train_and_evaluate(tied, tmp_path / "tied", progress=False, verbose=False)

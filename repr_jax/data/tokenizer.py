@@ -1,12 +1,12 @@
-"""Tokenizers that need nothing but Python: BERT WordPiece from a ``vocab.txt``, and raw bytes.
+"""Tokenizers: BERT WordPiece from a ``vocab.txt``, a decoder LLM's byte-level BPE (both run by
+the Rust ``tokenizers`` library), and raw bytes; and how queries and documents are tokenised
+(:class:`Sides`).
 
-``WordPieceTokenizer`` follows BERT's reference tokenisation (Hugging Face ``BertTokenizer``): clean
+``WordPieceTokenizer`` is BERT's reference tokenisation (Hugging Face ``BertTokenizer``): clean
 control characters, put spaces around CJK characters, split on whitespace, lower-case and strip
-accents (NFD, drop combining marks) when configured, split off punctuation, then greedy
-longest-match-first WordPiece with ``##`` continuation pieces; a word of more than 100 characters,
-or one that cannot be pieced, becomes ``[UNK]``. Special tokens written in the text are kept whole.
-Lower-casing is per character, like the Rust ``tokenizers`` implementation that sentence-transformers
-uses (Python's ``str.lower`` would apply the Greek final-sigma rule).
+accents when configured, split off punctuation, then greedy longest-match-first WordPiece with
+``##`` continuation pieces; a word of more than 100 characters, or one that cannot be pieced,
+becomes ``[UNK]``. Special tokens written in the text are kept whole.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import re
-import unicodedata
 from pathlib import Path
 from typing import Sequence
 
@@ -92,29 +91,6 @@ class Sides:
         return tokenizer.encode(list(texts), max_len=n, pad_to=n, prefix=self.prefix(side)).ids
 
 
-def _is_whitespace(ch: str) -> bool:
-    return ch in " \t\n\r" or unicodedata.category(ch) == "Zs"
-
-
-def _is_control(ch: str) -> bool:
-    if ch in "\t\n\r":
-        return False
-    return unicodedata.category(ch) in ("Cc", "Cf")
-
-
-def _is_punctuation(ch: str) -> bool:
-    cp = ord(ch)
-    if 33 <= cp <= 47 or 58 <= cp <= 64 or 91 <= cp <= 96 or 123 <= cp <= 126:
-        return True
-    return unicodedata.category(ch).startswith("P")
-
-
-def _is_cjk(cp: int) -> bool:
-    return (0x4E00 <= cp <= 0x9FFF or 0x3400 <= cp <= 0x4DBF or 0x20000 <= cp <= 0x2A6DF
-            or 0x2A700 <= cp <= 0x2B73F or 0x2B740 <= cp <= 0x2B81F or 0x2B820 <= cp <= 0x2CEAF
-            or 0xF900 <= cp <= 0xFAFF or 0x2F800 <= cp <= 0x2FA1F)
-
-
 @dataclasses.dataclass(frozen=True)
 class Encoded:
     """Token ids and attention mask, ``[N, T]`` int32 each (padding id 0, mask 0)."""
@@ -123,10 +99,12 @@ class Encoded:
 
 
 class WordPieceTokenizer:
-    """BERT WordPiece tokenizer read from a ``vocab.txt`` (one token per line; id = line number)."""
+    """BERT WordPiece tokenizer read from a ``vocab.txt`` (one token per line; id = line number),
+    run by the Rust ``tokenizers`` library with BERT's normaliser and pre-tokeniser."""
 
     def __init__(self, vocab: Sequence[str], *, lower_case: bool = True,
                  strip_accents: bool | None = None, max_word_chars: int = 100):
+        from tokenizers import AddedToken, Tokenizer, models, normalizers, pre_tokenizers
         self.vocab = list(vocab)
         self.ids = {tok: i for i, tok in enumerate(self.vocab)}
         missing = [t for t in ("[PAD]", "[UNK]", "[CLS]", "[SEP]") if t not in self.ids]
@@ -134,12 +112,17 @@ class WordPieceTokenizer:
             raise ValueError(f"vocabulary lacks the special tokens {missing}")
         self.lower_case = lower_case
         self.strip_accents = lower_case if strip_accents is None else strip_accents
-        self.max_word_chars = max_word_chars
-        specials = sorted((t for t in self.vocab if re.fullmatch(r"\[[A-Z]+\]", t)), key=len,
-                          reverse=True)
-        self._special_re = re.compile("(" + "|".join(map(re.escape, specials)) + ")")
         self.pad_id, self.unk_id = self.ids["[PAD]"], self.ids["[UNK]"]
         self.cls_id, self.sep_id = self.ids["[CLS]"], self.ids["[SEP]"]
+        backend = Tokenizer(models.WordPiece(self.ids, unk_token="[UNK]",
+                                             max_input_chars_per_word=max_word_chars))
+        backend.normalizer = normalizers.BertNormalizer(
+            clean_text=True, handle_chinese_chars=True, strip_accents=self.strip_accents,
+            lowercase=lower_case)
+        backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        backend.add_special_tokens([AddedToken(t, special=True) for t in self.vocab
+                                    if re.fullmatch(r"\[[A-Z]+\]", t)])  # kept whole in text
+        self.backend = backend
 
     @classmethod
     def from_file(cls, path: str | Path, **kwargs) -> "WordPieceTokenizer":
@@ -148,66 +131,12 @@ class WordPieceTokenizer:
             raise FileNotFoundError(f"vocabulary file not found: {path}")
         return cls(path.read_text(encoding="utf-8").splitlines(), **kwargs)
 
-    # ------------------------------------------------------------------ basic tokenisation
-    def _clean(self, text: str) -> str:
-        out = []
-        for ch in text:
-            cp = ord(ch)
-            if cp == 0 or cp == 0xFFFD or _is_control(ch):
-                continue
-            if _is_cjk(cp):
-                out.append(f" {ch} ")
-            else:
-                out.append(" " if _is_whitespace(ch) else ch)
-        return "".join(out)
-
-    def _split_word(self, word: str) -> list[str]:
-        if self.lower_case:  # per character, as the Rust tokenizer (no final-sigma rule)
-            word = "".join(c.lower() for c in word)
-        if self.strip_accents:
-            word = "".join(c for c in unicodedata.normalize("NFD", word)
-                           if unicodedata.category(c) != "Mn")
-        pieces, current = [], []
-        for ch in word:
-            if _is_punctuation(ch):
-                if current:
-                    pieces.append("".join(current))
-                    current = []
-                pieces.append(ch)
-            else:
-                current.append(ch)
-        if current:
-            pieces.append("".join(current))
-        return pieces
-
-    def _wordpiece(self, word: str) -> list[int]:
-        if len(word) > self.max_word_chars:
-            return [self.unk_id]
-        out, start = [], 0
-        while start < len(word):
-            end = len(word)
-            while end > start:
-                piece = word[start:end] if start == 0 else "##" + word[start:end]
-                if piece in self.ids:
-                    out.append(self.ids[piece])
-                    break
-                end -= 1
-            else:
-                return [self.unk_id]
-            start = end
-        return out
-
     def tokenize(self, text: str) -> list[int]:
         """Token ids of ``text`` without ``[CLS]``/``[SEP]``."""
-        ids = []
-        for part in self._special_re.split(text):
-            if part in self.ids and self._special_re.fullmatch(part):
-                ids.append(self.ids[part])
-                continue
-            for word in self._clean(part).split():
-                for piece in self._split_word(word):
-                    ids.extend(self._wordpiece(piece))
-        return ids
+        return self.backend.encode(text, add_special_tokens=False).ids
+
+    def _tokenize_all(self, texts: Sequence[str]) -> list[list[int]]:
+        return [e.ids for e in self.backend.encode_batch(list(texts), add_special_tokens=False)]
 
     def encode(self, texts: Sequence[str], *, max_len: int = 512, pad_to: int | None = None,
                prefix: str = "") -> Encoded:
@@ -217,8 +146,8 @@ class WordPieceTokenizer:
         if len(head) + 2 >= max_len:
             raise ValueError(f"the prefix {prefix!r} takes {len(head)} tokens: no room for text "
                              f"in {max_len}")
-        rows = [[self.cls_id] + (head + self.tokenize(t))[: max_len - 2] + [self.sep_id]
-                for t in texts]
+        rows = [[self.cls_id] + (head + ids)[: max_len - 2] + [self.sep_id]
+                for ids in self._tokenize_all(texts)]
         width = pad_to or max(len(r) for r in rows)
         ids = np.full((len(rows), width), self.pad_id, np.int32)
         mask = np.zeros((len(rows), width), np.int32)
@@ -247,6 +176,9 @@ class ByteTokenizer:
 
     def tokenize(self, text: str) -> list[int]:
         return [len(SPECIALS) + b for b in text.encode("utf-8")]
+
+    def _tokenize_all(self, texts: Sequence[str]) -> list[list[int]]:
+        return [self.tokenize(t) for t in texts]
 
     def encode(self, texts: Sequence[str], *, max_len: int = 512, pad_to: int | None = None,
                prefix: str = "") -> Encoded:

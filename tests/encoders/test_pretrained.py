@@ -59,9 +59,6 @@ def test_wordpiece_equals_the_reference_tokenizer(minilm_dir):
     for _ in range(2000):  # random text across scripts, symbols, controls and emoji
         texts.append("".join(chr(rng.randint(*rng.choice(blocks))) if rng.random() < 0.5
                              else rng.choice(" abcXYZ.,!'-") for _ in range(rng.randint(1, 50))))
-    # U+061D (Unicode 14) is punctuation to Python 3.11's unicodedata but unassigned in the
-    # Rust tokenizer's tables: a Unicode-version difference, not a tokenisation rule.
-    texts = [t for t in texts if "\u061d" not in t]
     mismatches = [t for t in texts
                   if ref.encode(t).ids != [ours.cls_id] + ours.tokenize(t) + [ours.sep_id]]
     assert len(texts) > 5000 and mismatches == []

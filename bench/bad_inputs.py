@@ -4,6 +4,7 @@ run folder behind, and what it did to the files around it.
     python bench/bad_inputs.py                # both batteries, ~12 min; prints a markdown table
     python bench/bad_inputs.py --battery 34   # the first battery (configs, images, sweeps): ~2 min
     python bench/bad_inputs.py --battery 38   # the text surfaces (pairs:, beir:, mine, fit)
+    python bench/bad_inputs.py --battery 40   # decoder LLM weights, LoRA, attention, prefixes
     python bench/bad_inputs.py --case 41,44   # those cases (numbered across both batteries)
 
 Every case should exit 2 with one ``repr-jax: error:`` line (or argparse's ``error:`` line) and
@@ -86,7 +87,37 @@ def cases(tmp: Path) -> list[Case]:
         ("--executor slurm without SLURM", [*sweep, "--executor", "slurm"]),
         ("--slurm-time -5", [*sweep, "--executor", "slurm", "--slurm-time", "-5"]),
     ]]
-    return first + text_cases(tmp)
+    return first + text_cases(tmp) + llm_cases(tmp)
+
+
+def llm_cases(tmp: Path) -> list[Case]:
+    """Issue 40's battery: decoder LLM weights, LoRA, attention and instruction settings."""
+    w = ["--workdir", str(tmp / "w")]
+    pairs = f"data.name=pairs:{tmp / 'pairs.jsonl'}"
+
+    def decoder(weights: str, *more: str) -> list[str]:
+        return ["train", "--config", str(tmp / "text_cfg.py"), *w, "--set", pairs, "--set",
+                "encoder.name=decoder_lm", "--set", f"encoder.init_from={tmp / weights}",
+                *[a for m in more for a in ("--set", m)]]
+
+    rows = [Case(what, argv) for what, argv in [
+        ("GGUF of another architecture (gpt2)", decoder("gpt2.gguf")),
+        ("truncated GGUF", decoder("truncated.gguf")),
+        ("a zip renamed .gguf", decoder("zip.gguf")),
+        ("GGUF without a tokenizer", decoder("notok.gguf")),
+        ("GGUF tensor of a type gguf cannot dequantise (Q8_1)", decoder("q81.gguf")),
+        ("optim.lora_rank=64 > width 32", decoder("tiny.gguf", "optim.lora_rank=64")),
+        ("optim.lora_targets=('qproj',)", decoder("tiny.gguf", "optim.lora_rank=4",
+                                                  "optim.lora_targets=('qproj',)")),
+        ("optim.lora_rank=8 on a cnn", ["train", *QUICK, *w, "--set", "optim.lora_rank=8"]),
+        ("encoder.attention=bidirectonal", decoder("tiny.gguf",
+                                                   "encoder.attention=bidirectonal")),
+        ("data.query_prefix on data without text", ["train", *QUICK, *w, "--set",
+                                                    "data.query_prefix='Query: '"]),
+    ]]
+    for r in rows:
+        r.battery = 40
+    return rows
 
 
 def text_cases(tmp: Path) -> list[Case]:
@@ -359,6 +390,40 @@ def _prepare(tmp: Path, battery: int) -> None:
     if battery == 34:
         return
     _prepare_text(tmp)
+    _prepare_llm(tmp)
+
+
+def _prepare_llm(tmp: Path) -> None:
+    """The tiny decoder as GGUF files, good and broken (tests/tiny_llm.py writes them)."""
+    import gguf
+    import numpy as np
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from tiny_llm import byte_vocab, tiny_params, write_gguf
+    write_gguf(tmp / "tiny.gguf", tiny_params())
+    write_gguf(tmp / "gpt2.gguf", tiny_params(), arch="gpt2")
+    (tmp / "truncated.gguf").write_bytes((tmp / "tiny.gguf").read_bytes()[:5000])
+    (tmp / "zip.gguf").write_bytes(b"PK\x03\x04" + bytes(100))
+    w = gguf.GGUFWriter(str(tmp / "notok.gguf"), "llama")
+    w.add_uint32("llama.block_count", 0)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    w = gguf.GGUFWriter(str(tmp / "q81.gguf"), "llama")
+    for key, value in (("block_count", 0), ("embedding_length", 32),
+                       ("feed_forward_length", 48), ("attention.head_count", 4)):
+        w.add_uint32(f"llama.{key}", value)
+    w.add_float32("llama.attention.layer_norm_rms_epsilon", 1e-5)
+    tokens, merges = byte_vocab()
+    w.add_tokenizer_model("gpt2")
+    w.add_token_list(tokens)
+    w.add_token_merges(merges)
+    w.add_tensor("token_embd.weight", np.zeros((300, 40), np.uint8), raw_shape=(300, 40),
+                 raw_dtype=gguf.GGMLQuantizationType.Q8_1)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
 
 
 def _prepare_text(tmp: Path) -> None:
@@ -478,7 +543,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--case", type=lambda t: {int(n) for n in t.split(",")}, default=set(),
                    help="run these cases only (1-based, comma-separated)")
-    p.add_argument("--battery", type=int, choices=(34, 38), default=0,
+    p.add_argument("--battery", type=int, choices=(34, 38, 40), default=0,
                    help="one battery only (default: both)")
     args = p.parse_args(argv)
     os.umask(0o022)

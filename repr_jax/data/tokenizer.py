@@ -271,6 +271,9 @@ class BPETokenizer:
         path = Path(path)
         reader = gguf_reader(path)
         kind = field(reader, "tokenizer.ggml.model")
+        if kind is None:
+            raise ValueError(f"{path} carries no tokenizer (no tokenizer.ggml.model): give the "
+                             f"model's own (data.tokenizer=its .gguf or tokenizer.json folder)")
         if kind != "gpt2":
             raise ValueError(f"{path}: tokenizer model {kind!r} is not read here (byte-level "
                              f"BPE, 'gpt2', is)")

@@ -173,3 +173,20 @@ def test_tied_towers_hold_one_encoder_for_queries_and_documents(tmp_path):
 def _trained(cfg, workdir):
     train_and_evaluate(cfg, workdir, progress=False, verbose=False)
     return workdir
+
+
+def test_lora_under_fsdp_and_the_gradient_cache_trains_the_same_adapters(tmp_path):
+    root, gguf = _collection_and_gguf(tmp_path, 9)
+    base = C.override(_config(root, tmp_path, gguf), ["optim.lora_rank=4", "optim.lr=0.01",
+                                                      "train.steps=3"])
+    adapters = {}
+    for name, extra in (("one", ["train.num_devices=1"]),
+                        ("fsdp", ["train.num_devices=8", "train.fsdp=2"]),
+                        ("grad_cache", ["train.num_devices=1", "train.grad_cache_chunk=2"])):
+        train_and_evaluate(C.override(base, extra), tmp_path / name, progress=False,
+                           verbose=False)
+        params = load_trained(tmp_path / name)[3].params
+        adapters[name] = np.asarray(params["tower_a"]["encoder"]["layer_0"]["q_proj"]["lora_b"])
+    assert np.abs(adapters["one"]).max() > 1e-3
+    for name in ("fsdp", "grad_cache"):
+        np.testing.assert_allclose(adapters[name], adapters["one"], atol=1e-6, err_msg=name)

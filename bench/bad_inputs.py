@@ -395,35 +395,14 @@ def _prepare(tmp: Path, battery: int) -> None:
 
 def _prepare_llm(tmp: Path) -> None:
     """The tiny decoder as GGUF files, good and broken (tests/tiny_llm.py writes them)."""
-    import gguf
-    import numpy as np
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-    from tiny_llm import byte_vocab, tiny_params, write_gguf
+    from tiny_llm import tiny_params, write_gguf, write_odd_gguf
     write_gguf(tmp / "tiny.gguf", tiny_params())
     write_gguf(tmp / "gpt2.gguf", tiny_params(), arch="gpt2")
     (tmp / "truncated.gguf").write_bytes((tmp / "tiny.gguf").read_bytes()[:5000])
     (tmp / "zip.gguf").write_bytes(b"PK\x03\x04" + bytes(100))
-    w = gguf.GGUFWriter(str(tmp / "notok.gguf"), "llama")
-    w.add_uint32("llama.block_count", 0)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    w = gguf.GGUFWriter(str(tmp / "q81.gguf"), "llama")
-    for key, value in (("block_count", 0), ("embedding_length", 32),
-                       ("feed_forward_length", 48), ("attention.head_count", 4)):
-        w.add_uint32(f"llama.{key}", value)
-    w.add_float32("llama.attention.layer_norm_rms_epsilon", 1e-5)
-    tokens, merges = byte_vocab()
-    w.add_tokenizer_model("gpt2")
-    w.add_token_list(tokens)
-    w.add_token_merges(merges)
-    w.add_tensor("token_embd.weight", np.zeros((300, 40), np.uint8), raw_shape=(300, 40),
-                 raw_dtype=gguf.GGMLQuantizationType.Q8_1)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    write_odd_gguf(tmp / "notok.gguf", tokenizer=False, q8_1=False)
+    write_odd_gguf(tmp / "q81.gguf")
 
 
 def _prepare_text(tmp: Path) -> None:

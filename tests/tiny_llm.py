@@ -105,3 +105,26 @@ def write_gguf(path, params, types=None, *, arch="llama"):
     return stored
 
 
+
+
+def write_odd_gguf(path, *, tokenizer: bool = True, q8_1: bool = True) -> None:
+    """A header-only GGUF (no blocks) whose one tensor is stored as Q8_1, a type the gguf package
+    cannot dequantise (``q8_1``), with or without the byte-level tokenizer."""
+    import gguf
+    w = gguf.GGUFWriter(str(path), "llama")
+    for key, value in (("block_count", 0), ("embedding_length", 32),
+                       ("feed_forward_length", 48), ("attention.head_count", 4)):
+        w.add_uint32(f"llama.{key}", value)
+    w.add_float32("llama.attention.layer_norm_rms_epsilon", 1e-5)
+    if tokenizer:
+        tokens, merges = byte_vocab()
+        w.add_tokenizer_model("gpt2")
+        w.add_token_list(tokens)
+        w.add_token_merges(merges)
+    if q8_1:
+        w.add_tensor("token_embd.weight", np.zeros((300, 40), np.uint8), raw_shape=(300, 40),
+                     raw_dtype=gguf.GGMLQuantizationType.Q8_1)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()

@@ -186,7 +186,9 @@ def encode(loaded: LoadedDecoderLM, texts: Sequence[str], *, normalize: bool = F
     """Embeddings ``[len(texts), width]``: the final-norm hidden state of each text's last token
     (``pooling``), no special tokens added unless ``append_eos`` (Tevatron's
     ``--append_eos_token``); ``prefix`` is an instruction read before each text and left out of
-    mean poolings. Texts are sorted by length and batched, so each batch pads little."""
+    mean poolings. Texts are sorted by length and batched, so each batch pads little. Time
+    ``O(N * (T * P + depth * T^2 * width))`` for N texts of T tokens and P parameters; memory one
+    batch's activations plus the ``[N, width]`` result."""
     apply = _embedder(loaded.module(attention=attention, pooling=pooling))
     rows = loaded.tokenizer.rows(texts, max_len=max_len, prefix=prefix, append_eos=append_eos)
     order = np.argsort([len(r) for r in rows], kind="stable")

@@ -137,7 +137,7 @@ def llama_transformer(params: dict, header: Any, tokenizer: Any, max_seq_length:
             "tie_word_embeddings": True, "bos_token_id": header.bos_id,
             "eos_token_id": tokenizer.eos_id, "pad_token_id": tokenizer.eos_id,
             "torch_dtype": "float32"})
-        tokenizer.backend.save(str(_ensure(folder) / "tokenizer.json"))
+        files.write_text(folder / "tokenizer.json", tokenizer.backend.to_str())
         eos = tokenizer.vocab[tokenizer.eos_id] if tokenizer.eos_id is not None else None
         files.write_json(folder / "tokenizer_config.json", {
             "tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": max_seq_length,
@@ -147,8 +147,3 @@ def llama_transformer(params: dict, header: Any, tokenizer: Any, max_seq_length:
                          {"max_seq_length": max_seq_length, "do_lower_case": False})
         return header.width
     return write
-
-
-def _ensure(folder: Path) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder

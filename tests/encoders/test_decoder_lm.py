@@ -19,7 +19,7 @@ DATA = Path(__file__).resolve().parent.parent / "data"
 sys.path.insert(0, str(DATA.parent))
 from conftest import needs_smollm2  # noqa: E402
 
-from tiny_llm import TINY, byte_vocab, hf_tensors, write_gguf  # noqa: E402
+from tiny_llm import TINY, byte_vocab, hf_tensors, write_gguf, write_odd_gguf  # noqa: E402
 
 
 def _tiny(**kw):
@@ -152,7 +152,6 @@ def test_the_gguf_tokenizer_keeps_control_tokens_whole(tmp_path):
 
 @pytest.mark.parametrize("case", ["architecture", "truncated", "not_gguf", "quantisation"])
 def test_bad_gguf_files_are_one_line(tmp_path, case):
-    import gguf
     _, params = _tiny()
     path = tmp_path / "bad.gguf"
     if case == "architecture":
@@ -166,18 +165,7 @@ def test_bad_gguf_files_are_one_line(tmp_path, case):
         path.write_bytes(b"PK\x03\x04" + bytes(100))
         match = "is not a GGUF file"
     else:
-        w = gguf.GGUFWriter(str(path), "llama")
-        for key, value in (("block_count", 0), ("embedding_length", 32),
-                           ("feed_forward_length", 48), ("attention.head_count", 4),
-                           ("attention.layer_norm_rms_epsilon", 1e-5)):
-            w.add_uint32(f"llama.{key}", value) if isinstance(value, int) else \
-                w.add_float32(f"llama.{key}", value)
-        w.add_tensor("token_embd.weight", np.zeros((300, 40), np.uint8), raw_shape=(300, 40),
-                     raw_dtype=gguf.GGMLQuantizationType.Q8_1)
-        w.write_header_to_file()
-        w.write_kv_data_to_file()
-        w.write_tensors_to_file()
-        w.close()
+        write_odd_gguf(path)
         match = "tensor 'token_embd.weight' of type Q8_1 cannot be dequantised"
     with pytest.raises(ValueError, match=match) as info:
         read_decoder_weights(path)

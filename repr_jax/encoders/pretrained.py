@@ -210,16 +210,17 @@ def encode(loaded, texts: Sequence[str], *, normalize: bool | None = None,
                               batch_size=batch_size, **decoder_options)
     if decoder_options:
         raise TypeError(f"encode: {sorted(decoder_options)} apply to decoder LLMs only")
+    from repr_jax.encoders.decoder_lm_weights import _embedder
     normalize = loaded.config.normalize if normalize is None else normalize
-    module = loaded.module
-    apply = jax.jit(lambda params, ids: module.apply({"params": params}, ids)[0])
-    out = []
-    for i in range(0, len(texts), batch_size):
-        ids = loaded.tokenizer.encode(texts[i:i + batch_size],
-                                      max_len=loaded.config.max_seq_length).ids
-        emb = np.asarray(apply(loaded.params, jnp.asarray(ids)))
-        out.append(emb)
-    emb = np.concatenate(out) if out else np.zeros((0, loaded.config.width), np.float32)
+    apply = _embedder(loaded.module)  # compiled once per model and batch shape
+    enc = loaded.tokenizer.encode(list(texts), max_len=loaded.config.max_seq_length)
+    lengths = np.asarray(enc.mask).sum(axis=1)
+    order = np.argsort(lengths, kind="stable")  # shortest first: each batch pads little
+    emb = np.zeros((len(texts), loaded.config.width), np.float32)
+    for i in range(0, len(order), batch_size):
+        batch = order[i:i + batch_size]
+        width = -(-max(int(lengths[batch].max()), 1) // 8) * 8  # few shapes compile
+        emb[batch] = np.asarray(apply(loaded.params, jnp.asarray(enc.ids[batch, :width])))
     if normalize:
         emb = emb / np.maximum(np.linalg.norm(emb, axis=1, keepdims=True), 1e-12)
     return emb

@@ -8,7 +8,9 @@ supplied by the caller (the training loop, ``repr-jax eval``, a notebook); the e
 and pads the last batch so every batch has one shape (one compilation), and caches features so
 evaluators that share it share one feature pass. With ``cache_dir`` it also keeps the features of
 in-memory inputs on disk (one ``.npz`` per input content and view), so a later evaluation of the
-same variables — another evaluator, another set — does not encode them again.
+same variables — another evaluator, another set — does not encode them again. With ``pad_id``
+(token-id inputs) texts are embedded shortest first and each batch is cut to its longest text
+(rounded up to ``TOKEN_BUCKET``): a corpus of short texts costs its tokens, not its padding.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ PredictFn = Callable[[Any, jax.Array], Any]  # (variables, x_BxS) -> embedding_B
 
 
 BATCH_ELEMENTS = 1 << 23  # input values in one feature-pass batch (32 MiB of float32)
+TOKEN_BUCKET = 16  # a trimmed batch's length is a multiple of this: few shapes compile
 
 
 def _streamed(x) -> bool:
@@ -54,8 +57,9 @@ class Embedder:
                  batch_size: int = 1024, query_fn: PredictFn | None = None,
                  pos_fn: PredictFn | None = None, layers_fn: PredictFn | None = None,
                  eval_sets: Sequence[Any] = (), cache_dir: str | Path | None = None,
-                 progress: str = ""):
+                 progress: str = "", pad_id: int | None = None):
         self.splits = splits
+        self.pad_id = pad_id  # token ids: the padding value whose trailing columns are cut off
         self.progress = progress  # a progress bar's label for each feature pass ("": none)
         # Features on disk belong to one variables object (the first embedded): a checkpoint's.
         self.cache_dir, self._disk_owner = Path(cache_dir) if cache_dir else None, None
@@ -76,14 +80,29 @@ class Embedder:
     def sets(self, kind: str) -> list[Any]:
         return [s for s in self.eval_sets if s.kind == kind]
 
-    def _batches(self, variables: Any, x: np.ndarray, which: str):
+    def _trims(self, x) -> bool:
+        return (self.pad_id is not None and len(x.shape) == 2
+                and np.issubdtype(x.dtype, np.integer))
+
+    def _trimmed(self, chunk: np.ndarray) -> np.ndarray:
+        """``chunk`` without the trailing columns that are padding in every row (kept to a
+        multiple of ``TOKEN_BUCKET``); the models mask padding, so the embeddings are the same."""
+        used = np.flatnonzero((chunk != self.pad_id).any(axis=0))
+        width = -(-(int(used[-1]) + 1 if len(used) else 1) // TOKEN_BUCKET) * TOKEN_BUCKET
+        return chunk[:, :width] if width < chunk.shape[1] else chunk
+
+    def _batches(self, variables: Any, x: np.ndarray, which: str,
+                 rows: list[np.ndarray] | None = None):
         if self._fns[which] is None:
             raise ValueError(f"this embedder has no {which!r} function")
         if which not in self._jitted:
             self._jitted[which] = jax.jit(self._fns[which])
         bs = self.batch_for(x)
         chunks = (x.chunks(bs) if _streamed(x) else
-                  (x[start:start + bs] for start in range(0, len(x), bs)))
+                  (x[start:start + bs] for start in range(0, len(x), bs)) if rows is None else
+                  (x[r] for r in rows))
+        if self._trims(x):
+            chunks = map(self._trimmed, chunks)
         if self.progress:
             from tqdm.auto import tqdm
             chunks = tqdm(chunks, total=-(-len(x) // bs), desc=f"{self.progress}: {which}",
@@ -114,11 +133,19 @@ class Embedder:
             path = self._disk_path(variables, x, which)
             features = _read_features(path) if path is not None else None
             if features is None:
-                outs = list(self._batches(variables, x if _streamed(x) else np.asarray(x), which))
+                x_in = x if _streamed(x) else np.asarray(x)
+                order = _by_length(x_in, self.pad_id) if self._trims(x_in) else None
+                bs = self.batch_for(x_in)  # each batch's rows in file order: slices of a memmap
+                rows = None if order is None else [np.sort(order[s:s + bs])
+                                                   for s in range(0, len(order), bs)]
+                outs = list(self._batches(variables, x_in, which, rows))
                 if not outs:
                     raise ValueError("nothing to embed: an empty input")
                 features = jax.tree.map(
                     lambda *o: jnp.concatenate(o).reshape(len(x), -1).astype(jnp.float32), *outs)
+                if rows is not None:  # batches came shortest first: back to the input's order
+                    back = np.argsort(np.concatenate(rows))
+                    features = jax.tree.map(lambda f: f[back], features)
                 if path is not None:
                     _write_features(path, features)
             self._cache[key] = (features, x)
@@ -147,6 +174,19 @@ class Embedder:
         """An embedder whose features are ``transform(features)``: one layer (``which="layers"``,
         ``transform=lambda t: t[i]``) or an embedding prefix (``lambda f: f[:, :d]``)."""
         return EmbedderView(self, transform, which)
+
+
+def _by_length(x: np.ndarray, pad_id: int) -> np.ndarray | None:
+    """Row indices of in-memory token ids ``x`` [N, T] shortest first (a text's length: its
+    last column that is not padding); None for a streamed input, read in its own order."""
+    if _streamed(x):
+        return None
+    lengths = np.zeros(len(x), np.int64)
+    for start in range(0, len(x), 65536):  # a memory-mapped corpus is read in slices
+        block = np.asarray(x[start:start + 65536]) != pad_id
+        lengths[start:start + len(block)] = np.where(
+            block.any(axis=1), x.shape[1] - np.argmax(block[:, ::-1], axis=1), 0)
+    return np.argsort(lengths, kind="stable")
 
 
 def _read_features(path: Path) -> Any:

@@ -54,8 +54,10 @@ def _embed_splits(method, dataset, variables: Sequence[Any], which: str,
     """One Embedder (compiled once) over the dataset's splits for each variables in turn."""
     from repr_jax.eval import Embedder
     splits = dict(dataset.splits, **(extra_splits or {}))
+    from repr_jax.data.tokenizer import pad_id_of
     embedder = Embedder(method.embed, splits, query_fn=method.embed_query,
-                        pos_fn=method.embed_pos, layers_fn=method.embed_layers)
+                        pos_fn=method.embed_pos, layers_fn=method.embed_layers,
+                        pad_id=None if dataset.vocab is None else pad_id_of(dataset.vocab))
 
     def features(v, s):
         if which == "pair":

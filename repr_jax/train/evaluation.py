@@ -25,6 +25,7 @@ from repr_jax import config as config_lib
 from repr_jax import files
 from repr_jax.config import Config, ConfigError
 from repr_jax.data import Dataset
+from repr_jax.data.tokenizer import pad_id_of
 from repr_jax.data.source import subset
 from repr_jax.eval import EVALUATORS, Embedder, Estimate, budget
 from repr_jax.methods import Method
@@ -199,11 +200,14 @@ def evaluate(cfg: Config, dataset: Dataset, representations: dict[str, Represent
     for rep_name, name in jobs:
         rep = representations[rep_name]
         bar.set_postfix_str(f"{rep_name}: {name}")
+        # token ids: batches cut to their texts (raw inputs are counted, padding included)
+        pad_id = (pad_id_of(dataset.vocab) if dataset.vocab is not None
+                  and not rep_name.startswith(RAW) else None)
         if rep_name not in embedders:
             embedders[rep_name] = Embedder(rep.embed, splits, batch_size=cfg.eval.batch_size,
                                            query_fn=rep.embed_query, pos_fn=rep.embed_pos,
                                            layers_fn=rep.embed_layers,
-                                           eval_sets=eval_sets,
+                                           eval_sets=eval_sets, pad_id=pad_id,
                                            cache_dir=cache_dir / _slug(rep_name)
                                            if cache_dir and not rep_name.startswith(RAW)
                                            else None)

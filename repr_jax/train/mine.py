@@ -157,7 +157,8 @@ def encoders_of(*, workdir: str | None = None, init_from: str | None = None, max
             Path(cache_dir) / hashlib.blake2b(identity.encode(), digest_size=8).hexdigest(),
             below=Path(cache_dir).parent, what="cached embeddings")
     embedder = Embedder(query, {}, batch_size=batch_size, query_fn=query, pos_fn=document,
-                        cache_dir=cache_dir, progress="mine: encoding" if progress else "")
+                        cache_dir=cache_dir, progress="mine: encoding" if progress else "",
+                        pad_id=tokenizer.pad_id)
 
     def texts_to(which: str):
         def embed(texts: Sequence[str]) -> np.ndarray:

@@ -46,6 +46,7 @@ def data_settings(d) -> dict[str, Any]:
     """The dataset's own settings of a data section (beyond the shared keys and the views) that
     are set: 0 and '' are the dataset's defaults."""
     shared = {f.name for f in dataclasses.fields(config_lib.ArrayData)}
+    shared.add("length_buckets")  # how batches are cut, not what is loaded
     return {f.name: getattr(d, f.name) for f in dataclasses.fields(d)
             if f.name not in shared and getattr(d, f.name) not in (0, "", ())}
 
@@ -279,16 +280,55 @@ def make_step_fn(cfg: Config, method: Method, mesh, state: TrainState):
                    out_shardings=(state_sharding, rep), donate_argnums=0)
 
 
+class StepByShape:
+    """The train step compiled ahead of time once per batch shape: length-bucketed text batches
+    (``data.length_buckets``) come in a few; every other run has one. Each compilation is checked
+    to fit the devices before it runs."""
+
+    def __init__(self, jitted: Any, devices: int):
+        self.jitted, self.devices, self.compiled = jitted, devices, {}
+
+    @staticmethod
+    def key(batch: Any) -> tuple:
+        return tuple((k, tuple(v.shape)) for k, v in sorted(batch.items()))
+
+    def lowered(self, state: TrainState, batch: Any, hp: Any):
+        return self.jitted.lower(state, batch, hp)
+
+    def add(self, lowered: Any, batch: Any) -> Any:
+        compiled = lowered.compile()
+        costs.check_step_fits(compiled, devices=self.devices)
+        self.compiled[self.key(batch)] = compiled
+        return compiled
+
+    def __call__(self, state: TrainState, batch: Any, hp: Any):
+        key = self.key(batch)
+        if key not in self.compiled:
+            self.add(self.lowered(state, batch, hp), batch)
+        return self.compiled[key](state, batch, hp)
+
+
 def compile_step(cfg: Config, method: Method, mesh, state: TrainState, batch: Any):
-    """The train step compiled ahead of time for ``batch``'s shapes, and what it costs: ``{params,
-    non_embedding_params, flops_per_step, device_flops_per_step}``: XLA's FLOPs of one step on the
-    global batch (independent of the device count: a scaling table's compute) and of one device's
-    compiled share (what it executes, replicated work included)."""
-    lowered = make_step_fn(cfg, method, mesh, state).lower(state, batch, hyperparams(cfg))
-    compiled = lowered.compile()
-    costs.check_step_fits(compiled, devices=_local_devices(mesh))
-    return compiled, dict(costs.param_counts(state.params), flops_per_step=costs.flops(lowered),
-                          device_flops_per_step=costs.flops(compiled))
+    """The train step (a :class:`StepByShape`) compiled ahead of time for ``batch``'s shapes, and
+    what that step costs: ``{params, non_embedding_params, flops_per_step,
+    device_flops_per_step}``: XLA's FLOPs of one step on the global batch (independent of the
+    device count: a scaling table's compute) and of one device's compiled share (what it
+    executes, replicated work included)."""
+    step = StepByShape(make_step_fn(cfg, method, mesh, state), _local_devices(mesh))
+    lowered = step.lowered(state, batch, hyperparams(cfg))
+    compiled = step.add(lowered, batch)
+    return step, dict(costs.param_counts(state.params), flops_per_step=costs.flops(lowered),
+                      device_flops_per_step=costs.flops(compiled))
+
+
+def batch_pad_id(cfg: Config, dataset: data.Dataset) -> int | None:
+    """The padding id by which training batches of token-id pairs are cut to their texts
+    (``data.length_buckets``), or None: not text pairs, or the option off."""
+    from repr_jax.data.tokenizer import pad_id_of
+    if (not getattr(cfg.data, "length_buckets", False) or dataset.vocab is None
+            or "x_pos" not in dataset.splits["train"]):
+        return None
+    return pad_id_of(dataset.vocab)
 
 
 def single_device_step(cfg: Config, num_batches: int):
@@ -300,9 +340,13 @@ def single_device_step(cfg: Config, num_batches: int):
     mesh = sharding.make_mesh(1)
     method = build_method(cfg, dataset)
     state = init_state(cfg, method, sample_batch(dataset), mesh)
-    stream = data.BatchStream(dataset.splits["train"], batch_size=cfg.train.batch_size, seed=0)
+    stream = data.BatchStream(dataset.splits["train"], batch_size=cfg.train.batch_size, seed=0,
+                              pad_id=batch_pad_id(cfg, dataset))
     batches = [sharding.global_batch(stream.batch(i), mesh) for i in range(num_batches)]
     step, step_costs = compile_step(cfg, method, mesh, state, batches[0])
+    for b in batches[1:]:  # every shape compiled here: a timing times steps, not compilations
+        if step.key(b) not in step.compiled:
+            step.add(step.lowered(state, b, hyperparams(cfg)), b)
     return step, state, batches, hyperparams(cfg), step_costs
 
 

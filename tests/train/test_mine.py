@@ -94,3 +94,32 @@ def test_mine_writes_pairs_that_train_and_respect_the_margin(tmp_path):
     assert "beir_coll/ndcg@10" in metrics and "ndcg@10" in metrics
     assert cli.main(["mine", "--init-from", str(tmp_path), "--workdir", "x", "--data",
                      f"beir:{root}", "--out", str(out)]) == 2
+
+
+def test_mine_with_bm25_writes_its_scores_and_candidates(tmp_path):
+    """--bm25: no model; every score is the formula's and every negative below its positive
+    by the margin, none a positive of its query."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "eval"))
+    from test_bm25 import direct_scores
+    root = beir.synthetic_collection(tmp_path / "coll", num_docs=300, num_queries=20,
+                                     num_train=60, seed=3)
+    out = tmp_path / "bm25.jsonl"
+    assert cli.main(["mine", "--bm25", "--data", f"beir:{root}", "--out", str(out),
+                     "--margin", "0.5", "--num-negatives", "2", "--no-progress"]) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    d = mining_data(f"beir:{root}")
+    assert 0 < len(rows) <= len(d.pairs)
+    relevant = {}
+    for q, c in d.pairs:
+        relevant.setdefault(d.queries[q], set()).add(d.corpus[c])
+    for r in rows[:20]:
+        full = direct_scores([r["query"]], d.corpus)[0]
+        docs = [d.corpus.index(t) for t in [r["positive"]] + r["negatives"]]
+        np.testing.assert_allclose(full[docs], [r["positive_score"]] + r["negative_scores"],
+                                   rtol=1e-4, atol=1e-5)
+        assert all(n + 0.5 < r["positive_score"] for n in r["negative_scores"])
+        assert not relevant[r["query"]] & set(r["negatives"])
+    assert cli.main(["mine", "--bm25", "--init-from", "minilm", "--data", f"beir:{root}",
+                     "--out", str(tmp_path / "x.jsonl")]) == 2

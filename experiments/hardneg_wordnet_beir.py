@@ -103,13 +103,10 @@ def per_query(embed_query, embed_doc, variables, s, batch_size=128, *, pad_id=No
     """Per-query metrics of one model on the BEIR set ``s`` (``pad_id``: its token ids' padding,
     so batches are cut to their texts; ``cache_dir``: where the embeddings are kept)."""
     from repr_jax.eval import Embedder
-    from repr_jax.eval.retrieval import retrieve, topk_metrics
+    from repr_jax.eval.retrieval import per_query_metrics
     emb = Embedder(embed_query, {}, batch_size=batch_size, query_fn=embed_query,
-                   pos_fn=embed_doc, pad_id=pad_id, cache_dir=cache_dir)
-    q = emb.embed(variables, s.queries, "query")
-    c = emb.embed(variables, s.corpus, "pos")
-    _, idx = retrieve(q, c, k=100)
-    return topk_metrics(idx, s.qrels, (10, 100), per_query=True)
+                   pos_fn=embed_doc, pad_id=pad_id, cache_dir=cache_dir, eval_sets=[s])
+    return dict(per_query_metrics(emb, variables, ks=(10, 100)))[f"{s.name}/"]
 
 
 def _analyze(workdir: Path, table, *, quick: bool):

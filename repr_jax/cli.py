@@ -147,6 +147,23 @@ def _parser() -> argparse.ArgumentParser:
                    help="texts encoded at once (default 128)")
     m.add_argument("--no-progress", action="store_true", help="no progress bars")
 
+    c = sub.add_parser("compare", help="paired bootstrap differences between runs' retrieval",
+                       description="Embed the same queries of each retrieval set with every run "
+                       "(its own tokenizer, lengths and prefixes) and test each run against the "
+                       "first with a paired bootstrap (per-query differences resampled): "
+                       "intervals and p-values, as the studies compute them. 'bm25' stands for "
+                       "the lexical baseline.")
+    c.add_argument("runs", nargs="+", metavar="RUN", help="run directories (or bm25); the first "
+                                                          "is the baseline")
+    c.add_argument("--set", action="append", metavar="beir:DIR|wordnet_retrieval",
+                   help="a retrieval set (repeatable; default: the first run's eval.sets)")
+    c.add_argument("--metrics", nargs="+", default=["ndcg@10", "recall@100", "mrr@10"],
+                   metavar="METRIC@K", help="default: ndcg@10 recall@100 mrr@10")
+    c.add_argument("--bootstrap", type=_at_least(1), default=1000, help="resamples (1000)")
+    c.add_argument("--out", default=None, metavar="FILE.csv",
+                   help="also write the rows there (and as .json beside it)")
+    c.add_argument("--no-progress", action="store_true", help="no progress bars")
+
     sub.add_parser("list", help="list the experiments, sweeps and studies with their claims",
                    description="List experiments/: what each file defines (train it, sweep it, "
                    "run its study) and its one-line claim.")
@@ -399,6 +416,11 @@ def _eval(args) -> int:
     return 0
 
 
+def _compare(args) -> int:
+    from repr_jax.train.compare import main as compare_main
+    return compare_main(args)
+
+
 def _mine(args) -> int:
     from repr_jax.train.mine import mine
     mine(data=args.data, out=args.out, workdir=args.workdir, init_from=args.init_from,
@@ -458,7 +480,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         _check_folder_args(args)
         return {"train": _train, "eval": _eval, "sweep": _sweep, "study": _study,
-                "fit": _fit, "export": _export, "list": _list, "mine": _mine}[args.command](args)
+                "fit": _fit, "export": _export, "list": _list, "mine": _mine,
+                "compare": _compare}[args.command](args)
     except BrokenPipeError:  # `repr-jax ... | head`: the reader left; no traceback for that
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1

@@ -57,11 +57,11 @@ def bm25_topk(queries: Sequence[str], corpus: Sequence[str], *, k: int, k1: floa
     return BM25(corpus, k1=k1, b=b).topk(queries, k)
 
 
-def bm25_metrics(sets: Sequence, *, ks: Sequence[int], metrics: Sequence[str],
-                 bootstrap: int = 1000) -> Iterator[tuple[str, float]]:
-    """``(set/metric, value)`` of BM25 on every retrieval set that carries its texts (``texts``:
-    queries', corpus'), as the retrieval evaluator names them (a query that is also a document
-    does not retrieve itself)."""
+def bm25_per_query(sets: Sequence, *, ks: Sequence[int]
+                   ) -> Iterator[tuple[str, dict[str, np.ndarray]]]:
+    """``("set/", {metric: [Q] per-query values})`` of BM25 on every retrieval set that carries
+    its texts (``texts``: queries', corpus'), as the retrieval evaluator names them (a query that
+    is also a document does not retrieve itself)."""
     for s in sets:
         if getattr(s, "texts", None) is None:
             continue
@@ -70,6 +70,12 @@ def bm25_metrics(sets: Sequence, *, ks: Sequence[int], metrics: Sequence[str],
         idx, _ = bm25_topk(queries, corpus, k=max(ks) + int(exclude is not None))
         if exclude is not None:
             idx = without(idx, exclude)
-        per_q = topk_metrics(idx, s.qrels, ks, per_query=True)
+        yield f"{s.name}/", topk_metrics(idx, s.qrels, ks, per_query=True)
+
+
+def bm25_metrics(sets: Sequence, *, ks: Sequence[int], metrics: Sequence[str],
+                 bootstrap: int = 1000) -> Iterator[tuple[str, float]]:
+    """``(set/metric, value)`` of :func:`bm25_per_query`, with bootstrap intervals."""
+    for prefix, per_q in bm25_per_query(sets, ks=ks):
         for m in metrics:
-            yield f"{s.name}/{m}", with_ci(per_q[m], bootstrap=bootstrap)
+            yield prefix + m, with_ci(per_q[m], bootstrap=bootstrap)

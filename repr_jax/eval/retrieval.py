@@ -359,6 +359,20 @@ def retrieval_tasks(embedder, variables, *, max_queries: int = 2000):
                getattr(s, "exclude", None))
 
 
+def per_query_metrics(embedder, variables, *, ks: Sequence[int], similarity: str = "cosine",
+                      max_queries: int = 2000):
+    """``(prefix, {metric: [Q] per-query values})`` of exact top-k retrieval on every task of
+    :func:`retrieval_tasks` (a query that is also a document does not retrieve itself): what
+    the retrieval evaluator reports and ``repr-jax compare`` pairs across runs."""
+    for prefix, q, c, qrels, exclude in retrieval_tasks(embedder, variables,
+                                                        max_queries=max_queries):
+        extra = int(exclude is not None)
+        _, idx = retrieve(q, c, k=max(ks) + extra, similarity=similarity)
+        if exclude is not None:
+            idx = without(idx, exclude)
+        yield prefix, topk_metrics(idx, qrels, ks, per_query=True)
+
+
 def without(indices_QxK1, exclude_Q) -> np.ndarray:
     """``[Q, K]`` of ``[Q, K + 1]`` retrieved indices: each row without its ``exclude`` index
     (BEIR's ``ignore_identical_ids``: a query that is also a document does not retrieve itself),
@@ -406,12 +420,8 @@ class Retrieval(Evaluator):
             raise ValueError(f"unknown retrieval metrics {unknown}; use metric@k, metric in {METRICS}")
 
     def run(self, variables):
-        for prefix, q, c, qrels, exclude in retrieval_tasks(self.embedder, variables,
-                                                            max_queries=self.max_queries):
-            extra = int(exclude is not None)
-            _, idx = retrieve(q, c, k=max(self.ks) + extra, similarity=self.similarity)
-            if exclude is not None:
-                idx = without(idx, exclude)
-            per_q = topk_metrics(idx, qrels, self.ks, per_query=True)
+        for prefix, per_q in per_query_metrics(self.embedder, variables, ks=self.ks,
+                                               similarity=self.similarity,
+                                               max_queries=self.max_queries):
             for m in self.metrics:
                 yield prefix + m, with_ci(per_q[m], bootstrap=self.bootstrap)

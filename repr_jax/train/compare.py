@@ -1,0 +1,129 @@
+"""``repr-jax compare RUN_A RUN_B ...``: paired bootstrap differences between trained runs (or a
+run and BM25) on the same queries of a retrieval set, as the studies compute them.
+
+Two runs' ± intervals can overlap while the paired difference is clear: both models answer the
+same queries, so the per-query differences are what is resampled (Koehn 2004). Each run embeds
+the set with its own tokenizer, lengths and prefixes; ``bm25`` stands for the lexical baseline.
+The first name is the baseline every other is compared with.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+BM25_NAME = "bm25"
+FIELDS = ("set", "metric", "run", "baseline", "value", "baseline_value", "difference",
+          "diff_low", "diff_high", "p_value", "queries")
+
+
+def _per_query(name: str, sets: Sequence[str], ks: Sequence[int]) -> dict[str, dict]:
+    """``{set name: {metric: [Q] values}}`` of one run (or BM25) on the named sets."""
+    from repr_jax import config as config_lib
+    from repr_jax.data.tokenizer import pad_id_of
+    from repr_jax.eval import Embedder
+    from repr_jax.eval.retrieval import per_query_metrics
+    from repr_jax.train.mine import check_text_run
+    from repr_jax.train.run import load_eval_sets, load_trained, text_stand_in
+    if name == BM25_NAME:
+        from repr_jax.data import eval_sets
+        from repr_jax.eval.bm25 import bm25_per_query
+        loaded = [eval_sets.beir(s[len("beir:"):]) if s.startswith("beir:")
+                  else eval_sets.load_eval_set(s) for s in sets]
+        return {p.rstrip("/"): m for p, m in bm25_per_query(loaded, ks=ks)}
+    check_text_run(name)
+    cfg, _, method, state = load_trained(name, text_only=True)
+    cfg = config_lib.override(cfg, [f"eval.sets={tuple(sets)!r}"])
+    stand_in = text_stand_in(cfg)
+    embedder = Embedder(method.embed, {}, batch_size=cfg.eval.batch_size,
+                        query_fn=method.embed_query, pos_fn=method.embed_pos,
+                        eval_sets=load_eval_sets(cfg, stand_in),
+                        pad_id=pad_id_of(stand_in.vocab))
+    return {p.rstrip("/"): m for p, m in
+            per_query_metrics(embedder, state.variables, ks=ks,
+                              similarity=cfg.eval.retrieval.similarity)}
+
+
+def compare(names: Sequence[str], *, sets: Sequence[str] = (),
+            metrics: Sequence[str] = ("ndcg@10", "recall@100", "mrr@10"),
+            bootstrap: int = 1000, out: str | Path | None = None) -> list[dict[str, Any]]:
+    """Rows of ``FIELDS``: each run after the first against the first, per set and metric.
+    ``sets`` default to the first run's retrieval ``eval.sets``. ``out``: a ``.csv`` (and the
+    same rows as ``.json`` beside it), written atomically."""
+    from repr_jax import files
+    from repr_jax.eval import paired_bootstrap
+    from repr_jax.eval.retrieval import METRICS
+    if len(names) < 2:
+        raise ValueError("compare needs at least two runs (the first is the baseline)")
+    bad = [m for m in metrics if m.split("@")[0] not in METRICS or "@" not in m]
+    if bad:
+        raise ValueError(f"unknown metrics {bad}; use metric@k, metric in {', '.join(METRICS)}")
+    for n in names:
+        if n != BM25_NAME and not (Path(n) / "config.json").is_file():
+            raise ValueError(f"{n}: not a run directory (no config.json) nor {BM25_NAME!r}")
+    if out is not None:
+        out = files.check_output(out, flag="--out", inputs=())
+    if not sets:
+        first = next((n for n in names if n != BM25_NAME), None)
+        if first is None:
+            raise ValueError("give --set: BM25 alone names no evaluation set")
+        from repr_jax import config as config_lib
+        cfg = config_lib.load_json(Path(first) / "config.json")
+        sets = [s for s in cfg.eval.sets if s.startswith("beir:") or s == "wordnet_retrieval"]
+        if not sets:
+            raise ValueError(f"{first}: its eval.sets have no retrieval set; give --set beir:DIR")
+    ks = sorted({int(m.split("@")[1]) for m in metrics})
+    per = {n: _per_query(n, sets, ks) for n in names}
+    base, rows = names[0], []
+    for set_name in per[base]:
+        for n in names[1:]:
+            if set_name not in per[n]:
+                continue
+            a, b = per[n][set_name], per[base][set_name]
+            if len(a[metrics[0]]) != len(b[metrics[0]]):
+                raise ValueError(f"{set_name}: {n} answers {len(a[metrics[0]])} queries, {base} "
+                                 f"{len(b[metrics[0]])}: not the same queries")
+            for m in metrics:
+                test = paired_bootstrap(a[m], b[m], num_resamples=bootstrap)
+                rows.append(dict(set=set_name, metric=m, run=n, baseline=base,
+                                 value=float(np.mean(a[m])), baseline_value=float(np.mean(b[m])),
+                                 difference=test["difference"], diff_low=test["low"],
+                                 diff_high=test["high"], p_value=test["p_value"],
+                                 queries=len(a[m])))
+    if out is not None:
+        buffer = io.StringIO()
+        writer = csv.DictWriter(buffer, fieldnames=FIELDS)
+        writer.writeheader()
+        writer.writerows(rows)
+        files.write_text(out, buffer.getvalue())
+        files.write_json(out.with_suffix(".json"), rows)
+    return rows
+
+
+def format_rows(rows: Sequence[dict[str, Any]], bootstrap: int) -> str:
+    """The comparison as a table: each difference with its paired interval and p-value."""
+    lines = [f"{'set':24s} {'metric':11s} {'run':28s} {'value':>7s} {'baseline':>8s} "
+             f"{'difference [95% paired]':>27s} {'p':>7s}"]
+    floor = 1 / max(bootstrap, 1)
+    for r in rows:
+        p = f"<{floor:.0e}" if r["p_value"] < floor else f"{r['p_value']:.3f}"
+        lines.append(f"{r['set'][:24]:24s} {r['metric']:11s} {Path(r['run']).name[:28]:28s} "
+                     f"{r['value']:7.4f} {r['baseline_value']:8.4f} "
+                     f"{r['difference']:+8.4f} [{r['diff_low']:+.4f}, {r['diff_high']:+.4f}] "
+                     f"{p:>7s}")
+    return "\n".join(lines)
+
+
+def main(args) -> int:
+    rows = compare(args.runs, sets=args.set or (), metrics=args.metrics,
+                   bootstrap=args.bootstrap, out=args.out)
+    print(f"baseline: {args.runs[0]} (queries answered by every run: paired resamples)")
+    print(format_rows(rows, args.bootstrap))
+    if args.out:
+        print(f"-> {args.out}", file=sys.stderr)
+    return 0

@@ -52,3 +52,14 @@ def test_full_check_without_wheels_says_how_to_get_them(tmp_path):
     proc = subprocess.run(["bash", "bench/accelerator/check.sh"], cwd=tmp_path,
                           capture_output=True, text=True)
     assert proc.returncode == 2 and "run bench/accelerator/wheels.sh" in proc.stderr
+
+
+def test_the_full_size_mfu_configs_build():
+    """The device-size configs are only ever built on a lent GPU: a config that no longer
+    validates (ResNet's variant given as a number once) would lose the whole MFU step there."""
+    sys.path.insert(0, str(REPO / "bench" / "accelerator"))
+    from check import mfu_configs
+    configs = mfu_configs(False)
+    assert len(configs) == 4 and any("SmolLM2" in name for name in configs)
+    assert {c.encoder.name for c in configs.values()} == {"vit", "resnet", "text_transformer",
+                                                          "decoder_lm"}

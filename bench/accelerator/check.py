@@ -111,7 +111,7 @@ def mfu_configs(smoke: bool) -> dict:
         images = ["data.image_size=224", "data.num_examples=1200", dtype]
         text = ["data.num_examples=12000", "data.max_len=128", "train.batch_size=1024", dtype]
         vit = ["encoder.variant=B", "encoder.patch_size=16", "train.batch_size=256"]
-        resnet = ["encoder.variant=50", "train.batch_size=256"]
+        resnet = ["encoder.variant='50'", "train.batch_size=256"]
         minilm = ["encoder.variant=MiniLM-L6"]
         smollm2 = ["encoder.variant=SmolLM2-135M", "train.batch_size=256"]
     shapes = load("simclr_shapes")

@@ -213,8 +213,8 @@ def evaluate(cfg: Config, dataset: Dataset, representations: dict[str, Represent
                                            else None)
         try:  # rows are kept as they come: a metric that fails keeps the ones before it
             evaluator = EVALUATORS[name](embedders[rep_name], **evaluator_options(cfg, name))
-            rows += [result_row(step, rep_name, name, metric, value)
-                     for metric, value in evaluator.run(rep.variables)]
+            for metric, value in evaluator.run(rep.variables):  # each kept as it comes
+                rows.append(result_row(step, rep_name, name, metric, value))
         except Exception as e:  # noqa: BLE001 - one failing protocol must not lose the others
             message = f"{type(e).__name__}: {files.first_line(e)}"
             print(f"repr-jax: evaluator {name!r} failed on {rep_name!r}: {message}",
@@ -417,10 +417,10 @@ def lexical_rows(cfg: Config, eval_sets: Sequence[Any]) -> list[dict[str, Any]]:
     ks = sorted({int(m.split("@")[1]) for m in opts["metrics"]})
     rows = []
     try:
-        rows += [result_row(0, bm25.NAME, "retrieval", metric, value)
-                 for metric, value in bm25.bm25_metrics(
-                     [s for s in eval_sets if s.kind == "retrieval"], ks=ks,
-                     metrics=opts["metrics"], bootstrap=opts["bootstrap"])]
+        for metric, value in bm25.bm25_metrics([s for s in eval_sets if s.kind == "retrieval"],
+                                               ks=ks, metrics=opts["metrics"],
+                                               bootstrap=opts["bootstrap"]):
+            rows.append(result_row(0, bm25.NAME, "retrieval", metric, value))
     except Exception as e:  # noqa: BLE001 - the lexical row must not lose the others
         message = f"{type(e).__name__}: {files.first_line(e)}"
         print(f"repr-jax: the BM25 row failed: {message}", file=sys.stderr)

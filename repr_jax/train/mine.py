@@ -125,8 +125,8 @@ def encoders_of(*, workdir: str | None = None, init_from: str | None = None, max
 
     from repr_jax import files
     from repr_jax.eval import Embedder
-    if bool(workdir) + bool(init_from) + bm25 != 1:
-        raise ValueError("give one of --workdir RUN, --init-from MODEL_DIR or --bm25")
+    if bool(workdir) == bool(init_from):
+        raise ValueError("give one of --workdir RUN or --init-from MODEL_DIR")
     if init_from:
         from repr_jax.encoders.pretrained import load_sentence_transformer
         from repr_jax.train.pretrained import weights_path

@@ -200,12 +200,17 @@ def theirs_step(sample: list[str], max_len: int, steps: int) -> float:
         opt.step()
         return loss
 
-    for i in range(2):
+    return timed_steps(step, steps)
+
+
+def timed_steps(step, steps: int, warmup: int = 2) -> float:
+    """Seconds per call of an eager PyTorch ``step(i)`` (returning its loss) after ``warmup``."""
+    for i in range(warmup):
         step(i)
     t = time.perf_counter()
     for i in range(steps):
-        loss = step(i)
-    float(loss)
+        loss = step(warmup + i)
+    float(loss.detach())
     return (time.perf_counter() - t) / steps
 
 

@@ -32,7 +32,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from docs_numbers import machine  # noqa: E402
-from llm_vs_transformers import idle_check, ratio, texts  # noqa: E402
+from llm_vs_transformers import idle_check, ratio, texts, timed_steps  # noqa: E402
 
 BATCH, LENGTH, ENCODE_LENGTH = 64, 32, 128
 
@@ -89,13 +89,7 @@ def theirs_step(sample: list[tuple[str, str]], steps: int) -> float:
         opt.step()
         return loss
 
-    for i in range(2):
-        step(i)
-    t = time.perf_counter()
-    for i in range(steps):
-        loss = step(2 + i)
-    float(loss)
-    return (time.perf_counter() - t) / steps
+    return timed_steps(step, steps)
 
 
 def ours_encode(docs: list[str]) -> float:

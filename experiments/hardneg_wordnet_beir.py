@@ -110,12 +110,10 @@ def per_query(embed_query, embed_doc, variables, s, batch_size=128, *, pad_id=No
 
 
 def _analyze(workdir: Path, table, *, quick: bool):
-    import numpy as np
-
     from repr_jax.data import eval_sets
     from repr_jax.data.tokenizer import minilm_dir
     from repr_jax.encoders.pretrained import load_sentence_transformer
-    from repr_jax.eval import paired_bootstrap
+    from repr_jax.eval.stats import paired_row
     from repr_jax.train import load_trained, train_and_evaluate
     from repr_jax.train.mine import mine
     del table  # this study trains its runs itself: the mined file must exist first
@@ -145,17 +143,9 @@ def _analyze(workdir: Path, table, *, quick: bool):
         _, _, method, state = load_trained(workdir / "runs" / arm)
         per[arm] = per_query(method.embed_query, method.embed_pos, state.variables, s,
                              pad_id=0)
-    rows = []
-    for metric in METRICS:
-        for a, b in (("in-batch", "MiniLM"), ("mined", "MiniLM"), ("mined", "in-batch")):
-            test = paired_bootstrap(per[a][metric], per[b][metric], num_resamples=1000)
-            rows.append(dict(metric=metric, arm=a, baseline=b,
-                             value=float(np.mean(per[a][metric])),
-                             baseline_value=float(np.mean(per[b][metric])),
-                             difference=test["difference"], diff_low=test["low"],
-                             diff_high=test["high"], p_value=test["p_value"],
-                             queries=len(per[a][metric])))
-    return rows
+    return [dict(metric=metric, arm=a, baseline=b, **paired_row(per[a][metric], per[b][metric]))
+            for metric in METRICS
+            for a, b in (("in-batch", "MiniLM"), ("mined", "MiniLM"), ("mined", "in-batch"))]
 
 
 def get_study(arg=None):

@@ -92,12 +92,10 @@ def _config(root: Path, data_dir: Path, gguf: str, *, attention: str, pooling: s
 
 
 def _analyze(workdir: Path, table, *, quick: bool):
-    import numpy as np
-
     from repr_jax.data import eval_sets
     from repr_jax.data.tokenizer import Sides, minilm_dir
     from repr_jax.encoders.pretrained import load_decoder_lm, load_sentence_transformer
-    from repr_jax.eval import paired_bootstrap
+    from repr_jax.eval.stats import paired_row
     from repr_jax.llm_files import smollm2_file
     from repr_jax.train import load_trained, train_and_evaluate
     del table  # this study trains its runs itself
@@ -139,17 +137,8 @@ def _analyze(workdir: Path, table, *, quick: bool):
     for arm in LORA:
         _, _, method, state = load_trained(workdir / "runs" / arm)
         per[arm] = per_query(method.embed_query, method.embed_pos, state.variables, s, pad_id=-1)
-    rows = []
-    for metric in METRICS:
-        for a, b in COMPARISONS:
-            test = paired_bootstrap(per[a][metric], per[b][metric], num_resamples=1000)
-            rows.append(dict(metric=metric, arm=a, baseline=b,
-                             value=float(np.mean(per[a][metric])),
-                             baseline_value=float(np.mean(per[b][metric])),
-                             difference=test["difference"], diff_low=test["low"],
-                             diff_high=test["high"], p_value=test["p_value"],
-                             queries=len(per[a][metric])))
-    return rows
+    return [dict(metric=metric, arm=a, baseline=b, **paired_row(per[a][metric], per[b][metric]))
+            for metric in METRICS for a, b in COMPARISONS]
 
 
 def get_study(arg=None):

@@ -146,6 +146,15 @@ def paired_bootstrap(values_a: Any, values_b: Any, statistic: Callable[..., jax.
     return {"difference": observed, "low": lo, "high": hi, "p_value": min(1.0, p)}
 
 
+def paired_row(values: Any, baseline: Any, *, num_resamples: int = 1000) -> dict[str, float]:
+    """A comparison table's numbers for per-example ``values`` against ``baseline``'s on the same
+    examples: both means, :func:`paired_bootstrap`'s difference, interval and p-value, the count."""
+    test = paired_bootstrap(values, baseline, num_resamples=num_resamples)
+    return dict(value=float(np.mean(values)), baseline_value=float(np.mean(baseline)),
+                difference=test["difference"], diff_low=test["low"], diff_high=test["high"],
+                p_value=test["p_value"], queries=len(values))
+
+
 @dataclasses.dataclass(frozen=True)
 class _Difference:
     """``statistic(a) - statistic(b)`` over the concatenated arrays (hashable: a jit static arg)."""

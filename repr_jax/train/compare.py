@@ -15,8 +15,6 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-import numpy as np
-
 BM25_NAME = "bm25"
 FIELDS = ("set", "metric", "run", "baseline", "value", "baseline_value", "difference",
           "diff_low", "diff_high", "p_value", "queries")
@@ -56,8 +54,8 @@ def compare(names: Sequence[str], *, sets: Sequence[str] = (),
     ``sets`` default to the first run's retrieval ``eval.sets``. ``out``: a ``.csv`` (and the
     same rows as ``.json`` beside it), written atomically."""
     from repr_jax import files
-    from repr_jax.eval import paired_bootstrap
     from repr_jax.eval.retrieval import METRICS
+    from repr_jax.eval.stats import paired_row
     if len(names) < 2:
         raise ValueError("compare needs at least two runs (the first is the baseline)")
     bad = [m for m in metrics if m.split("@")[0] not in METRICS or "@" not in m]
@@ -88,13 +86,8 @@ def compare(names: Sequence[str], *, sets: Sequence[str] = (),
             if len(a[metrics[0]]) != len(b[metrics[0]]):
                 raise ValueError(f"{set_name}: {n} answers {len(a[metrics[0]])} queries, {base} "
                                  f"{len(b[metrics[0]])}: not the same queries")
-            for m in metrics:
-                test = paired_bootstrap(a[m], b[m], num_resamples=bootstrap)
-                rows.append(dict(set=set_name, metric=m, run=n, baseline=base,
-                                 value=float(np.mean(a[m])), baseline_value=float(np.mean(b[m])),
-                                 difference=test["difference"], diff_low=test["low"],
-                                 diff_high=test["high"], p_value=test["p_value"],
-                                 queries=len(a[m])))
+            rows += [dict(set=set_name, metric=m, run=n, baseline=base,
+                          **paired_row(a[m], b[m], num_resamples=bootstrap)) for m in metrics]
     if out is not None:
         buffer = io.StringIO()
         writer = csv.DictWriter(buffer, fieldnames=FIELDS)

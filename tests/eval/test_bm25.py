@@ -5,6 +5,7 @@ import math
 from collections import Counter
 
 import numpy as np
+import pytest
 
 from repr_jax.data import beir, eval_sets
 from repr_jax.eval import bm25
@@ -63,6 +64,7 @@ def test_a_beir_set_carries_its_texts_for_the_bm25_row(tmp_path):
     assert len(s.texts[0]) == len(s.queries) and len(s.texts[1]) == len(s.corpus)
 
 
+@pytest.mark.slow
 def test_a_text_run_has_a_bm25_reference_row_per_set(tmp_path):
     from repr_jax import config as C
     from repr_jax.train import train_and_evaluate

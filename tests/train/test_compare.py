@@ -4,6 +4,7 @@ import csv
 import json
 
 import numpy as np
+import pytest
 
 from repr_jax import cli
 from repr_jax import config as C
@@ -31,6 +32,7 @@ def _runs(tmp_path):
     return root, tmp_path / "short", tmp_path / "long"
 
 
+@pytest.mark.slow
 def test_compare_pairs_runs_and_bm25_on_the_same_queries(tmp_path, capsys):
     root, short, long = _runs(tmp_path)
     out = tmp_path / "cmp.csv"

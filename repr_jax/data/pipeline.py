@@ -207,7 +207,7 @@ def load(name: str, *, data_dir: str = "", tokenizer: str = "", max_len: int = 0
 
 
 MIN_BUCKET = 16
-TOKEN_FIELDS = ("x", "x_pos", "x_neg")  # the token ids of a pair's sides (queries, documents)
+TOKEN_FIELDS = ("x", "x_pos", "negatives")  # token ids of a pair's sides: queries, documents
 
 
 def length_bucketed(batch: dict[str, np.ndarray], pad_id: int) -> dict[str, np.ndarray]:

@@ -18,9 +18,9 @@ def test_each_side_is_cut_to_its_longest_text_as_a_power_of_two():
     neg = np.full((4, 2, 96), -1, np.int32)
     neg[1, 1, :17] = 9
     label = np.arange(4)
-    out = length_bucketed({"x": x, "x_pos": x_pos, "x_neg": neg, "label": label}, -1)
+    out = length_bucketed({"x": x, "x_pos": x_pos, "negatives": neg, "label": label}, -1)
     assert out["x"].shape == (4, MIN_BUCKET) and out["x_pos"].shape == (4, 64)
-    assert out["x_neg"].shape == (4, 2, 32) and out["label"] is label
+    assert out["negatives"].shape == (4, 2, 32) and out["label"] is label
     assert (out["x_pos"][0, :40] == 7).all()
     left = np.full((4, 96), -1, np.int32)
     left[:, -3:] = 2  # left padding: its last column is used, nothing is cut

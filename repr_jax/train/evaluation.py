@@ -25,8 +25,8 @@ from repr_jax import config as config_lib
 from repr_jax import files
 from repr_jax.config import Config, ConfigError
 from repr_jax.data import Dataset
-from repr_jax.data.tokenizer import pad_id_of
 from repr_jax.data.source import subset
+from repr_jax.data.tokenizer import pad_id_of
 from repr_jax.eval import EVALUATORS, Embedder, Estimate, budget
 from repr_jax.methods import Method
 from repr_jax.train.log import format_table, plot_eval

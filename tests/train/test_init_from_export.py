@@ -176,10 +176,10 @@ def test_a_trained_run_exports_reloads_and_initialises_another(tmp_path):
     passes = []
     original = base.Embedder._batches
 
-    def counted(self, variables, x, which):
+    def counted(self, variables, x, which, *rest):
         if self._fns["x"] is not evaluation._raw_inputs:  # raw inputs are not an encoder pass
             passes.append(which)
-        yield from original(self, variables, x, which)
+        yield from original(self, variables, x, which, *rest)
     base.Embedder._batches = counted
     try:
         evaluate_workdir(run, overrides=["eval.evaluators=('linear_probe', 'fewshot')"],

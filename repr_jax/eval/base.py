@@ -178,7 +178,8 @@ class Embedder:
 
 def _by_length(x: np.ndarray, pad_id: int) -> np.ndarray | None:
     """Row indices of in-memory token ids ``x`` [N, T] shortest first (a text's length: its
-    last column that is not padding); None for a streamed input, read in its own order."""
+    last column that is not padding); None for a streamed input, read in its own order. Time
+    ``O(N T + N log N)``, memory ``O(N)`` beside one 65,536-row slice."""
     if _streamed(x):
         return None
     lengths = np.zeros(len(x), np.int64)

@@ -363,7 +363,8 @@ def per_query_metrics(embedder, variables, *, ks: Sequence[int], similarity: str
                       max_queries: int = 2000):
     """``(prefix, {metric: [Q] per-query values})`` of exact top-k retrieval on every task of
     :func:`retrieval_tasks` (a query that is also a document does not retrieve itself): what
-    the retrieval evaluator reports and ``repr-jax compare`` pairs across runs."""
+    the retrieval evaluator reports and ``repr-jax compare`` pairs across runs. Cost as
+    :func:`retrieve` (``O(Q N D)`` time) plus ``O(Q k)`` for the metrics."""
     for prefix, q, c, qrels, exclude in retrieval_tasks(embedder, variables,
                                                         max_queries=max_queries):
         extra = int(exclude is not None)

@@ -52,7 +52,9 @@ def compare(names: Sequence[str], *, sets: Sequence[str] = (),
             bootstrap: int = 1000, out: str | Path | None = None) -> list[dict[str, Any]]:
     """Rows of ``FIELDS``: each run after the first against the first, per set and metric.
     ``sets`` default to the first run's retrieval ``eval.sets``. ``out``: a ``.csv`` (and the
-    same rows as ``.json`` beside it), written atomically."""
+    same rows as ``.json`` beside it), written atomically. Cost: each run embeds each set once
+    (``O((Q + N) T)`` encoder passes) and searches it exactly (``O(Q N D)``); the tests
+    ``O(R M B Q)`` for R runs, M metrics, B resamples."""
     from repr_jax import files
     from repr_jax.eval.retrieval import METRICS
     from repr_jax.eval.stats import paired_row
@@ -66,6 +68,9 @@ def compare(names: Sequence[str], *, sets: Sequence[str] = (),
             raise ValueError(f"{n}: not a run directory (no config.json) nor {BM25_NAME!r}")
     if out is not None:
         out = files.check_output(out, flag="--out", inputs=())
+        if out.suffix != ".csv":
+            raise ValueError(f"--out {out}: name a .csv file (the JSON goes beside it)")
+        files.check_output(out.with_suffix(".json"), flag="--out's JSON")
     if not sets:
         first = next((n for n in names if n != BM25_NAME), None)
         if first is None:

@@ -61,3 +61,6 @@ def test_compare_refuses_what_it_cannot_pair(tmp_path, capsys):
     assert "not a run directory" in capsys.readouterr().err
     assert cli.main(["compare", "bm25", "bm25"]) == 2
     assert "give --set" in capsys.readouterr().err
+    assert cli.main(["compare", "bm25", "bm25", "--set", "wordnet_retrieval", "--out",
+                     str(tmp_path / "rows.json")]) == 2
+    assert "name a .csv file" in capsys.readouterr().err

@@ -237,7 +237,8 @@ class EvalConfig:
     evaluators: tuple[str, ...] = static(
         ("linear_probe", "knn", "fewshot", "retrieval", "sts", "clustering", "geometry"),
         doc="linear_probe | knn | fewshot | retrieval | quantization | sts | clustering | geometry | "
-            "layerwise | matryoshka (retrieval and sts run when there are pairs or sets)")
+            "layerwise | matryoshka | rerank (retrieval and sts run when there are pairs or sets; "
+            "rerank for a cross_encoder on text retrieval sets)")
     sets: tuple[str, ...] = static((), doc="extra evaluation sets: lee | wordsim353 | simlex999 | "
                                            "polarity | wordnet_retrieval | latent_retrieval | "
                                            "latent_sts | beir:DIR (its test qrels)")

@@ -57,6 +57,7 @@ class RetrievalSet:
     kind: str = "retrieval"
     exclude: np.ndarray | None = None  # [Q] corpus index kept out of query i's results (-1: none)
     texts: tuple | None = None  # (query texts, corpus texts) of a text set: its BM25 row
+    source: str = ""  # the eval.sets entry that loads it ('' = its name): another run reloads it
 
 
 @dataclasses.dataclass(frozen=True)
@@ -239,7 +240,8 @@ def beir(root: str | Path, *, tokenizer: str = "", max_len: int = 64, data_dir: 
     same = np.asarray([docs.get(collection.query_ids[i], -1) for i in used], np.int64)
     return RetrievalSet(f"beir_{collection.root.name}", queries, corpus, qrels,
                         corpus_is_pos=True, exclude=same if (same >= 0).any() else None,
-                        texts=([collection.query_texts[i] for i in used], collection.doc_texts))
+                        texts=([collection.query_texts[i] for i in used], collection.doc_texts),
+                        source=f"beir:{collection.root}")
 
 
 TEXT_SETS = ("lee", "wordsim353", "simlex999", "polarity", "wordnet_retrieval")

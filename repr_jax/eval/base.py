@@ -45,7 +45,9 @@ class Embedder:
     """Embeds inputs with ``predict_fn`` (``which="x"``: the representation), ``query_fn`` and
     ``pos_fn`` (``"query"``/``"pos"``: a pair's first and second input in the space where pairs are
     compared, e.g. a dual encoder's two projections; default ``predict_fn``) or ``layers_fn``
-    (``"layers"``: a tuple of ``[B, D_l]``), caching results per variables.
+    (``"layers"``: a tuple of ``[B, D_l]``), caching results per variables. ``score_fn``
+    (``(variables, q_ids, d_ids) -> [B]``) is a model that scores a query with a document (a
+    cross-encoder): what reranking uses.
 
     ``splits`` maps split names to ``{"x", "label", ...}`` arrays (or streamed splits, whose rows are
     read chunk by chunk); ``embedder(variables)`` gives
@@ -57,8 +59,10 @@ class Embedder:
                  batch_size: int = 1024, query_fn: PredictFn | None = None,
                  pos_fn: PredictFn | None = None, layers_fn: PredictFn | None = None,
                  eval_sets: Sequence[Any] = (), cache_dir: str | Path | None = None,
-                 progress: str = "", pad_id: int | None = None):
+                 progress: str = "", pad_id: int | None = None,
+                 score_fn: Callable | None = None):
         self.splits = splits
+        self.score_fn = score_fn  # (variables, q_ids, d_ids) -> [B]: a model that scores pairs
         self.pad_id = pad_id  # token ids: the padding value whose trailing columns are cut off
         self.progress = progress  # a progress bar's label for each feature pass ("": none)
         # Features on disk belong to one variables object (the first embedded): a checkpoint's.

@@ -68,6 +68,9 @@ def estimate(name: str, s: Shape, options: dict[str, Any]) -> tuple[float, float
         m = min(g, d)
         flops = 2 * g * g * d + 6 * g * d * m + 20 * m ** 3 + 2 * g * g * max(s.input_dim, d)
         return flops, 4 * (g * d + 3 * g * g)
+    if name == "rerank":  # q x depth pair passes, each as a 6-layer width-d encoder on 128 tokens
+        pairs = q * options.get("depth", 50)
+        return pairs * 6 * 24 * d * d * 128, 4 * options.get("batch_size", 64) * 128 * 4 * d
     if name in ("layerwise", "matryoshka"):
         inner = {k: v for k, v in options.items() if k not in ("protocol", "dims")}
         f, m = estimate(options.get("protocol", "linear_probe"), s, inner)

@@ -7,6 +7,7 @@
 | clip, siglip, biencoder | dual_encoder.py | two towers over paired inputs |
 | mae, mlm | masked.py | masked-patch reconstruction, masked language modelling |
 | supervised | supervised.py | cross-entropy baseline |
+| cross_encoder | cross_encoder.py | a reranker reading query and document together |
 
 Each method's file declares its config section (the ``method`` fields it has, e.g. VICReg's three
 loss weights) and its builder, bundled as a :class:`MethodSpec`; adding a method is that file plus
@@ -15,7 +16,7 @@ wrap the pair objective of the methods whose sections have those fields.
 """
 
 from repr_jax.config import ConfigError
-from repr_jax.methods import dual_encoder, masked, momentum, siamese, supervised
+from repr_jax.methods import cross_encoder, dual_encoder, masked, momentum, siamese, supervised
 from repr_jax.methods.base import BuildContext, Method, MethodSpec
 from repr_jax.sections import choose_section
 
@@ -26,6 +27,7 @@ METHODS: dict[str, MethodSpec] = {
     "clip": dual_encoder.CLIP, "siglip": dual_encoder.SIGLIP, "biencoder": dual_encoder.BIENCODER,
     "mae": masked.MAE, "mlm": masked.MLM,
     "supervised": supervised.SUPERVISED,
+    "cross_encoder": cross_encoder.CROSS_ENCODER,
 }
 
 

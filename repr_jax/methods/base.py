@@ -73,6 +73,16 @@ class Method:
         """Every encoder layer pooled to ``[B, D_l]``, then the representation (eval mode)."""
         return self.model.apply(variables, x, method=self.model.embed_layers)
 
+    @property
+    def scores_pairs(self) -> bool:
+        """Whether the model scores a query with a document itself (a cross-encoder, ColBERT's
+        MaxSim): what reranking needs."""
+        return hasattr(self.model, "score")
+
+    def score(self, variables: dict, q: jax.Array, d: jax.Array) -> jax.Array:
+        """``[B]`` relevance scores of query ``q[i]`` with document ``d[i]`` (eval mode)."""
+        return self.model.apply(variables, q, d, method=self.model.score)
+
 
 # --------------------------------------------------------------------------------------------------
 # Config sections several methods share, and the registry's entry

@@ -22,29 +22,37 @@ FIELDS = ("set", "metric", "run", "baseline", "value", "baseline_value", "differ
 
 def _per_query(name: str, sets: Sequence[str], ks: Sequence[int]) -> dict[str, dict]:
     """``{set name: {metric: [Q] values}}`` of one run (or BM25) on the named sets."""
-    from repr_jax import config as config_lib
-    from repr_jax.data.tokenizer import pad_id_of
-    from repr_jax.eval import Embedder
     from repr_jax.eval.retrieval import per_query_metrics
-    from repr_jax.train.mine import check_text_run
-    from repr_jax.train.run import load_eval_sets, load_trained, text_stand_in
     if name == BM25_NAME:
         from repr_jax.data import eval_sets
         from repr_jax.eval.bm25 import bm25_per_query
         loaded = [eval_sets.beir(s[len("beir:"):]) if s.startswith("beir:")
                   else eval_sets.load_eval_set(s) for s in sets]
         return {p.rstrip("/"): m for p, m in bm25_per_query(loaded, ks=ks)}
-    check_text_run(name)
-    cfg, _, method, state = load_trained(name, text_only=True)
+    embedder, variables, cfg = run_embedder(name, sets)
+    return {p.rstrip("/"): m for p, m in
+            per_query_metrics(embedder, variables, ks=ks,
+                              similarity=cfg.eval.retrieval.similarity)}
+
+
+def run_embedder(run_dir: str, sets: Sequence[str]):
+    """``(embedder, variables, config)`` of trained text run ``run_dir`` over the evaluation
+    sets ``sets`` (``eval.sets`` entries), tokenised with the run's own tokenizer, lengths and
+    prefixes."""
+    from repr_jax import config as config_lib
+    from repr_jax.data.tokenizer import pad_id_of
+    from repr_jax.eval import Embedder
+    from repr_jax.train.mine import check_text_run
+    from repr_jax.train.run import load_eval_sets, load_trained, text_stand_in
+    check_text_run(run_dir)
+    cfg, _, method, state = load_trained(run_dir, text_only=True)
     cfg = config_lib.override(cfg, [f"eval.sets={tuple(sets)!r}"])
     stand_in = text_stand_in(cfg)
     embedder = Embedder(method.embed, {}, batch_size=cfg.eval.batch_size,
                         query_fn=method.embed_query, pos_fn=method.embed_pos,
                         eval_sets=load_eval_sets(cfg, stand_in),
                         pad_id=pad_id_of(stand_in.vocab))
-    return {p.rstrip("/"): m for p, m in
-            per_query_metrics(embedder, state.variables, ks=ks,
-                              similarity=cfg.eval.retrieval.similarity)}
+    return embedder, state.variables, cfg
 
 
 def compare(names: Sequence[str], *, sets: Sequence[str] = (),

@@ -80,11 +80,12 @@ class Representation:
     embed_query: Callable | None = None
     embed_pos: Callable | None = None
     embed_layers: Callable | None = None
+    score: Callable | None = None  # (variables, q_ids, d_ids) -> [B]: a pair-scoring model's
 
     @classmethod
     def of(cls, method: Method, variables: Any) -> "Representation":
         return cls(method.embed, variables, method.embed_query, method.embed_pos,
-                   method.embed_layers)
+                   method.embed_layers, method.score if method.scores_pairs else None)
 
 
 def evaluator_options(cfg: Config, name: str) -> dict[str, Any]:
@@ -122,6 +123,8 @@ def _applies(name: str, dataset: Dataset, eval_sets: Sequence[Any]) -> bool:
         return False  # text pairs: no classes to probe, cluster or vote on
     if name in ("retrieval", "quantization"):
         return "x_pos" in dataset.splits["test"] or "retrieval" in kinds
+    if name == "rerank":
+        return "retrieval" in kinds
     if name == "sts":
         return "similarity" in kinds
     return True
@@ -159,10 +162,10 @@ def _budget_tasks(name: str, shape, dataset: Dataset, eval_sets: Sequence[Any],
     """``(label, shape)`` of each search evaluator ``name`` runs: the test split's pairs (their
     first ``max_queries``, among as many positives), then each retrieval set's queries against its
     corpus (a BEIR collection's whole corpus, not the run's test split); one task otherwise."""
-    if name not in ("retrieval", "quantization"):
+    if name not in ("retrieval", "quantization", "rerank"):
         yield name, shape
         return
-    if "x_pos" in dataset.splits["test"]:
+    if "x_pos" in dataset.splits["test"] and name != "rerank":
         n = min(options.get("max_queries", 2000), shape.n_test)
         yield name, dataclasses.replace(shape, n_train=n, n_test=n)
     for s in eval_sets:
@@ -208,6 +211,7 @@ def evaluate(cfg: Config, dataset: Dataset, representations: dict[str, Represent
                                            query_fn=rep.embed_query, pos_fn=rep.embed_pos,
                                            layers_fn=rep.embed_layers,
                                            eval_sets=eval_sets, pad_id=pad_id,
+                                           score_fn=rep.score,
                                            cache_dir=cache_dir / _slug(rep_name)
                                            if cache_dir and not rep_name.startswith(RAW)
                                            else None)
@@ -244,7 +248,9 @@ SAID_EMPTY: set[tuple[Any, str]] = set()  # (evaluator(s), dataset) with no rows
 _NEEDS = {"retrieval": "it needs a paired test split (x, x_pos) or a retrieval set in eval.sets",
           "quantization": "it needs a paired test split (x, x_pos) or a retrieval set in "
                           "eval.sets",
-          "sts": "it needs a similarity set (rated pairs) in eval.sets"}
+          "sts": "it needs a similarity set (rated pairs) in eval.sets",
+          "rerank": "it needs a method that scores pairs (cross_encoder) and a text retrieval "
+                    "set in eval.sets (beir:DIR, wordnet_retrieval)"}
 
 
 def _needs(name: str) -> str:
@@ -358,7 +364,9 @@ def reference_representations(cfg: Config, method: Method, dataset: Dataset
     random_init = method.init(jax.random.split(jax.random.PRNGKey(cfg.seed))[0],
                               sample_batch(dataset))
     raw_name, raw = raw_reference(dataset, cfg.eval.reference_max_dim)
-    return {raw_name: raw, "random-init encoder": Representation.of(method, random_init),
+    # No rerank rows for the random init: the first stage's rows are the reranker's baseline.
+    random_rep = dataclasses.replace(Representation.of(method, random_init), score=None)
+    return {raw_name: raw, "random-init encoder": random_rep,
             **_pretrained_reference(cfg)}
 
 
@@ -380,7 +388,8 @@ def reference_rows(cfg: Config, method: Method, dataset: Dataset, workdir: Path,
         if isinstance(saved, dict) and saved.get("eval") == key:
             saved_rows, done = list(saved["rows"]), set(saved.get("evaluators", ()))
     wanted = tuple(cfg.eval.evaluators)
-    missing = tuple(e for e in wanted if e not in done)
+    # rerank has no reference rows: its own first-stage rows are the baseline
+    missing = tuple(e for e in wanted if e not in done and e != "rerank")
     if missing:
         reps = reference_representations(cfg, method, dataset)
         new = evaluate(config_lib.override(cfg, [f"eval.evaluators={missing!r}"]), dataset, reps,

@@ -1,0 +1,173 @@
+"""Second-stage reranking: a first stage's top-k of each query, rescored by a model that reads
+the query with each document (a cross-encoder, ColBERT's MaxSim), and the metrics before and after.
+
+The first stage is BM25 over the set's texts (:mod:`repr_jax.eval.bm25`) or a trained bi-encoder
+run (``eval.rerank.first_stage=RUN_DIR``: its own tokenizer, lengths and towers embed the set and
+exact search takes its top-k). Reranking only reorders the candidates: metrics at cut-offs within
+the depth can change, a document outside the first stage's top-k never enters. Each metric is
+reported for the first stage, after reranking, and as their paired difference (a bootstrap over
+the same queries, :func:`repr_jax.eval.stats.paired_bootstrap`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from repr_jax.config import config, static
+from repr_jax.eval.base import TOKEN_BUCKET, Evaluator
+from repr_jax.eval.retrieval import METRICS, retrieve, topk_metrics, without
+from repr_jax.eval.stats import Estimate, paired_bootstrap, with_ci
+
+BM25 = "bm25"
+
+
+def _cut(ids: np.ndarray, pad_id: int) -> np.ndarray:
+    """``ids`` without the trailing columns that are padding in every row (to a multiple of
+    ``TOKEN_BUCKET``: few shapes compile)."""
+    used = np.flatnonzero((ids != pad_id).any(axis=0))
+    width = -(-(int(used[-1]) + 1 if len(used) else 1) // TOKEN_BUCKET) * TOKEN_BUCKET
+    return ids[:, :min(width, ids.shape[1])]
+
+
+def score_candidates(score_fn: Callable, variables: Any, queries: np.ndarray, corpus,
+                     candidates_QxK: np.ndarray, *, pad_id: int, batch_size: int = 64,
+                     progress: str = "") -> np.ndarray:
+    """``[Q, K]``: ``score_fn(variables, q_ids [B, Tq], d_ids [B, Td]) -> [B]`` of each query with
+    each of its candidate documents (corpus indices). Pairs go shortest document first, each
+    batch cut to its longest query and document, every batch ``batch_size`` pairs (the last
+    padded): a few compiled shapes. Cost: ``Q K`` pair passes, ``O(Q K (Tq + Td)^2)`` for a
+    cross-encoder; memory one batch."""
+    from tqdm.auto import tqdm
+    cand = np.asarray(candidates_QxK, np.int64)
+    q_of = np.repeat(np.arange(cand.shape[0]), cand.shape[1])
+    d_of = cand.reshape(-1)
+    lengths = (np.asarray(corpus[np.unique(d_of)]) != pad_id).sum(axis=1)
+    length_of = dict(zip(np.unique(d_of).tolist(), lengths.tolist()))
+    order = np.argsort([length_of[d] for d in d_of.tolist()], kind="stable")
+    fn = jax.jit(score_fn)
+    out = np.zeros(len(d_of), np.float32)
+    starts = range(0, len(order), batch_size)
+    for start in tqdm(starts, desc=progress or "rerank", unit="batch", leave=False,
+                      dynamic_ncols=True, disable=not progress):
+        rows = order[start:start + batch_size]
+        q, d = np.asarray(queries[q_of[rows]]), np.asarray(corpus[d_of[rows]])
+        pad = batch_size - len(rows)
+        if pad:
+            q, d = (np.concatenate([a, np.repeat(a[-1:], pad, axis=0)]) for a in (q, d))
+        scores = fn(variables, jnp.asarray(_cut(q, pad_id)), jnp.asarray(_cut(d, pad_id)))
+        out[rows] = np.asarray(scores, np.float32)[:len(rows)]
+    return out.reshape(cand.shape)
+
+
+def reorder(candidates_QxK: np.ndarray, scores_QxK: np.ndarray) -> np.ndarray:
+    """Each row of candidates sorted by score, best first (ties keep the first stage's order):
+    the same documents, never one lost or added.
+
+    >>> reorder(np.asarray([[7, 3, 5]]), np.asarray([[0.1, 0.9, 0.1]])).tolist()
+    [[3, 7, 5]]
+    """
+    order = np.argsort(-np.asarray(scores_QxK), axis=1, kind="stable")
+    return np.take_along_axis(np.asarray(candidates_QxK), order, axis=1)
+
+
+def first_stage_candidates(first_stage: str, s, depth: int) -> np.ndarray:
+    """``[Q, depth]`` corpus indices of set ``s``'s queries: BM25's over its texts, or the top
+    ``depth`` of the bi-encoder run ``first_stage`` (its query/document towers, exact search).
+    A query that is also a document (``s.exclude``) never gets itself."""
+    n = len(s.corpus)
+    if depth > n - (s.exclude is not None):
+        raise ValueError(f"eval.rerank.depth={depth} is larger than {s.name}'s corpus of {n} "
+                         f"documents{' (less the query itself)' if s.exclude is not None else ''}"
+                         f": use at most {n - (s.exclude is not None)}")
+    extra = int(s.exclude is not None)
+    if first_stage == BM25:
+        from repr_jax.eval.bm25 import BM25 as Index
+        if s.texts is None:
+            raise ValueError(f"eval.rerank.first_stage=bm25 needs {s.name}'s texts (a beir: set "
+                             f"or wordnet_retrieval)")
+        idx, _ = Index(s.texts[1]).topk(s.texts[0], depth + extra)
+    else:
+        idx = _run_candidates(first_stage, s, depth + extra)
+    return without(idx, s.exclude) if extra else idx
+
+
+def _run_candidates(run_dir: str, s, k: int) -> np.ndarray:
+    """The top ``k`` of bi-encoder run ``run_dir`` on the set named like ``s``."""
+    from repr_jax.eval.retrieval import retrieval_tasks
+    from repr_jax.train.compare import run_embedder
+    embedder, variables, cfg = run_embedder(run_dir, [s.source or s.name])
+    for prefix, q, c, _, _ in retrieval_tasks(embedder, variables):
+        if prefix.rstrip("/") == s.name:
+            if len(q) != len(s.queries) or len(c) != len(s.corpus):
+                raise ValueError(f"eval.rerank.first_stage={run_dir}: its {s.name} has {len(q)} "
+                                 f"queries and {len(c)} documents, this run's {len(s.queries)} "
+                                 f"and {len(s.corpus)}")
+            return np.asarray(retrieve(q, c, k=k, similarity=cfg.eval.retrieval.similarity)[1])
+    raise ValueError(f"eval.rerank.first_stage={run_dir}: no retrieval set {s.name}")
+
+
+@config
+class RerankOptions:
+    """``eval.rerank.*``: the options of :class:`Rerank`."""
+    first_stage: str = static(BM25, doc="the candidates: bm25, or a bi-encoder run's directory "
+                                        "(its top-k by exact search)")
+    depth: int = static(50, ">0", "candidates reranked per query")
+    metrics: tuple[str, ...] = static(("ndcg@10", "recall@10", "mrr@10"),
+                                      doc="metric@k with k <= depth")
+    batch_size: int = static(64, ">0", "query-document pairs scored together")
+
+
+class Rerank(Evaluator):
+    """Second-stage reranking of each text retrieval set (a ``beir:`` set, wordnet_retrieval) by
+    a method that scores pairs (cross_encoder): each metric for the first stage, reranked, and
+    the paired gain.
+
+    Cost: the first stage (BM25 ``O(Q N)``, or a run's embedding and search), then ``Q x depth``
+    pair passes (:func:`score_candidates`)."""
+
+    name = "rerank"
+    options = RerankOptions
+
+    def __init__(self, embedder, *, first_stage: str = BM25, depth: int = 50,
+                 metrics: Sequence[str] = ("ndcg@10", "recall@10", "mrr@10"),
+                 batch_size: int = 64, bootstrap: int = 1000):
+        super().__init__(embedder)
+        self.first_stage, self.depth, self.batch_size = first_stage, depth, batch_size
+        self.metrics, self.bootstrap = tuple(metrics), bootstrap
+        bad = [m for m in self.metrics if "@" not in m or m.split("@")[0] not in METRICS]
+        if bad:
+            raise ValueError(f"unknown rerank metrics {bad}; use metric@k, metric in {METRICS}")
+        self.ks = sorted({int(m.split("@")[1]) for m in self.metrics})
+        if self.ks[-1] > depth:
+            raise ValueError(f"eval.rerank.metrics: a cut-off of {self.ks[-1]} is deeper than "
+                             f"eval.rerank.depth={depth} (reranking cannot reach past it)")
+
+    def run(self, variables):
+        score_fn = getattr(self.embedder, "score_fn", None)
+        if score_fn is None:
+            return  # a representation that does not score pairs (a reference row) has no rerank
+        for s in self.embedder.sets("retrieval"):
+            if self.first_stage == BM25 and s.texts is None:
+                continue
+            cand = first_stage_candidates(self.first_stage, s, self.depth)
+            before = topk_metrics(cand, s.qrels, self.ks, per_query=True)
+            scores = score_candidates(score_fn, variables, s.queries, s.corpus, cand,
+                                      pad_id=self.embedder.pad_id, batch_size=self.batch_size,
+                                      progress=self.embedder.progress and f"rerank {s.name}")
+            after = topk_metrics(reorder(cand, scores), s.qrels, self.ks, per_query=True)
+            for m in self.metrics:
+                yield f"{s.name}/first_stage/{m}", with_ci(before[m], bootstrap=self.bootstrap)
+                yield f"{s.name}/reranked/{m}", with_ci(after[m], bootstrap=self.bootstrap)
+                yield f"{s.name}/gain/{m}", _gain(after[m], before[m], self.bootstrap)
+
+
+def _gain(after, before, bootstrap: int) -> float:
+    """The mean paired difference, with its bootstrap interval when ``bootstrap`` > 0."""
+    if not bootstrap:
+        return float(np.mean(np.asarray(after) - np.asarray(before)))
+    test = paired_bootstrap(after, before, num_resamples=bootstrap)
+    return Estimate(test["difference"], test["low"], test["high"])

@@ -147,6 +147,19 @@ def _parser() -> argparse.ArgumentParser:
                    help="texts encoded at once (default 128)")
     m.add_argument("--no-progress", action="store_true", help="no progress bars")
 
+    s = sub.add_parser("score", help="a cross-encoder's scores for a pairs: file (distillation)",
+                       description="Score each line's query with its positive and negatives by a "
+                       "trained cross_encoder run and write the lines with positive_score and "
+                       "negative_scores (train a bi-encoder on it with --set data.name=pairs:OUT "
+                       "--set method.objective=margin_mse --set method.negatives_per_query=K).")
+    s.add_argument("--workdir", required=True, help="a cross_encoder run directory")
+    s.add_argument("--data", required=True, metavar="pairs:FILE",
+                   help="the pairs to score (lines with negatives)")
+    s.add_argument("--out", required=True, metavar="FILE.jsonl", help="the scored file written")
+    s.add_argument("--batch-size", type=_at_least(1), default=64,
+                   help="pairs scored at once (default 64)")
+    s.add_argument("--no-progress", action="store_true", help="no progress bars")
+
     c = sub.add_parser("compare", help="paired bootstrap differences between runs' retrieval",
                        description="Embed the same queries of each retrieval set with every run "
                        "(its own tokenizer, lengths and prefixes) and test each run against the "
@@ -421,6 +434,13 @@ def _compare(args) -> int:
     return compare_main(args)
 
 
+def _score(args) -> int:
+    from repr_jax.train.score import score_file
+    score_file(workdir=args.workdir, data=args.data, out=args.out, batch_size=args.batch_size,
+               progress=not args.no_progress)
+    return 0
+
+
 def _mine(args) -> int:
     from repr_jax.train.mine import mine
     mine(data=args.data, out=args.out, workdir=args.workdir, init_from=args.init_from,
@@ -481,7 +501,7 @@ def main(argv: list[str] | None = None) -> int:
         _check_folder_args(args)
         return {"train": _train, "eval": _eval, "sweep": _sweep, "study": _study,
                 "fit": _fit, "export": _export, "list": _list, "mine": _mine,
-                "compare": _compare}[args.command](args)
+                "compare": _compare, "score": _score}[args.command](args)
     except BrokenPipeError:  # `repr-jax ... | head`: the reader left; no traceback for that
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1

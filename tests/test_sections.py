@@ -99,7 +99,9 @@ def test_a_run_written_before_the_sections_resumes_as_the_same_run(tmp_path):
 ADDED_SINCE = {"data.query_max_len": 0, "data.doc_max_len": 0, "data.query_prefix": "",
                "data.doc_prefix": "", "optim.lora_rank": 0, "optim.lora_alpha": 0.0,
                "optim.lora_targets": (), "method.tied_towers": False,
-               "data.length_buckets": True}
+               "data.length_buckets": True, "eval.rerank.first_stage": "bm25",
+               "eval.rerank.depth": 50, "eval.rerank.metrics": ("ndcg@10", "recall@10", "mrr@10"),
+               "eval.rerank.batch_size": 64}
 
 
 def _write(folder: Path, config: dict) -> Path:

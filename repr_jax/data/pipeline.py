@@ -140,7 +140,8 @@ def _tokenize_text(splits, tokenizer: str, sides: Sides) -> tuple[str, ...]:
 
 
 def load(name: str, *, data_dir: str = "", tokenizer: str = "", max_len: int = 0,
-         in_memory_mb: float = 1024, negatives: int = 0, **config_kwargs: Any) -> Dataset:
+         in_memory_mb: float = 1024, negatives: int = 0, scores: bool = False,
+         **config_kwargs: Any) -> Dataset:
     """Prepares (first time only) a dataset, and reads its splits into memory or opens them for
     reading by index.
 
@@ -160,6 +161,7 @@ def load(name: str, *, data_dir: str = "", tokenizer: str = "", max_len: int = 0
         always read into memory; ``pairs:``/``beir:`` are tokenised at preparation and stream.
       negatives: ``pairs:FILE``: hard negatives kept per example (a ``negatives [K, T]``
         feature; see :mod:`repr_jax.data.text_pairs`).
+      scores: ``pairs:FILE``: each line's teacher scores too (a ``scores [1 + K]`` feature).
       **config_kwargs: builder-config values for generated datasets (``num_examples``, ...).
     """
     from repr_jax.data import builders
@@ -169,10 +171,11 @@ def load(name: str, *, data_dir: str = "", tokenizer: str = "", max_len: int = 0
     side_settings = {k: config_kwargs.pop(k) for k in SIDE_FIELDS[1:] if k in config_kwargs}
     if pretokenized:
         config_kwargs.update(tokenizer=tokenizer, max_len=max_len, negatives=negatives,
+                             **({"scores": True} if scores else {}),
                              **side_settings)
-    elif negatives:
+    elif negatives or scores:
         raise ValueError(f"hard negatives come from data.name=pairs:FILE (lines with "
-                         f"'negatives'); {name!r} has none")
+                         f"'negatives', and a teacher's scores); {name!r} has none")
     config_cls = (type(builders.BUILDERS[name].BUILDER_CONFIGS[0])
                   if name in builders.BUILDERS and builders.BUILDERS[name].BUILDER_CONFIGS else None)
     if max_len and config_cls is not None and "max_len" in inspect.signature(config_cls).parameters:

@@ -6,7 +6,11 @@
 
 ``negatives`` is optional; sentence-transformers' column names are read too (``anchor`` for
 ``query``; ``negative`` (a string or a list) or ``negative_1``, ``negative_2``, ... for
-``negatives``). ``beir:DIR`` trains on the (query, relevant document) pairs of a BEIR collection's
+``negatives``). A teacher's scores (``repr-jax score``, ``repr-jax mine``) ride along as
+``positive_score`` and ``negative_scores`` (one per negative), or as sentence-transformers'
+n-tuple ``scores`` (``[positive, negative_1, ...]``); with ``scores=True`` (a distillation
+objective) every line must carry them, and each example gains ``scores [1 + K]`` (float32, the
+positive's first, repeated like the negatives). ``beir:DIR`` trains on the (query, relevant document) pairs of a BEIR collection's
 ``qrels/train.tsv`` (see :mod:`repr_jax.data.beir`).
 
 Text is tokenised **at preparation** (once, with a progress bar) and stored as int32 token ids in
@@ -45,10 +49,10 @@ _NEGATIVE_N = re.compile(r"negative_(\d+)$")
 
 class TextPairsConfig(tfds.core.BuilderConfig):
     def __init__(self, *, source: str = "", tokenizer: str = "", sides: Sides = Sides(),
-                 negatives: int = 0, **kwargs):
+                 negatives: int = 0, scores: bool = False, **kwargs):
         super().__init__(**kwargs)
         self.source, self.tokenizer = source, tokenizer
-        self.sides, self.negatives = sides, negatives
+        self.sides, self.negatives, self.scores = sides, negatives, scores
 
 
 @config
@@ -58,16 +62,22 @@ class TextPairsData(TextData):
 
 
 def prepare(name: str, data_dir: str, *, tokenizer: str = "", negatives: int = 0,
-            max_len: int = 0, query_max_len: int = 0, doc_max_len: int = 0,
+            scores: bool = False, max_len: int = 0, query_max_len: int = 0, doc_max_len: int = 0,
             query_prefix: str = "", doc_prefix: str = ""):
     """The prepared TFDS builder of ``pairs:FILE`` / ``beir:DIR`` (:class:`TextPairs`), its
-    queries and documents at the text section's lengths and prefixes (:class:`Sides`)."""
+    queries and documents at the text section's lengths and prefixes (:class:`Sides`);
+    ``scores``: with each line's teacher scores."""
     sides = dict(max_len=max_len, query_max_len=query_max_len, doc_max_len=doc_max_len,
                  query_prefix=query_prefix, doc_prefix=doc_prefix)
     if name.startswith(BEIR) and negatives:
         raise ValueError(f"data.name={name} has no hard negatives: mine them (repr-jax mine "
                          f"--data {name} --out FILE.jsonl ...) and train on pairs:FILE")
-    config = config_for(name, tokenizer=tokenizer, sides=Sides.of(**sides), negatives=negatives)
+    if scores and not (name.startswith(PAIRS) and negatives):
+        raise ValueError(f"a teacher's scores come with the negatives of a pairs: file (repr-jax "
+                         f"score --data pairs:FILE ...; method.negatives_per_query > 0), not "
+                         f"data.name={name} with {negatives} negatives")
+    config = config_for(name, tokenizer=tokenizer, sides=Sides.of(**sides), negatives=negatives,
+                        scores=scores)
     return prepared(f"text_pairs.{config.name}",
                     lambda: TextPairs(data_dir=data_dir, config=config), data_dir)
 
@@ -93,7 +103,7 @@ def path_of(name: str) -> Path:
 
 
 def config_for(name: str, *, tokenizer: str = "", sides: Sides = Sides(),
-               negatives: int = 0) -> TextPairsConfig:
+               negatives: int = 0, scores: bool = False) -> TextPairsConfig:
     """The builder config of ``pairs:FILE`` / ``beir:DIR``: its name tells file versions,
     tokenizers, lengths and negative counts apart (an edited file is prepared again)."""
     path = path_of(name)
@@ -106,9 +116,11 @@ def config_for(name: str, *, tokenizer: str = "", sides: Sides = Sides(),
     digest = hashlib.sha1(f"{files.version_stamp(watched)}|{tokenizer}".encode()).hexdigest()[:10]
     slug = re.sub(r"[^a-z0-9]+", "_", path.stem.lower()).strip("_") or "pairs"
     kind = "pairs" if name.startswith(PAIRS) else "beir"
-    return TextPairsConfig(name=f"{kind}_{slug}_{digest}_{sides.tag()}_k{negatives}",
+    return TextPairsConfig(name=f"{kind}_{slug}_{digest}_{sides.tag()}_k{negatives}"
+                                + ("_scored" if scores else ""),
                            source=f"{kind}:{path}", tokenizer=tokenizer, sides=sides,
-                           negatives=negatives, description=f"text pairs from {path}")
+                           negatives=negatives, scores=scores,
+                           description=f"text pairs from {path}")
 
 
 def _text(value, field: str, where: str) -> str:
@@ -139,6 +151,37 @@ def parse_line(line: str, where: str) -> tuple[str, str, list[str]]:
         raise ValueError(f"{where}: 'negatives' must be a list of strings")
     return (_text(row[query_key], query_key, where), _text(row["positive"], "positive", where),
             [_text(n, "negatives", where) for n in negs])
+
+
+def _number(value, where: str, field: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value \
+            or value in (float("inf"), float("-inf")):
+        raise ValueError(f"{where}: {field} must be finite numbers, got {value!r}")
+    return float(value)
+
+
+def parse_scores(row: dict, num_negatives: int, where: str) -> list[float]:
+    """``[positive, negative_1, ...]``: a line's teacher scores (``positive_score`` and
+    ``negative_scores``, or sentence-transformers' ``scores``), one per negative."""
+    if "scores" in row and "positive_score" not in row:
+        values, field = row["scores"], "'scores'"
+        if not isinstance(values, list):
+            raise ValueError(f"{where}: 'scores' must be a list [positive, negative_1, ...]")
+    else:
+        missing = [k for k in ("positive_score", "negative_scores") if k not in row]
+        if missing:
+            raise ValueError(f"{where}: no {' or '.join(map(repr, missing))} (a distillation "
+                             f"objective reads a teacher's scores on every line: repr-jax score "
+                             f"--workdir CROSS_ENCODER_RUN --data pairs:FILE --out SCORED.jsonl)")
+        negs = row["negative_scores"]
+        if not isinstance(negs, list):
+            raise ValueError(f"{where}: 'negative_scores' must be a list of numbers")
+        values, field = [row["positive_score"], *negs], "'positive_score'/'negative_scores'"
+    values = [_number(v, where, field) for v in values]
+    if len(values) != 1 + num_negatives:
+        raise ValueError(f"{where}: {len(values) - 1} negative score(s) for {num_negatives} "
+                         f"negative(s)")
+    return values
 
 
 def read_pairs(path: str | Path) -> Iterator[tuple[int, str, str, list[str]]]:
@@ -182,6 +225,8 @@ class TextPairs(tfds.core.GeneratorBasedBuilder):
                  "label": tfds.features.ClassLabel(names=["pair"])}
         if c.negatives:
             feats["negatives"] = tfds.features.Tensor(shape=(c.negatives, d), dtype=np.int32)
+        if c.scores:
+            feats["scores"] = tfds.features.Tensor(shape=(1 + c.negatives,), dtype=np.float32)
         return tfds.core.DatasetInfo(
             builder=self, description=c.description, features=tfds.features.FeaturesDict(feats),
             supervised_keys=("x", "label"), disable_shuffling=True,  # file order, no spill
@@ -204,9 +249,15 @@ class TextPairs(tfds.core.GeneratorBasedBuilder):
                              f"at most {most}")
 
         def rows(test: bool):
-            for n, q, p, negs in read_pairs(path):
+            for number, line in files.text_lines(path):
+                if not line.strip():
+                    continue
+                where = f"{path}:{number}"
+                q, p, negs = parse_line(line, where)
                 if is_test(q) == test:
-                    yield f"{path}:{n}", q, p, negs
+                    scores = (parse_scores(files.json_object(line, where), len(negs), where)
+                              if self.builder_config.scores else None)
+                    yield where, q, p, negs, scores
 
         return {"train": self._generate_examples(rows(False), "train"),
                 "test": self._generate_examples(rows(True), "test")}
@@ -235,19 +286,24 @@ class TextPairs(tfds.core.GeneratorBasedBuilder):
                                 if split == "test" and c.source.startswith(PAIRS) else ""))
 
     def _encode_chunk(self, chunk, encode):
+        """Examples of ``(where, query, positive, negatives[, scores])`` rows."""
         k = self.builder_config.negatives
-        queries = encode([q for _, q, _, _ in chunk], "query")
-        positives = encode([p for _, _, p, _ in chunk])
+        queries = encode([row[1] for row in chunk], "query")
+        positives = encode([row[2] for row in chunk])
         if k:
-            for where, _, _, negs in chunk:
+            for where, _, _, negs, *_ in chunk:
                 if not negs:
                     raise ValueError(f"{where}: no negatives, and method.negatives_per_query={k} "
                                      f"needs them on every line (a line with fewer than {k} "
                                      f"repeats its own)")
-            negatives = encode([negs[j % len(negs)] for _, _, _, negs in chunk
+            negatives = encode([row[3][j % len(row[3])] for row in chunk
                                 for j in range(k)]).reshape(len(chunk), k, -1)
-        for i, (where, _, _, _) in enumerate(chunk):
+        for i, (where, _, _, negs, *scored) in enumerate(chunk):
             example = {"x": queries[i], "x_pos": positives[i], "label": 0}
             if k:
                 example["negatives"] = negatives[i]
+            if self.builder_config.scores:  # the positive's, then each negative's as repeated
+                s = scored[0]
+                example["scores"] = np.asarray([s[0]] + [s[1 + j % len(negs)] for j in range(k)],
+                                               np.float32)
             yield where, example

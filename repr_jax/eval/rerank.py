@@ -1,9 +1,10 @@
 """Second-stage reranking: a first stage's top-k of each query, rescored by a model that reads
 the query with each document (a cross-encoder, ColBERT's MaxSim), and the metrics before and after.
 
-The first stage is BM25 over the set's texts (:mod:`repr_jax.eval.bm25`) or a trained bi-encoder
-run (``eval.rerank.first_stage=RUN_DIR``: its own tokenizer, lengths and towers embed the set and
-exact search takes its top-k). Reranking only reorders the candidates: metrics at cut-offs within
+The first stage is BM25 over the set's texts (:mod:`repr_jax.eval.bm25`) or a function giving a
+set's top-k (``eval.rerank.first_stage=RUN_DIR``: a trained bi-encoder run, whose own tokenizer,
+lengths and towers embed the set and exact search takes its top-k;
+:func:`repr_jax.train.compare.run_candidates`). Reranking only reorders the candidates: metrics at cut-offs within
 the depth can change, a document outside the first stage's top-k never enters. Each metric is
 reported for the first stage, after reranking, and as their paired difference (a bootstrap over
 the same queries, :func:`repr_jax.eval.stats.paired_bootstrap`).
@@ -19,7 +20,7 @@ import numpy as np
 
 from repr_jax.config import config, static
 from repr_jax.eval.base import TOKEN_BUCKET, Evaluator
-from repr_jax.eval.retrieval import METRICS, retrieve, topk_metrics, without
+from repr_jax.eval.retrieval import METRICS, topk_metrics, without
 from repr_jax.eval.stats import Estimate, paired_bootstrap, with_ci
 
 BM25 = "bm25"
@@ -33,34 +34,43 @@ def _cut(ids: np.ndarray, pad_id: int) -> np.ndarray:
     return ids[:, :min(width, ids.shape[1])]
 
 
-def score_candidates(score_fn: Callable, variables: Any, queries: np.ndarray, corpus,
-                     candidates_QxK: np.ndarray, *, pad_id: int, batch_size: int = 64,
-                     progress: str = "") -> np.ndarray:
-    """``[Q, K]``: ``score_fn(variables, q_ids [B, Tq], d_ids [B, Td]) -> [B]`` of each query with
-    each of its candidate documents (corpus indices). Pairs go shortest document first, each
-    batch cut to its longest query and document, every batch ``batch_size`` pairs (the last
-    padded): a few compiled shapes. Cost: ``Q K`` pair passes, ``O(Q K (Tq + Td)^2)`` for a
-    cross-encoder; memory one batch."""
+def score_pairs(score_fn: Callable, variables: Any, queries, docs, q_of: np.ndarray,
+                d_of: np.ndarray, *, pad_id: int, batch_size: int = 64, progress: str = ""
+                ) -> np.ndarray:
+    """``[P]``: ``score_fn(variables, q_ids [B, Tq], d_ids [B, Td]) -> [B]`` of each pair ``p``
+    (query ``queries[q_of[p]]``, document ``docs[d_of[p]]``, token-id rows). Pairs go shortest
+    document first, each batch cut to its longest query and document, every batch
+    ``batch_size`` pairs (the last padded): a few compiled shapes. Cost: ``P`` pair passes,
+    ``O(P (Tq + Td)^2)`` for a cross-encoder; memory one batch."""
     from tqdm.auto import tqdm
-    cand = np.asarray(candidates_QxK, np.int64)
-    q_of = np.repeat(np.arange(cand.shape[0]), cand.shape[1])
-    d_of = cand.reshape(-1)
-    lengths = (np.asarray(corpus[np.unique(d_of)]) != pad_id).sum(axis=1)
-    length_of = dict(zip(np.unique(d_of).tolist(), lengths.tolist()))
-    order = np.argsort([length_of[d] for d in d_of.tolist()], kind="stable")
+    q_of, d_of = np.asarray(q_of, np.int64), np.asarray(d_of, np.int64)
+    used, where = np.unique(d_of, return_inverse=True)
+    lengths = (np.asarray(docs[used]) != pad_id).sum(axis=1)[where]
+    order = np.argsort(lengths, kind="stable")
     fn = jax.jit(score_fn)
     out = np.zeros(len(d_of), np.float32)
-    starts = range(0, len(order), batch_size)
-    for start in tqdm(starts, desc=progress or "rerank", unit="batch", leave=False,
-                      dynamic_ncols=True, disable=not progress):
+    for start in tqdm(range(0, len(order), batch_size), desc=progress or "scoring pairs",
+                      unit="batch", leave=False, dynamic_ncols=True, disable=not progress):
         rows = order[start:start + batch_size]
-        q, d = np.asarray(queries[q_of[rows]]), np.asarray(corpus[d_of[rows]])
+        q, d = np.asarray(queries[q_of[rows]]), np.asarray(docs[d_of[rows]])
         pad = batch_size - len(rows)
         if pad:
             q, d = (np.concatenate([a, np.repeat(a[-1:], pad, axis=0)]) for a in (q, d))
         scores = fn(variables, jnp.asarray(_cut(q, pad_id)), jnp.asarray(_cut(d, pad_id)))
         out[rows] = np.asarray(scores, np.float32)[:len(rows)]
-    return out.reshape(cand.shape)
+    return out
+
+
+def score_candidates(score_fn: Callable, variables: Any, queries, corpus,
+                     candidates_QxK: np.ndarray, *, pad_id: int, batch_size: int = 64,
+                     progress: str = "") -> np.ndarray:
+    """``[Q, K]``: each query's score with each of its candidate documents (corpus indices), by
+    :func:`score_pairs`: ``Q K`` pair passes."""
+    cand = np.asarray(candidates_QxK, np.int64)
+    q_of = np.repeat(np.arange(cand.shape[0]), cand.shape[1])
+    return score_pairs(score_fn, variables, queries, corpus, q_of, cand.reshape(-1),
+                       pad_id=pad_id, batch_size=batch_size, progress=progress
+                       ).reshape(cand.shape)
 
 
 def reorder(candidates_QxK: np.ndarray, scores_QxK: np.ndarray) -> np.ndarray:
@@ -74,10 +84,11 @@ def reorder(candidates_QxK: np.ndarray, scores_QxK: np.ndarray) -> np.ndarray:
     return np.take_along_axis(np.asarray(candidates_QxK), order, axis=1)
 
 
-def first_stage_candidates(first_stage: str, s, depth: int) -> np.ndarray:
-    """``[Q, depth]`` corpus indices of set ``s``'s queries: BM25's over its texts, or the top
-    ``depth`` of the bi-encoder run ``first_stage`` (its query/document towers, exact search).
-    A query that is also a document (``s.exclude``) never gets itself."""
+def first_stage_candidates(first_stage: str | Callable, s, depth: int) -> np.ndarray:
+    """``[Q, depth]`` corpus indices of set ``s``'s queries: BM25's over its texts, or
+    ``first_stage(s, k) -> [Q, k]`` (a trained run's top-k:
+    :func:`repr_jax.train.compare.run_candidates`). A query that is also a document
+    (``s.exclude``) never gets itself."""
     n = len(s.corpus)
     if depth > n - (s.exclude is not None):
         raise ValueError(f"eval.rerank.depth={depth} is larger than {s.name}'s corpus of {n} "
@@ -91,23 +102,8 @@ def first_stage_candidates(first_stage: str, s, depth: int) -> np.ndarray:
                              f"or wordnet_retrieval)")
         idx, _ = Index(s.texts[1]).topk(s.texts[0], depth + extra)
     else:
-        idx = _run_candidates(first_stage, s, depth + extra)
+        idx = np.asarray(first_stage(s, depth + extra))
     return without(idx, s.exclude) if extra else idx
-
-
-def _run_candidates(run_dir: str, s, k: int) -> np.ndarray:
-    """The top ``k`` of bi-encoder run ``run_dir`` on the set named like ``s``."""
-    from repr_jax.eval.retrieval import retrieval_tasks
-    from repr_jax.train.compare import run_embedder
-    embedder, variables, cfg = run_embedder(run_dir, [s.source or s.name])
-    for prefix, q, c, _, _ in retrieval_tasks(embedder, variables):
-        if prefix.rstrip("/") == s.name:
-            if len(q) != len(s.queries) or len(c) != len(s.corpus):
-                raise ValueError(f"eval.rerank.first_stage={run_dir}: its {s.name} has {len(q)} "
-                                 f"queries and {len(c)} documents, this run's {len(s.queries)} "
-                                 f"and {len(s.corpus)}")
-            return np.asarray(retrieve(q, c, k=k, similarity=cfg.eval.retrieval.similarity)[1])
-    raise ValueError(f"eval.rerank.first_stage={run_dir}: no retrieval set {s.name}")
 
 
 @config
@@ -132,7 +128,7 @@ class Rerank(Evaluator):
     name = "rerank"
     options = RerankOptions
 
-    def __init__(self, embedder, *, first_stage: str = BM25, depth: int = 50,
+    def __init__(self, embedder, *, first_stage: str | Callable = BM25, depth: int = 50,
                  metrics: Sequence[str] = ("ndcg@10", "recall@10", "mrr@10"),
                  batch_size: int = 64, bootstrap: int = 1000):
         super().__init__(embedder)

@@ -45,6 +45,14 @@ def check_method(section, *, grad_cache_chunk: int = 0) -> None:
                           f"negative objective to cache; use one of {', '.join(cached)}")
 
 
+def reads_scores(section) -> bool:
+    """Whether method ``section`` trains on a teacher's scores of each pair (a bi-encoder's
+    ``margin_mse``, or ``kl_distill`` over hard negatives): the data must carry them."""
+    return section.name == "biencoder" and (
+        section.objective == "margin_mse"
+        or (section.objective == "kl_distill" and section.negatives_per_query > 0))
+
+
 def build_method(section, ctx: BuildContext) -> Method:
     """Method ``section.name`` built from its section and the run's context."""
     check_method(section, grad_cache_chunk=ctx.grad_cache_chunk)
@@ -52,4 +60,4 @@ def build_method(section, ctx: BuildContext) -> Method:
 
 
 __all__ = ["BuildContext", "METHODS", "Method", "MethodSpec", "build_method", "check_method",
-           "method_config"]
+           "method_config", "reads_scores"]

@@ -22,7 +22,7 @@ from repr_jax.methods.base import (BuildContext, MatryoshkaConfig, Method, Metho
                                    pair_options)
 from repr_jax.methods.siamese import matryoshka_objective
 
-BIENCODER_OBJECTIVES = ("info_nce", "graded_bce", "kl_distill")
+BIENCODER_OBJECTIVES = ("info_nce", "graded_bce", "kl_distill", "margin_mse")
 
 
 class TwoTowers(nn.Module):
@@ -179,19 +179,28 @@ def graded_relevance(labels: jax.Array) -> jax.Array:
 def biencoder(encoder_a, encoder_b, views_fn, *, proj_dim: int, objective: str,
               negatives_per_query: int = 0, tied_towers: bool = False, **options) -> Method:
     """A query/document bi-encoder trained with ``info_nce`` (in-batch negatives), ``graded_bce``
-    (graded in-batch relevance, BiXSE) or ``kl_distill`` (match a teacher's in-batch score
-    distribution; the teacher's embeddings come with the data as ``teacher`` / ``teacher_pos``).
+    (graded in-batch relevance, BiXSE), ``kl_distill`` or ``margin_mse`` (distillation).
 
-    ``negatives_per_query=K`` (``info_nce`` only): each query's softmax runs over the global
+    ``negatives_per_query=K``: with ``info_nce``, each query's softmax runs over the global
     batch's B positives and its B x K hard negatives (its own K and every other query's), as
     sentence-transformers' MultipleNegativesRankingLoss with negative columns and Tevatron's
-    ``train_n_passages = K + 1`` do."""
+    ``train_n_passages = K + 1`` do. With ``margin_mse`` (which needs them) and ``kl_distill``
+    the data's teacher scores of each query's positive and K negatives (``scores [B, 1 + K]``,
+    e.g. a cross-encoder's from ``repr-jax score``) are the targets: ``margin_mse`` matches the
+    student's dot-product margins ``s(q, d+) - s(q, d-)`` to the teacher's (Hofstätter et al.
+    2020; sentence-transformers' ``MarginMSELoss``), ``kl_distill`` the softmax over the
+    ``1 + K`` candidates of ``cos / temperature`` to the softmax of the teacher's scores.
+    ``kl_distill`` without K matches a teacher's in-batch score distribution instead, from
+    teacher embeddings in the data (``teacher`` / ``teacher_pos``)."""
     if objective not in BIENCODER_OBJECTIVES:
         raise ValueError(f"unknown biencoder objective {objective!r}; choose from: "
                          f"{', '.join(BIENCODER_OBJECTIVES)}")
-    if negatives_per_query and objective != "info_nce":
-        raise ValueError(f"method.negatives_per_query applies to objective info_nce, not "
-                         f"{objective!r}")
+    if negatives_per_query and objective == "graded_bce":
+        raise ValueError("method.negatives_per_query applies to objectives info_nce, kl_distill "
+                         "and margin_mse, not 'graded_bce'")
+    if objective == "margin_mse" and not negatives_per_query:
+        raise ValueError("method.objective=margin_mse needs method.negatives_per_query >= 1 (the "
+                         "margins are between a positive and the data's hard negatives)")
 
     def fn(a, b, log_scale, bias, batch, hp, negatives=None):
         del log_scale, bias
@@ -199,6 +208,18 @@ def biencoder(encoder_a, encoder_b, views_fn, *, proj_dim: int, objective: str,
             return O.info_nce(a, b, hp.temperature, negatives=negatives)
         if objective == "graded_bce":
             return O.graded_bce(a, b, graded_relevance(batch["label"]), hp.temperature)
+        if negatives is not None:  # distillation from a teacher's scores of each candidate
+            if "scores" not in batch:
+                raise ValueError(f"biencoder objective {objective} needs the teacher's scores "
+                                 f"in the data (pairs:FILE lines with positive_score and "
+                                 f"negative_scores)")
+            docs_BxCxD = jnp.concatenate([b[:, None], negatives], axis=1)
+            teacher = batch["scores"].astype(jnp.float32)
+            if objective == "margin_mse":
+                s = jnp.einsum("bd,bcd->bc", a, docs_BxCxD).astype(jnp.float32)
+                return O.margin_mse(s[:, 0], s[:, 1:], teacher[:, 0], teacher[:, 1:])
+            s = jnp.einsum("bd,bcd->bc", O.l2_normalize(a), O.l2_normalize(docs_BxCxD))
+            return O.kl_distill(s / hp.temperature, teacher)
         if "teacher" not in batch:
             raise ValueError("biencoder objective kl_distill needs 'teacher' and 'teacher_pos' "
                              "features (teacher embeddings) in the data, e.g. latent_modalities")
@@ -227,12 +248,23 @@ class DualEncoderConfig(MatryoshkaConfig):
 class BiEncoderConfig(DualEncoderConfig):
     objective: str = static("info_nce", BIENCODER_OBJECTIVES, "the in-batch objective")
     temperature: float = hyper(0.5, ">0", "softmax temperature")
-    negatives_per_query: int = static(0, ">=0", "info_nce: hard negatives per query from the "
-                                      "data (pairs:FILE lines' 'negatives'); each query's softmax "
-                                      "spans the global batch's positives and negatives")
+    negatives_per_query: int = static(0, ">=0", "hard negatives per query from the data "
+                                      "(pairs:FILE lines' 'negatives'): info_nce's softmax spans "
+                                      "the global batch's positives and negatives; margin_mse "
+                                      "and kl_distill read the teacher's scores of each")
     tied_towers: bool = static(False, doc="one encoder (and projection) for queries and "
                                           "documents, told apart by data.query_prefix/doc_prefix"
                                           " (sentence-transformers' and Tevatron's default)")
+
+    def _validate(self):
+        super()._validate()
+        if self.objective == "margin_mse" and not self.negatives_per_query:
+            raise ConfigError("method.objective=margin_mse needs method.negatives_per_query >= 1 "
+                              "(the margins are between a positive and the data's hard "
+                              "negatives, with a teacher's scores: repr-jax score)")
+        if self.objective == "graded_bce" and self.negatives_per_query:
+            raise ConfigError("method.negatives_per_query applies to objectives info_nce, "
+                              "kl_distill and margin_mse, not 'graded_bce'")
 
 
 def _towers(builder, *own: str):

@@ -55,6 +55,30 @@ def run_embedder(run_dir: str, sets: Sequence[str]):
     return embedder, state.variables, cfg
 
 
+def run_candidates(run_dir: str):
+    """``candidates(s, k) -> [Q, k]``: the top ``k`` of bi-encoder run ``run_dir`` (its own
+    tokenizer, lengths and towers; exact search) on the set named like ``s``: a reranker's
+    first stage (``eval.rerank.first_stage=RUN_DIR``). Cost as :func:`compare` for one run."""
+    from repr_jax.eval.retrieval import retrieval_tasks, retrieve
+    if not (Path(run_dir) / "config.json").is_file():
+        raise ValueError(f"eval.rerank.first_stage={run_dir}: neither bm25 nor a run directory "
+                         f"(no config.json)")
+
+    def candidates(s, k: int):
+        embedder, variables, cfg = run_embedder(run_dir, [s.source or s.name])
+        for prefix, q, c, _, _ in retrieval_tasks(embedder, variables):
+            if prefix.rstrip("/") != s.name:
+                continue
+            if len(q) != len(s.queries) or len(c) != len(s.corpus):
+                raise ValueError(f"eval.rerank.first_stage={run_dir}: its {s.name} has {len(q)} "
+                                 f"queries and {len(c)} documents, this run's {len(s.queries)} "
+                                 f"and {len(s.corpus)}")
+            return retrieve(q, c, k=k, similarity=cfg.eval.retrieval.similarity)[1]
+        raise ValueError(f"eval.rerank.first_stage={run_dir}: no retrieval set {s.name}")
+
+    return candidates
+
+
 def compare(names: Sequence[str], *, sets: Sequence[str] = (),
             metrics: Sequence[str] = ("ndcg@10", "recall@100", "mrr@10"),
             bootstrap: int = 1000, out: str | Path | None = None) -> list[dict[str, Any]]:

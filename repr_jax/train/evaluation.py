@@ -101,6 +101,9 @@ def evaluator_options(cfg: Config, name: str) -> dict[str, Any]:
         opts.update(evaluator_options(cfg, opts["protocol"]))
     if name == "matryoshka" and not opts["dims"]:
         opts["dims"] = getattr(cfg.method, "matryoshka_dims", ())
+    if name == "rerank" and opts["first_stage"] != "bm25":  # a bi-encoder run's top-k
+        from repr_jax.train.compare import run_candidates
+        opts["first_stage"] = run_candidates(opts["first_stage"])
     return opts
 
 

@@ -71,7 +71,7 @@ def check_text_run(workdir: str | Path) -> None:
     cfg = config_lib.load_json(run_config_path(Path(workdir)))
     if cfg.encoder.name not in TOKEN_FAMILIES:
         raise ValueError(f"--workdir {workdir}: its encoder {cfg.encoder.name!r} reads "
-                         f"{cfg.data.name} inputs, not text; mine needs a run whose towers "
+                         f"{cfg.data.name} inputs, not text; this command needs a run whose model "
                          f"read text ({', '.join(TOKEN_FAMILIES)} on pairs:, beir: or wordnet)")
     if not isinstance(cfg.data, TextData):
         raise ValueError(f"--workdir {workdir}: it was trained on {cfg.data.name}, whose tokens "

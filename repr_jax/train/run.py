@@ -58,6 +58,7 @@ def load_dataset(cfg: Config) -> data.Dataset:
                           f"validation and test; use at least {MIN_EXAMPLES}")
     dataset = data.load(d.name, data_dir=d.data_dir, in_memory_mb=d.in_memory_mb,
                         negatives=getattr(cfg.method, "negatives_per_query", 0),
+                        scores=methods.reads_scores(cfg.method),
                         **data_settings(d))
     return subset_train(dataset, d.train_examples) if d.train_examples else dataset
 

@@ -95,3 +95,52 @@ def test_missing_negatives_missing_file_and_edits(tmp_path):
     _write(path, [{"query": f"q{i}", "positive": "p"} for i in range(201)])
     os.utime(path, ns=(1, 1))
     assert text_pairs.config_for(f"pairs:{path}").name != before  # an edited file: prepared anew
+
+
+def _scored(rows):
+    return [dict(r, positive_score=float(i), negative_scores=[i - 0.5, i - 0.25][:len(r["negatives"])])
+            for i, r in enumerate(rows)]
+
+
+def test_teacher_scores_are_read_beside_the_negatives(tmp_path):
+    rows = _scored(_rows(300))
+    path = _write(tmp_path / "scored.jsonl", rows)
+    ds = data.load(f"pairs:{path}", data_dir=str(tmp_path / "tfds"), max_len=16, negatives=2,
+                   scores=True)
+    test = ds.splits["test"]
+    firsts = [(i, r) for i, r in enumerate(rows) if text_pairs.is_test(r["query"])]
+    for row_scores, (i, r) in zip(test["scores"], firsts):
+        negs = r["negative_scores"]  # a line with one negative repeats it, and its score
+        np.testing.assert_allclose(row_scores, [i, negs[0], negs[1 % len(negs)]])
+    assert test["scores"].dtype == np.float32
+    unscored = data.load(f"pairs:{path}", data_dir=str(tmp_path / "tfds"), max_len=16,
+                         negatives=2)
+    assert "scores" not in unscored.splits["train"]
+    st = _write(tmp_path / "st.jsonl", [  # sentence-transformers' n-tuple scores
+        {"anchor": f"q{i}", "positive": "p", "negative_1": "n", "scores": [3.0, 1.0]}
+        for i in range(300)])
+    ds = data.load(f"pairs:{st}", data_dir=str(tmp_path / "tfds"), max_len=8, negatives=1,
+                   scores=True)
+    np.testing.assert_allclose(ds.splits["train"]["scores"][0], [3.0, 1.0])
+
+
+@pytest.mark.parametrize("extra, needle", [
+    ({}, "scored.jsonl:2: no 'positive_score' or 'negative_scores'"),
+    ({"positive_score": 1.0}, "scored.jsonl:2: no 'negative_scores'"),
+    ({"positive_score": "high", "negative_scores": [0.1]}, "must be finite numbers, got 'high'"),
+    ({"positive_score": 1.0, "negative_scores": [None]}, "must be finite numbers, got None"),
+    ({"positive_score": 1.0, "negative_scores": [0.1, 0.2]}, "2 negative score(s) for 1"),
+    ({"positive_score": 1.0, "negative_scores": 0.1}, "'negative_scores' must be a list"),
+])
+def test_missing_or_non_numeric_scores_are_one_line(tmp_path, extra, needle):
+    good = {"query": "q0", "positive": "p", "negatives": ["n"], "positive_score": 1.0,
+            "negative_scores": [0.0]}
+    bad = {"query": "q1", "positive": "p", "negatives": ["n"], **extra}
+    path = _write(tmp_path / "scored.jsonl", [good, bad] + [dict(good, query=f"q{i}")
+                                                              for i in range(2, 200)])
+    with pytest.raises(ValueError) as e:
+        data.load(f"pairs:{path}", data_dir=str(tmp_path / "tfds"), max_len=8, negatives=1,
+                  scores=True)
+    assert needle in str(e.value) and "\n" not in str(e.value)
+    with pytest.raises(ValueError, match="come with the negatives of a pairs: file"):
+        data.load(f"pairs:{path}", data_dir=str(tmp_path / "tfds"), max_len=8, scores=True)

@@ -107,6 +107,54 @@ def test_eight_devices_equal_one(pairs):
 def test_refusals(pairs):
     with pytest.raises(ValueError, match="hard negatives come from data.name=pairs:FILE"):
         load_dataset(C.override(_config(pairs), "data.name=latent_modalities".split()))
-    cfg = _config(pairs, "method.objective=graded_bce")
-    with pytest.raises(ValueError, match="negatives_per_query applies to objective info_nce"):
-        build_method(cfg, load_dataset(cfg))
+    with pytest.raises(ValueError, match="negatives_per_query applies to objectives info_nce"):
+        _config(pairs, "method.objective=graded_bce")
+    with pytest.raises(ValueError, match="margin_mse needs method.negatives_per_query >= 1"):
+        _config(pairs, "method.objective=margin_mse", "method.negatives_per_query=0")
+
+
+@pytest.fixture(scope="module")
+def scored(pairs):
+    """The pairs with a teacher's scores on every line."""
+    rng = np.random.default_rng(1)
+    lines = [json.loads(line) for line in open(pairs / "pairs.jsonl")]
+    with open(pairs / "scored.jsonl", "w") as f:
+        for row in lines:
+            f.write(json.dumps(dict(row, positive_score=float(rng.normal(3, 1)),
+                                    negative_scores=rng.normal(0, 2, 2).tolist())) + "\n")
+    return pairs / "scored.jsonl"
+
+
+@pytest.mark.parametrize("objective", ["margin_mse", "kl_distill"])
+def test_distillation_losses_equal_the_formulas_on_the_teacher_scores(pairs, scored, objective):
+    cfg = _config(pairs, f"data.name=pairs:{scored}", f"method.objective={objective}")
+    dataset = load_dataset(cfg)
+    assert dataset.splits["train"]["scores"].shape[1:] == (1 + K,)
+    method = build_method(cfg, dataset)
+    state = init_state(cfg, method, {k: v[:2] for k, v in dataset.splits["train"].items()},
+                       make_mesh(1))
+    batch = jax.tree.map(np.asarray, data.BatchStream(dataset.splits["train"], batch_size=16,
+                                                      seed=0).batch(0))
+    value, _ = method.loss(state.params, {}, state.extra, batch, jax.random.PRNGKey(0),
+                           hyperparams(cfg)["method"])
+
+    def tower(name, x):
+        return np.asarray(method.model.apply({"params": state.params}, x, method=lambda m, x:
+                                             getattr(m, name)(x, train=True)[2]), np.float64)
+
+    q = tower("tower_a", batch["x"])
+    docs = np.stack([tower("tower_b", batch["x_pos"])]
+                    + [tower("tower_b", batch["negatives"][:, j]) for j in range(K)], axis=1)
+    t = batch["scores"].astype(np.float64)
+    if objective == "margin_mse":  # dot products, as sentence-transformers' MarginMSELoss
+        s = np.einsum("bd,bcd->bc", q, docs)
+        want = np.mean(((s[:, :1] - s[:, 1:]) - (t[:, :1] - t[:, 1:])) ** 2)
+    else:  # KL(softmax(teacher) || softmax(cos / temperature))
+        s = np.einsum("bd,bcd->bc", q / np.linalg.norm(q, axis=1, keepdims=True),
+                      docs / np.linalg.norm(docs, axis=2, keepdims=True)) / 0.1
+        p = np.exp(t - t.max(1, keepdims=True))
+        p /= p.sum(1, keepdims=True)
+        log_q = s - s.max(1, keepdims=True)
+        log_q -= np.log(np.exp(log_q).sum(1, keepdims=True))
+        want = np.mean(np.sum(p * (np.log(p) - log_q), axis=1))
+    np.testing.assert_allclose(float(value), want, rtol=2e-5)

@@ -20,6 +20,7 @@ from repr_jax.eval.layerwise import Layerwise
 from repr_jax.eval.linear_probe import LinearProbe, linear_probe
 from repr_jax.eval.matryoshka import Matryoshka, adaptive_retrieve
 from repr_jax.eval.quantization import Quantization, quantized_search
+from repr_jax.eval.late_interaction import LateInteraction
 from repr_jax.eval.rerank import Rerank
 from repr_jax.eval.retrieval import (Retrieval, class_qrels, rerank, retrieval_metrics,
                                      retrieve, topk_metrics)
@@ -27,10 +28,12 @@ from repr_jax.eval.stats import Estimate, bootstrap_ci, paired_bootstrap
 from repr_jax.eval.sts import STS, sts_correlation
 
 EVALUATORS = {e.name: e for e in (LinearProbe, KNN, FewShot, Retrieval, Quantization, STS,
-                                  Clustering, Geometry, Layerwise, Matryoshka, Rerank)}
+                                  Clustering, Geometry, Layerwise, Matryoshka, Rerank,
+                                  LateInteraction)}
 # What layerwise and matryoshka can run per layer / prefix: every evaluator but themselves (and
-# rerank, which scores pairs with the whole model, not features).
-PROTOCOLS = tuple(name for name in EVALUATORS if name not in ("layerwise", "matryoshka", "rerank"))
+# rerank and late_interaction, which use the whole model's pair scores or token vectors).
+PROTOCOLS = tuple(name for name in EVALUATORS
+                  if name not in ("layerwise", "matryoshka", "rerank", "late_interaction"))
 
 
 def option_classes() -> dict[str, type]:

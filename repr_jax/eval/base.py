@@ -47,7 +47,8 @@ class Embedder:
     compared, e.g. a dual encoder's two projections; default ``predict_fn``) or ``layers_fn``
     (``"layers"``: a tuple of ``[B, D_l]``), caching results per variables. ``score_fn``
     (``(variables, q_ids, d_ids) -> [B]``) is a model that scores a query with a document (a
-    cross-encoder): what reranking uses.
+    cross-encoder): what reranking uses; ``token_fns`` (``{"query", "doc"}: (variables, ids) ->
+    (vectors [B, T, d], mask [B, T])``) a vector per token: what late-interaction search uses.
 
     ``splits`` maps split names to ``{"x", "label", ...}`` arrays (or streamed splits, whose rows are
     read chunk by chunk); ``embedder(variables)`` gives
@@ -60,9 +61,10 @@ class Embedder:
                  pos_fn: PredictFn | None = None, layers_fn: PredictFn | None = None,
                  eval_sets: Sequence[Any] = (), cache_dir: str | Path | None = None,
                  progress: str = "", pad_id: int | None = None,
-                 score_fn: Callable | None = None):
+                 score_fn: Callable | None = None, token_fns: dict | None = None):
         self.splits = splits
         self.score_fn = score_fn  # (variables, q_ids, d_ids) -> [B]: a model that scores pairs
+        self.token_fns = token_fns  # {"query"|"doc": (variables, ids) -> (vectors, mask)}
         self.pad_id = pad_id  # token ids: the padding value whose trailing columns are cut off
         self.progress = progress  # a progress bar's label for each feature pass ("": none)
         # Features on disk belong to one variables object (the first embedded): a checkpoint's.

@@ -71,6 +71,8 @@ def estimate(name: str, s: Shape, options: dict[str, Any]) -> tuple[float, float
     if name == "rerank":  # q x depth pair passes, each as a 6-layer width-d encoder on 128 tokens
         pairs = q * options.get("depth", 50)
         return pairs * 6 * 24 * d * d * 128, 4 * options.get("batch_size", 64) * 128 * 4 * d
+    if name == "late_interaction":  # q x n documents, ~32 x 128 token pairs each, width 128
+        return 2 * q * n * 32 * 128 * 128, 2 * n * 128 * 128
     if name in ("layerwise", "matryoshka"):
         inner = {k: v for k, v in options.items() if k not in ("protocol", "dims")}
         f, m = estimate(options.get("protocol", "linear_probe"), s, inner)

@@ -8,6 +8,7 @@
 | mae, mlm | masked.py | masked-patch reconstruction, masked language modelling |
 | supervised | supervised.py | cross-entropy baseline |
 | cross_encoder | cross_encoder.py | a reranker reading query and document together |
+| colbert | colbert.py | late interaction: a vector per token, MaxSim |
 
 Each method's file declares its config section (the ``method`` fields it has, e.g. VICReg's three
 loss weights) and its builder, bundled as a :class:`MethodSpec`; adding a method is that file plus
@@ -16,7 +17,7 @@ wrap the pair objective of the methods whose sections have those fields.
 """
 
 from repr_jax.config import ConfigError
-from repr_jax.methods import cross_encoder, dual_encoder, masked, momentum, siamese, supervised
+from repr_jax.methods import colbert, cross_encoder, dual_encoder, masked, momentum, siamese, supervised
 from repr_jax.methods.base import BuildContext, Method, MethodSpec
 from repr_jax.sections import choose_section
 
@@ -27,7 +28,7 @@ METHODS: dict[str, MethodSpec] = {
     "clip": dual_encoder.CLIP, "siglip": dual_encoder.SIGLIP, "biencoder": dual_encoder.BIENCODER,
     "mae": masked.MAE, "mlm": masked.MLM,
     "supervised": supervised.SUPERVISED,
-    "cross_encoder": cross_encoder.CROSS_ENCODER,
+    "cross_encoder": cross_encoder.CROSS_ENCODER, "colbert": colbert.COLBERT,
 }
 
 

@@ -83,6 +83,18 @@ class Method:
         """``[B]`` relevance scores of query ``q[i]`` with document ``d[i]`` (eval mode)."""
         return self.model.apply(variables, q, d, method=self.model.score)
 
+    @property
+    def has_token_vectors(self) -> bool:
+        """Whether the model gives one vector per token (ColBERT): late-interaction search."""
+        return hasattr(self.model, "embed_tokens_query")
+
+    def token_vectors(self, side: str):
+        """``f(variables, ids) -> (vectors [B, T, d], mask [B, T])`` of queries (``side=
+        "query"``) or documents (``"doc"``), eval mode."""
+        name = "embed_tokens_query" if side == "query" else "embed_tokens_doc"
+        return lambda variables, x: self.model.apply(variables, x,
+                                                     method=getattr(self.model, name))
+
 
 # --------------------------------------------------------------------------------------------------
 # Config sections several methods share, and the registry's entry

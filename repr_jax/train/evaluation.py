@@ -81,11 +81,14 @@ class Representation:
     embed_pos: Callable | None = None
     embed_layers: Callable | None = None
     score: Callable | None = None  # (variables, q_ids, d_ids) -> [B]: a pair-scoring model's
+    tokens: dict | None = None  # {"query"|"doc": (variables, ids) -> (vectors, mask)}
 
     @classmethod
     def of(cls, method: Method, variables: Any) -> "Representation":
         return cls(method.embed, variables, method.embed_query, method.embed_pos,
-                   method.embed_layers, method.score if method.scores_pairs else None)
+                   method.embed_layers, method.score if method.scores_pairs else None,
+                   {side: method.token_vectors(side) for side in ("query", "doc")}
+                   if method.has_token_vectors else None)
 
 
 def evaluator_options(cfg: Config, name: str) -> dict[str, Any]:
@@ -128,6 +131,8 @@ def _applies(name: str, dataset: Dataset, eval_sets: Sequence[Any]) -> bool:
         return "x_pos" in dataset.splits["test"] or "retrieval" in kinds
     if name == "rerank":
         return "retrieval" in kinds
+    if name == "late_interaction":
+        return "x_pos" in dataset.splits["test"] or "retrieval" in kinds
     if name == "sts":
         return "similarity" in kinds
     return True
@@ -165,7 +170,7 @@ def _budget_tasks(name: str, shape, dataset: Dataset, eval_sets: Sequence[Any],
     """``(label, shape)`` of each search evaluator ``name`` runs: the test split's pairs (their
     first ``max_queries``, among as many positives), then each retrieval set's queries against its
     corpus (a BEIR collection's whole corpus, not the run's test split); one task otherwise."""
-    if name not in ("retrieval", "quantization", "rerank"):
+    if name not in ("retrieval", "quantization", "rerank", "late_interaction"):
         yield name, shape
         return
     if "x_pos" in dataset.splits["test"] and name != "rerank":
@@ -214,7 +219,7 @@ def evaluate(cfg: Config, dataset: Dataset, representations: dict[str, Represent
                                            query_fn=rep.embed_query, pos_fn=rep.embed_pos,
                                            layers_fn=rep.embed_layers,
                                            eval_sets=eval_sets, pad_id=pad_id,
-                                           score_fn=rep.score,
+                                           score_fn=rep.score, token_fns=rep.tokens,
                                            cache_dir=cache_dir / _slug(rep_name)
                                            if cache_dir and not rep_name.startswith(RAW)
                                            else None)
@@ -253,7 +258,9 @@ _NEEDS = {"retrieval": "it needs a paired test split (x, x_pos) or a retrieval s
                           "eval.sets",
           "sts": "it needs a similarity set (rated pairs) in eval.sets",
           "rerank": "it needs a method that scores pairs (cross_encoder) and a text retrieval "
-                    "set in eval.sets (beir:DIR, wordnet_retrieval)"}
+                    "set in eval.sets (beir:DIR, wordnet_retrieval)",
+          "late_interaction": "it needs a vector per token (method colbert, or the MiniLM "
+                              "reference) and paired text or a text retrieval set"}
 
 
 def _needs(name: str) -> str:
@@ -356,7 +363,12 @@ def _pretrained_reference(cfg: Config) -> dict[str, Representation]:
 
     def embed(params, ids):
         return module.apply({"params": params}, ids)[0]
-    return {"all-MiniLM-L6-v2": Representation(embed, loaded.params)}
+
+    def tokens(params, ids):  # its own token states, normalised: MaxSim with no training
+        states = module.apply({"params": params}, ids)[1]["tokens"]
+        return states / jnp.linalg.norm(states, axis=-1, keepdims=True), ids != 0
+    return {"all-MiniLM-L6-v2": Representation(embed, loaded.params,
+                                                tokens={"query": tokens, "doc": tokens})}
 
 
 def reference_representations(cfg: Config, method: Method, dataset: Dataset

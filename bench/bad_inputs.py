@@ -5,6 +5,7 @@ run folder behind, and what it did to the files around it.
     python bench/bad_inputs.py --battery 34   # the first battery (configs, images, sweeps): ~2 min
     python bench/bad_inputs.py --battery 38   # the text surfaces (pairs:, beir:, mine, fit)
     python bench/bad_inputs.py --battery 40   # decoder LLM weights, LoRA, attention, prefixes
+    python bench/bad_inputs.py --battery 41   # rerankers, teacher scores, ColBERT
     python bench/bad_inputs.py --case 41,44   # those cases (numbered across both batteries)
 
 Every case should exit 2 with one ``repr-jax: error:`` line (or argparse's ``error:`` line) and
@@ -87,7 +88,35 @@ def cases(tmp: Path) -> list[Case]:
         ("--executor slurm without SLURM", [*sweep, "--executor", "slurm"]),
         ("--slurm-time -5", [*sweep, "--executor", "slurm", "--slurm-time", "-5"]),
     ]]
-    return first + text_cases(tmp) + llm_cases(tmp)
+    return first + text_cases(tmp) + llm_cases(tmp) + second_stage_cases(tmp)
+
+
+def second_stage_cases(tmp: Path) -> list[Case]:
+    """Issue 41's battery: rerank depths and first stages, teacher-score files, ColBERT and the
+    cross-encoder on data they cannot read, score on a run that does not score pairs."""
+    w = ["--workdir", str(tmp / "w")]
+
+    def second(kind: str, *more: str) -> list[str]:
+        return ["train", "--config", f"{tmp / 'second_cfg.py'}:{kind}", *w,
+                *[a for m in more for a in ("--set", m)]]
+
+    rows = [Case(what, argv) for what, argv in [
+        ("eval.rerank.depth=5000, corpus of 600", second("colbert", "eval.rerank.depth=5000")),
+        ("eval.rerank.first_stage a missing run", second(
+            "colbert", f"eval.rerank.first_stage={tmp / 'no_such_run'}")),
+        ("margin_mse on a file without scores", second(
+            "margin", f"data.name=pairs:{tmp / 'pairs.jsonl'}")),
+        ("margin_mse on a file with a score 'high'", second(
+            "margin", f"data.name=pairs:{tmp / 'badscore.jsonl'}")),
+        ("colbert on data without text", second("colbert_mlp")),
+        ("cross_encoder with a byte tokenizer (no [CLS])", second("cross_encoder")),
+        ("score --workdir a bi-encoder run", [
+            "score", "--workdir", str(tmp / "text_run"), "--data",
+            f"pairs:{tmp / 'pairs.jsonl'}", "--out", str(tmp / "m" / "scored.jsonl")]),
+    ]]
+    for r in rows:
+        r.battery = 41
+    return rows
 
 
 def llm_cases(tmp: Path) -> list[Case]:
@@ -348,6 +377,30 @@ def get_config(arg=None):
 '''
 
 
+SECOND_CONFIG = '''\
+from repr_jax import config as C
+
+
+def get_config(arg=None):
+    text = C.EncoderConfig(name="text_transformer", variant="tiny", width=32, num_heads=2,
+                           mlp_dim=64, depth=1)
+    data = C.DataConfig(name="beir:{coll}", max_len=24)
+    method = {{"colbert": C.MethodConfig(name="colbert", dim=8),
+              "colbert_mlp": C.MethodConfig(name="colbert", dim=8),
+              "cross_encoder": C.MethodConfig(name="cross_encoder"),
+              "margin": C.MethodConfig(name="biencoder", objective="margin_mse", proj_dim=0,
+                                       negatives_per_query=1)}}[arg]
+    if arg == "colbert_mlp":
+        data, text = C.DataConfig(name="latent_modalities"), C.EncoderConfig(name="mlp")
+    return C.Config(
+        seed=0, data=data, encoder=text, method=method,
+        optim=C.OptimConfig(lr=1e-3, warmup_steps=0),
+        train=C.TrainConfig(batch_size=16, steps=2, ckpt_every=0, num_devices=1),
+        eval=C.EvalConfig(evaluators=("rerank",), bootstrap=0,
+                          sets=() if arg == "colbert_mlp" else ("beir:{coll}",)))
+'''
+
+
 def _pairs(n: int, start: int = 0) -> list[dict]:
     return [{"query": f"what is item {i}?", "positive": f"item {i} is a thing of kind {i % 7}",
              "negatives": [f"item {i + 1} is other", f"item {i + 2} differs"]}
@@ -438,6 +491,10 @@ def _prepare_text(tmp: Path) -> None:
           "--no-progress", "--set", "data.name=pairs:pairs.jsonl"], cwd=tmp / "rel")
     # collections: a clean one, one with TREC junk grades, one without a qrels header, all -1
     beir.synthetic_collection(tmp / "coll", num_docs=600, num_queries=40, num_train=200)
+    (tmp / "second_cfg.py").write_text(SECOND_CONFIG.format(coll=tmp / "coll"))
+    scored = [dict(r, positive_score=1.0, negative_scores=[0.5, 0.2]) for r in rows]
+    scored[7]["negative_scores"] = ["high", 0.2]
+    (tmp / "badscore.jsonl").write_text(_lines(scored))
     corpus = {f"d{i}": ("", f"item {i} is a thing of kind {i % 7}") for i in range(60)}
     queries = {f"q{i}": f"what is item {i}?" for i in range(15)}
     junk = [(f"q{i}", f"d{(i + j) % 60}", g) for i in range(15)
@@ -522,7 +579,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--case", type=lambda t: {int(n) for n in t.split(",")}, default=set(),
                    help="run these cases only (1-based, comma-separated)")
-    p.add_argument("--battery", type=int, choices=(34, 38, 40), default=0,
+    p.add_argument("--battery", type=int, choices=(34, 38, 40, 41), default=0,
                    help="one battery only (default: both)")
     args = p.parse_args(argv)
     os.umask(0o022)

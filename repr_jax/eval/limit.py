@@ -5,7 +5,9 @@ For ``n`` documents and one query per pair of them (all ``n (n - 1) / 2`` top-2 
 query and document vectors in ``d`` dimensions are optimised directly (no encoder: the best case
 any model of that dimension could reach) until every query ranks exactly its two documents above
 all others. The *critical n* of a dimension is the largest ``n`` for which this succeeds; the
-paper finds it grows only polynomially (cubically) with ``d``.
+paper finds it grows only polynomially (cubically) with ``d``. With ``vectors=T`` every query and
+document is ``T`` vectors of ``d`` dimensions scored by MaxSim (ColBERT's late interaction: the
+sum over the query's vectors of the best dot product with any of the document's).
 """
 
 from __future__ import annotations
@@ -34,10 +36,18 @@ def _relevant(pairs_Mx2: jax.Array, n: int) -> jax.Array:
     return jax.nn.one_hot(pairs_Mx2, n).sum(1) > 0
 
 
+def scores(q, d) -> jax.Array:
+    """``[M, N]``: dot products of ``q [M, D]`` and ``d [N, D]``, or MaxSim of ``q [M, T, D]``
+    and ``d [N, T, D]``."""
+    if q.ndim == 2:
+        return q @ d.T
+    return jnp.einsum("mtd,nud->mntu", q, d).max(-1).sum(-1)
+
+
 def all_retrievable(q_MxD: jax.Array, d_NxD: jax.Array, pairs_Mx2: jax.Array) -> jax.Array:
     """Whether every query scores both of its documents above every other document (dot
-    product, strict)."""
-    s = q_MxD @ d_NxD.T
+    product or MaxSim, strict)."""
+    s = scores(q_MxD, d_NxD)
     pos = jnp.take_along_axis(s, pairs_Mx2, axis=1)
     neg = jnp.where(_relevant(pairs_Mx2, s.shape[1]), -jnp.inf, s)
     return jnp.all(pos.min(1) > neg.max(1))
@@ -46,24 +56,25 @@ def all_retrievable(q_MxD: jax.Array, d_NxD: jax.Array, pairs_Mx2: jax.Array) ->
 def _loss(params, pairs_Mx2, temperature):
     """Per query: a soft maximum of the negatives' scores minus a soft minimum of the two
     positives' (a smooth margin violation), averaged; zero-margin violations drive it."""
-    s = params["q"] @ params["d"].T / temperature
+    s = scores(params["q"], params["d"]) / temperature
     is_pos = _relevant(pairs_Mx2, s.shape[1])
     soft_max_neg = jax.nn.logsumexp(jnp.where(is_pos, -jnp.inf, s), axis=1)
     soft_min_pos = -jax.nn.logsumexp(jnp.where(is_pos, -s, -jnp.inf), axis=1)
     return jnp.mean(jax.nn.softplus(soft_max_neg - soft_min_pos + 1.0))
 
 
-@functools.partial(jax.jit, static_argnames=("n", "dim", "max_steps", "check_every"))
+@functools.partial(jax.jit, static_argnames=("n", "dim", "max_steps", "check_every", "vectors"))
 def _solve(keys, pairs, *, n: int, dim: int, max_steps: int, check_every: int, lr: float,
-           temperature: float):
+           temperature: float, vectors: int = 1):
     """Optimises one problem per key (vmapped restarts); returns (solved [R], steps [R])."""
     tx = optax.adam(lr)
     m = pairs.shape[0]
 
     def one(key):
         kq, kd = jax.random.split(key)
-        params = {"q": jax.random.normal(kq, (m, dim)) / np.sqrt(dim),
-                  "d": jax.random.normal(kd, (n, dim)) / np.sqrt(dim)}
+        shape = (vectors, dim) if vectors > 1 else (dim,)
+        params = {"q": jax.random.normal(kq, (m, *shape)) / np.sqrt(dim),
+                  "d": jax.random.normal(kd, (n, *shape)) / np.sqrt(dim)}
         grad = jax.grad(_loss)
 
         def block(carry):
@@ -90,14 +101,16 @@ def _solve(keys, pairs, *, n: int, dim: int, max_steps: int, check_every: int, l
 
 def solvable(n: int, dim: int, *, restarts: int = 2, max_steps: int = 4000,
              check_every: int = 100, lr: float = 0.05, temperature: float = 0.1,
-             seed: int = 0) -> bool:
-    """Whether free ``dim``-dimensional embeddings make every top-2 subset of ``n`` documents
-    retrievable, by any of ``restarts`` optimisations (Adam, ``max_steps`` at most)."""
+             seed: int = 0, vectors: int = 1) -> bool:
+    """Whether free ``dim``-dimensional embeddings (``vectors`` a text, MaxSim when more than
+    one) make every top-2 subset of ``n`` documents retrievable, by any of ``restarts``
+    optimisations (Adam, ``max_steps`` at most). Time ``O(max_steps n^3 vectors^2 dim)``."""
     if n < 3:
         return True
     keys = jax.random.split(jax.random.PRNGKey(seed), restarts)
     solved, _ = _solve(keys, jnp.asarray(top2_pairs(n)), n=n, dim=dim, max_steps=max_steps,
-                       check_every=check_every, lr=lr, temperature=temperature)
+                       check_every=check_every, lr=lr, temperature=temperature,
+                       vectors=vectors)
     return bool(np.any(np.asarray(solved)))
 
 

@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from repr_jax.config import config, static
+from repr_jax.config import ConfigError, config, static
 from repr_jax.eval.base import TOKEN_BUCKET, Evaluator
 from repr_jax.eval.retrieval import METRICS, topk_metrics, without
 from repr_jax.eval.stats import Estimate, paired_bootstrap, with_ci
@@ -84,6 +84,21 @@ def reorder(candidates_QxK: np.ndarray, scores_QxK: np.ndarray) -> np.ndarray:
     return np.take_along_axis(np.asarray(candidates_QxK), order, axis=1)
 
 
+def check_rerank(first_stage: str, depth: int, sets: Sequence) -> None:
+    """A one-line ValueError for a depth deeper than a retrieval set's corpus, or a first stage
+    that is neither ``bm25`` nor a run directory: checked before anything trains."""
+    from pathlib import Path
+    if first_stage != BM25 and not (Path(first_stage) / "config.json").is_file():
+        raise ValueError(f"eval.rerank.first_stage={first_stage}: neither bm25 nor a run "
+                         f"directory (no config.json)")
+    for s in sets:
+        if s.kind == "retrieval":
+            room = len(s.corpus) - (s.exclude is not None)
+            if depth > room:
+                raise ValueError(f"eval.rerank.depth={depth} is larger than {s.name}'s corpus "
+                                 f"of {len(s.corpus)} documents: use at most {room}")
+
+
 def first_stage_candidates(first_stage: str | Callable, s, depth: int) -> np.ndarray:
     """``[Q, depth]`` corpus indices of set ``s``'s queries: BM25's over its texts, or
     ``first_stage(s, k) -> [Q, k]`` (a trained run's top-k:
@@ -115,6 +130,17 @@ class RerankOptions:
     metrics: tuple[str, ...] = static(("ndcg@10", "recall@10", "mrr@10"),
                                       doc="metric@k with k <= depth")
     batch_size: int = static(64, ">0", "query-document pairs scored together")
+
+    def _validate(self):
+        bad = [m for m in self.metrics if "@" not in m or m.split("@")[0] not in METRICS
+               or not m.split("@")[1].isdigit()]
+        if bad:
+            raise ConfigError(f"eval.rerank.metrics: unknown {bad}; use metric@k, metric in "
+                             f"{', '.join(METRICS)}")
+        deepest = max(int(m.split("@")[1]) for m in self.metrics)
+        if deepest > self.depth:
+            raise ConfigError(f"eval.rerank.metrics: a cut-off of {deepest} is deeper than "
+                             f"eval.rerank.depth={self.depth} (reranking cannot reach past it)")
 
 
 class Rerank(Evaluator):

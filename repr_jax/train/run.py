@@ -96,6 +96,12 @@ def load_eval_sets(cfg: Config, dataset: data.Dataset) -> list:
                                   f"dataset {d.name!r} is not latent_classes/latent_modalities")
             out.append(eval_sets.load_eval_set(name, **({"num_classes": d.num_classes}
                                                         if d.num_classes else {})))
+    if "rerank" in cfg.eval.evaluators:  # before training: a depth no set can give
+        from repr_jax.eval.rerank import check_rerank
+        try:
+            check_rerank(cfg.eval.rerank.first_stage, cfg.eval.rerank.depth, out)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
     return out
 
 

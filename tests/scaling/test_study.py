@@ -63,6 +63,18 @@ def test_free_embeddings_hit_the_dimension_limit():
     assert solvable(6, 4, max_steps=2000)
 
 
+def test_maxsim_of_free_multi_vectors_passes_where_one_vector_fails():
+    """Six documents in 2-D fail with one vector a text; two vectors a text scored by MaxSim
+    retrieve every top-2 set (a query's two vectors can each point at one of its documents)."""
+    from repr_jax.eval.limit import scores
+    rng = np.random.default_rng(0)
+    q, d = rng.normal(size=(3, 2, 4)), rng.normal(size=(5, 2, 4))
+    want = [[sum(max(q[i, a] @ d[j, b] for b in range(2)) for a in range(2)) for j in range(5)]
+            for i in range(3)]
+    np.testing.assert_allclose(scores(jnp.asarray(q), jnp.asarray(d)), want, rtol=1e-5)
+    assert solvable(6, 2, max_steps=2000, vectors=2)
+
+
 def test_every_study_file_loads():
     from repr_jax.config import list_experiments
     names = [n for n in list_experiments()

@@ -109,7 +109,7 @@ def second_stage_cases(tmp: Path) -> list[Case]:
         ("margin_mse on a file with a score 'high'", second(
             "margin", f"data.name=pairs:{tmp / 'badscore.jsonl'}")),
         ("colbert on data without text", second("colbert_mlp")),
-        ("cross_encoder with a byte tokenizer (no [CLS])", second("cross_encoder")),
+        ("cross_encoder on data without text", second("cross_encoder_mlp")),
         ("score --workdir a bi-encoder run", [
             "score", "--workdir", str(tmp / "text_run"), "--data",
             f"pairs:{tmp / 'pairs.jsonl'}", "--out", str(tmp / "m" / "scored.jsonl")]),
@@ -387,17 +387,17 @@ def get_config(arg=None):
     data = C.DataConfig(name="beir:{coll}", max_len=24)
     method = {{"colbert": C.MethodConfig(name="colbert", dim=8),
               "colbert_mlp": C.MethodConfig(name="colbert", dim=8),
-              "cross_encoder": C.MethodConfig(name="cross_encoder"),
+              "cross_encoder_mlp": C.MethodConfig(name="cross_encoder"),
               "margin": C.MethodConfig(name="biencoder", objective="margin_mse", proj_dim=0,
                                        negatives_per_query=1)}}[arg]
-    if arg == "colbert_mlp":
+    if arg.endswith("_mlp"):
         data, text = C.DataConfig(name="latent_modalities"), C.EncoderConfig(name="mlp")
     return C.Config(
         seed=0, data=data, encoder=text, method=method,
         optim=C.OptimConfig(lr=1e-3, warmup_steps=0),
         train=C.TrainConfig(batch_size=16, steps=2, ckpt_every=0, num_devices=1),
         eval=C.EvalConfig(evaluators=("rerank",), bootstrap=0,
-                          sets=() if arg == "colbert_mlp" else ("beir:{coll}",)))
+                          sets=() if arg.endswith("_mlp") else ("beir:{coll}",)))
 '''
 
 

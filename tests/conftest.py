@@ -111,6 +111,15 @@ def tiny_config(**sections):
     return Config(**kw)
 
 
+def collection_vocab(folder):
+    """A WordPiece vocab.txt in ``folder`` holding the words of
+    :func:`repr_jax.data.beir.synthetic_collection` whole (tiny text models train in seconds)."""
+    vocab = folder / "vocab.txt"
+    vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "topic"]
+                               + [f"w{i}" for i in range(2000)] + [str(i) for i in range(20)]))
+    return vocab
+
+
 class Crash(RuntimeError):
     """A simulated crash (kill, preemption) in the middle of training."""
 

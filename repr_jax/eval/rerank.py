@@ -93,10 +93,14 @@ def check_rerank(first_stage: str, depth: int, sets: Sequence) -> None:
                          f"directory (no config.json)")
     for s in sets:
         if s.kind == "retrieval":
-            room = len(s.corpus) - (s.exclude is not None)
-            if depth > room:
-                raise ValueError(f"eval.rerank.depth={depth} is larger than {s.name}'s corpus "
-                                 f"of {len(s.corpus)} documents: use at most {room}")
+            _check_depth(depth, s)
+
+
+def _check_depth(depth: int, s) -> None:
+    room = len(s.corpus) - (s.exclude is not None)  # a query that is a document skips itself
+    if depth > room:
+        raise ValueError(f"eval.rerank.depth={depth} is larger than {s.name}'s corpus of "
+                         f"{len(s.corpus)} documents: use at most {room}")
 
 
 def first_stage_candidates(first_stage: str | Callable, s, depth: int) -> np.ndarray:
@@ -104,11 +108,7 @@ def first_stage_candidates(first_stage: str | Callable, s, depth: int) -> np.nda
     ``first_stage(s, k) -> [Q, k]`` (a trained run's top-k:
     :func:`repr_jax.train.compare.run_candidates`). A query that is also a document
     (``s.exclude``) never gets itself."""
-    n = len(s.corpus)
-    if depth > n - (s.exclude is not None):
-        raise ValueError(f"eval.rerank.depth={depth} is larger than {s.name}'s corpus of {n} "
-                         f"documents{' (less the query itself)' if s.exclude is not None else ''}"
-                         f": use at most {n - (s.exclude is not None)}")
+    _check_depth(depth, s)
     extra = int(s.exclude is not None)
     if first_stage == BM25:
         from repr_jax.eval.bm25 import BM25 as Index
@@ -136,11 +136,11 @@ class RerankOptions:
                or not m.split("@")[1].isdigit()]
         if bad:
             raise ConfigError(f"eval.rerank.metrics: unknown {bad}; use metric@k, metric in "
-                             f"{', '.join(METRICS)}")
+                              f"{', '.join(METRICS)}")
         deepest = max(int(m.split("@")[1]) for m in self.metrics)
         if deepest > self.depth:
             raise ConfigError(f"eval.rerank.metrics: a cut-off of {deepest} is deeper than "
-                             f"eval.rerank.depth={self.depth} (reranking cannot reach past it)")
+                              f"eval.rerank.depth={self.depth} (reranking cannot reach past it)")
 
 
 class Rerank(Evaluator):
@@ -160,13 +160,8 @@ class Rerank(Evaluator):
         super().__init__(embedder)
         self.first_stage, self.depth, self.batch_size = first_stage, depth, batch_size
         self.metrics, self.bootstrap = tuple(metrics), bootstrap
-        bad = [m for m in self.metrics if "@" not in m or m.split("@")[0] not in METRICS]
-        if bad:
-            raise ValueError(f"unknown rerank metrics {bad}; use metric@k, metric in {METRICS}")
+        RerankOptions(depth=depth, metrics=self.metrics)  # the section's checks, for callers too
         self.ks = sorted({int(m.split("@")[1]) for m in self.metrics})
-        if self.ks[-1] > depth:
-            raise ValueError(f"eval.rerank.metrics: a cut-off of {self.ks[-1]} is deeper than "
-                             f"eval.rerank.depth={depth} (reranking cannot reach past it)")
 
     def run(self, variables):
         score_fn = getattr(self.embedder, "score_fn", None)

@@ -155,6 +155,17 @@ class MethodSpec:
     grad_cache: bool = False
 
 
+def text_pairs_vocab(name: str, ctx: BuildContext) -> tuple[str, ...]:
+    """The vocabulary of the run's query/document text pairs; a one-line ConfigError for data
+    without text or without pairs (a method that reads both texts: cross_encoder, colbert)."""
+    vocab = ctx.dataset.vocab
+    if vocab is None or "x_pos" not in ctx.dataset.splits["train"]:
+        raise ConfigError(f"method {name!r} reads query/document text pairs (data.name="
+                          f"pairs:FILE or beir:DIR); {ctx.dataset.name!r} has "
+                          f"{'no text' if vocab is None else 'no x_pos'}")
+    return tuple(vocab)
+
+
 def pair_options(section: Any, ctx: BuildContext) -> dict[str, Any]:
     """The Matryoshka and gradient-cache options of a :class:`PairConfig` method."""
     return dict(matryoshka_dims=section.matryoshka_dims,

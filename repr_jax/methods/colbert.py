@@ -23,7 +23,8 @@ import optax
 
 from repr_jax.config import ConfigError, MethodConfig, config, hyper, static
 from repr_jax.eval.late_interaction import maxsim, paired_maxsim
-from repr_jax.methods.base import BuildContext, Method, MethodSpec, apply_train
+from repr_jax.methods.base import (BuildContext, Method, MethodSpec, apply_train,
+                                   text_pairs_vocab)
 from repr_jax.objectives import l2_normalize
 
 
@@ -119,12 +120,7 @@ class ColBERTConfig(MethodConfig):
 
 def build(section: ColBERTConfig, ctx: BuildContext) -> Method:
     from repr_jax.data.tokenizer import pad_id_of
-    train = ctx.dataset.splits["train"]
-    vocab = ctx.dataset.vocab
-    if vocab is None or "x_pos" not in train:
-        raise ConfigError(f"method 'colbert' reads query/document text pairs (data.name="
-                          f"pairs:FILE or beir:DIR); {ctx.dataset.name!r} has "
-                          f"{'no text' if vocab is None else 'no x_pos'}")
+    vocab, train = text_pairs_vocab("colbert", ctx), ctx.dataset.splits["train"]
     if section.query_expansion and "[MASK]" not in vocab:
         raise ConfigError("method.query_expansion pads queries with [MASK]: use a WordPiece "
                           "vocabulary (data.tokenizer=minilm or a BERT vocab.txt)")

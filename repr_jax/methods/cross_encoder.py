@@ -23,7 +23,8 @@ import jax.numpy as jnp
 import optax
 
 from repr_jax.config import ConfigError, MethodConfig, config, static
-from repr_jax.methods.base import BuildContext, Method, MethodSpec, apply_train
+from repr_jax.methods.base import (BuildContext, Method, MethodSpec, apply_train,
+                                   text_pairs_vocab)
 
 OBJECTIVES = ("listwise", "bce")
 
@@ -135,15 +136,11 @@ class CrossEncoderConfig(MethodConfig):
 
 def build(section: CrossEncoderConfig, ctx: BuildContext) -> Method:
     from repr_jax.data.tokenizer import pad_id_of
-    train = ctx.dataset.splits["train"]
-    vocab = ctx.dataset.vocab
-    if vocab is None or "x_pos" not in train:
-        raise ConfigError(f"method 'cross_encoder' reads query/document text pairs (data.name="
-                          f"pairs:FILE or beir:DIR); {ctx.dataset.name!r} has "
-                          f"{'no text' if vocab is None else 'no x_pos'}")
+    vocab, train = text_pairs_vocab("cross_encoder", ctx), ctx.dataset.splits["train"]
     if "[CLS]" not in vocab or "[SEP]" not in vocab:
         raise ConfigError("method 'cross_encoder' joins texts as [CLS] q [SEP] d [SEP]: use a "
-                          "WordPiece vocabulary (data.tokenizer=minilm or a BERT vocab.txt)")
+                          "tokenizer with those tokens (data.tokenizer=minilm, a BERT vocab.txt "
+                          "or the byte tokenizer)")
     encoder = ctx.encoder()
     if not hasattr(encoder, "type_vocab_size"):
         raise ConfigError(f"method 'cross_encoder' needs encoder.name=text_transformer (segment "

@@ -379,9 +379,7 @@ def reference_representations(cfg: Config, method: Method, dataset: Dataset
     random_init = method.init(jax.random.split(jax.random.PRNGKey(cfg.seed))[0],
                               sample_batch(dataset))
     raw_name, raw = raw_reference(dataset, cfg.eval.reference_max_dim)
-    # No rerank rows for the random init: the first stage's rows are the reranker's baseline.
-    random_rep = dataclasses.replace(Representation.of(method, random_init), score=None)
-    return {raw_name: raw, "random-init encoder": random_rep,
+    return {raw_name: raw, "random-init encoder": Representation.of(method, random_init),
             **_pretrained_reference(cfg)}
 
 

@@ -7,6 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import collection_vocab
 
 from repr_jax.eval.late_interaction import (build_index, maxsim, open_index, paired_maxsim,
                                             search)
@@ -109,15 +110,16 @@ def test_query_expansion_pads_with_mask_tokens_and_punctuation_is_left_out():
     assert dm.tolist() == [[True, True, False, False], [True, False, True, False]]
 
 
-def test_colbert_on_data_without_text_is_one_line():
+@pytest.mark.parametrize("name", ["colbert", "cross_encoder"])
+def test_pair_readers_on_data_without_text_are_one_line(name):
     from repr_jax import config as C
     from repr_jax.config import ConfigError
     from repr_jax.train import build_method
     from repr_jax.train.run import load_dataset
     cfg = C.Config(data=C.DataConfig(name="latent_modalities", num_examples=100),
                    encoder=C.EncoderConfig(name="mlp", widths=(8,)),
-                   method=C.MethodConfig(name="colbert"))
-    with pytest.raises(ConfigError, match="'colbert' reads query/document text pairs") as e:
+                   method=C.MethodConfig(name=name))
+    with pytest.raises(ConfigError, match=f"'{name}' reads query/document text pairs") as e:
         build_method(cfg, load_dataset(cfg))
     assert "\n" not in str(e.value)
 
@@ -129,9 +131,7 @@ def test_colbert_trains_and_searches_a_beir_set(tmp_path):
     from repr_jax.train import train_and_evaluate
     root = beir.synthetic_collection(tmp_path / "coll", num_docs=300, num_queries=30,
                                      num_train=300, seed=5)
-    vocab = tmp_path / "vocab.txt"
-    vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "topic"]
-                               + [f"w{i}" for i in range(2000)] + [str(i) for i in range(20)]))
+    vocab = collection_vocab(tmp_path)
     cfg = C.Config(
         seed=0,
         data=C.DataConfig(name=f"beir:{root}", max_len=24, data_dir=str(tmp_path / "tfds"),

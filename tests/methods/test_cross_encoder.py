@@ -106,16 +106,3 @@ def test_batch_negatives_must_be_below_the_batch():
     with pytest.raises(ValueError, match="batch_negatives=4 must be below the batch"):
         method.loss(variables["params"], {}, {}, batch, jax.random.PRNGKey(1),
                     MethodConfig(name="cross_encoder"))
-
-
-def test_cross_encoder_on_data_without_text_is_one_line():
-    from repr_jax import config as C
-    from repr_jax.config import ConfigError
-    from repr_jax.train import build_method
-    from repr_jax.train.run import load_dataset
-    cfg = C.Config(data=C.DataConfig(name="latent_modalities", num_examples=100),
-                   encoder=C.EncoderConfig(name="mlp", widths=(8,)),
-                   method=C.MethodConfig(name="cross_encoder"))
-    with pytest.raises(ConfigError, match="reads query/document text pairs") as e:
-        build_method(cfg, load_dataset(cfg))
-    assert "\n" not in str(e.value)

@@ -5,6 +5,7 @@ import json
 
 import numpy as np
 import pytest
+from conftest import collection_vocab
 
 from repr_jax import cli
 from repr_jax import config as C
@@ -51,9 +52,7 @@ def test_mining_data_of_a_pairs_file(tmp_path):
 def test_mine_writes_pairs_that_train_and_respect_the_margin(tmp_path):
     root = beir.synthetic_collection(tmp_path / "coll", num_docs=600, num_queries=40,
                                      num_train=300, seed=2)
-    vocab = tmp_path / "vocab.txt"  # the collection's words whole
-    vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "topic"]
-                               + [f"w{i}" for i in range(2000)] + [str(i) for i in range(20)]))
+    vocab = collection_vocab(tmp_path)  # the collection's words whole
     cfg = C.Config(
         seed=0,
         data=C.DataConfig(name=f"beir:{root}", max_len=24, data_dir=str(tmp_path / "tfds"),

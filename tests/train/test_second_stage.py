@@ -6,6 +6,7 @@ import json
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import collection_vocab
 
 from repr_jax import cli
 from repr_jax import config as C
@@ -13,13 +14,6 @@ from repr_jax.data import beir
 from repr_jax.data.tokenizer import Sides, make_tokenizer
 from repr_jax.train import train_and_evaluate
 from repr_jax.train.run import load_trained
-
-
-def _vocab(tmp_path):
-    vocab = tmp_path / "vocab.txt"  # the synthetic collection's words whole
-    vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "topic"]
-                               + [f"w{i}" for i in range(2000)] + [str(i) for i in range(20)]))
-    return vocab
 
 
 def _config(tmp_path, root, data, vocab, **method):
@@ -40,7 +34,7 @@ def _config(tmp_path, root, data, vocab, **method):
 def test_cross_encoder_reranks_scores_and_a_biencoder_distils(tmp_path):
     root = beir.synthetic_collection(tmp_path / "coll", num_docs=400, num_queries=30,
                                      num_train=300, seed=4)
-    vocab = _vocab(tmp_path)
+    vocab = collection_vocab(tmp_path)
     mined = tmp_path / "mined.jsonl"
     assert cli.main(["mine", "--bm25", "--data", f"beir:{root}", "--out", str(mined),
                      "--range-min", "1", "--num-negatives", "2", "--no-progress"]) == 0

@@ -40,8 +40,9 @@ PROBE = textwrap.dedent("""
         from repr_jax.eval.rerank import score_pairs
         from repr_jax.methods.cross_encoder import CrossEncoder
         loaded = load_sentence_transformer(minilm_dir())
-        words = " ".join(inspect.getsource(inspect) .split()).split(" ")
-        texts = [" ".join(words[i:i + 90]) for i in range(0, 90 * 4 * pairs, 90)][: 2 * pairs]
+        words = inspect.getsource(inspect).split()
+        texts = [" ".join(words[(i + j) % len(words)] for j in range(90))
+                 for i in range(0, 90 * 2 * pairs, 90)]
         tok = loaded.tokenizer
         q = tok.encode([t[:120] for t in texts[:pairs]], max_len=32, pad_to=32).ids
         d = tok.encode(texts[pairs:], max_len=128, pad_to=128).ids
@@ -126,14 +127,28 @@ def main() -> None:
     p.add_argument("--docs", type=int, default=100_000)
     p.add_argument("--queries", type=int, default=100)
     p.add_argument("--pairs", type=int, default=2048)
+    p.add_argument("--parts", default="rerank,colbert,bm25",
+                   help="which measurements, comma-separated (default all)")
     args = p.parse_args()
+    parts = args.parts.split(",")
     cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
                 if line.startswith("model name")), "?")
     print(f"{cpu}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.2f} before")
-    r = _run("rerank", args)
-    print(f"cross-encoder rerank (MiniLM, {r['tokens_per_pair']:.0f} tokens a pair, batch 64): "
-          f"{r['pairs_per_s']:.0f} pairs/s ({args.pairs} pairs in {r['seconds']:.1f} s), peak "
-          f"RSS {r['peak_rss_mb']:.0f} MB")
+    if "rerank" in parts:
+        r = _run("rerank", args)
+        print(f"cross-encoder rerank (MiniLM, {r['tokens_per_pair']:.0f} tokens a pair, batch 64): "
+              f"{r['pairs_per_s']:.0f} pairs/s ({args.pairs} pairs in {r['seconds']:.1f} s), "
+              f"peak RSS {r['peak_rss_mb']:.0f} MB")
+    if "colbert" in parts:
+        _colbert(args)
+    if "bm25" in parts:
+        r = _run("bm25", args)
+        print(f"\nBM25 (bm25s): index {args.docs:,} documents of 30 words {r['build_s']:.1f} s, "
+              f"1,000 queries top 100 {r['search_s']:.1f} s, peak RSS {r['peak_rss_mb']:.0f} MB")
+    print(f"load {os.getloadavg()[0]:.2f} after")
+
+
+def _colbert(args) -> None:
     print(f"\n| {args.docs:,} documents, {args.queries} queries x 32 tokens, top 10 | search s | "
           f"GFLOP/s | bytes/doc | build s | peak RSS MB |\n| --- | --- | --- | --- | --- | --- |")
     for kind in ("float16", "int8", "single"):
@@ -142,10 +157,6 @@ def main() -> None:
         name = {"single": "single vector (float32, exact)"}.get(kind, f"ColBERT MaxSim ({kind})")
         print(f"| {name} | {r['search_s']:.2f} | {rate} | {r['bytes_per_doc']:,.0f} | "
               f"{r.get('build_s', 0):.1f} | {r['peak_rss_mb']:,.0f} |")
-    r = _run("bm25", args)
-    print(f"\nBM25 (bm25s): index {args.docs:,} documents of 30 words {r['build_s']:.1f} s, "
-          f"1,000 queries top 100 {r['search_s']:.1f} s, peak RSS {r['peak_rss_mb']:.0f} MB")
-    print(f"load {os.getloadavg()[0]:.2f} after")
 
 
 if __name__ == "__main__":

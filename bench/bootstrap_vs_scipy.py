@@ -17,8 +17,12 @@ import argparse
 import os
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from machine import Machine  # noqa: E402
 
 
 def scipy_objective(theta, log_n, log_d, log_l, w, delta):
@@ -42,6 +46,8 @@ def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--n", type=int, default=4000)
     args = p.parse_args(argv)
+    machine = Machine.now()  # before this bench's own work loads the cores
+    print(machine.line())
 
     import jax
     from scipy.optimize import minimize
@@ -95,7 +101,7 @@ def main(argv=None) -> None:
           f"median {np.median(scipy_iters):.0f}, max {max(scipy_iters)}")
     print(f"repr_jax bootstrap : {t_ours:8.2f} s")
     print(f"scipy loop         : {t_scipy:8.2f} s")
-    print(f"ratio scipy / repr_jax time: {t_scipy / t_ours:.2f}x")
+    print(machine.ratio("scipy / repr_jax time", t_scipy / t_ours))
 
 
 if __name__ == "__main__":

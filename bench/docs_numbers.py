@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import os
 import re
 import resource
 import subprocess
@@ -31,6 +30,9 @@ from pathlib import Path
 from repr_jax import files
 from repr_jax.train.log import eval_steps
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from machine import busy_cores, busy_text, describe as machine  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 EXPERIMENTS = ROOT / "experiments"
@@ -40,42 +42,9 @@ RUNTIME = re.compile(r"Runtime:   \d+ s for the whole command \(training and eva
                      r"measured \d{4}-\d{2}-\d{2}\n\s+[^\n]*\.\n")
 
 
-def machine() -> str:
-    """``2-core Intel Xeon ... (AVX-512)``, from /proc/cpuinfo where there is one."""
-    try:
-        info = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return f"{os.cpu_count()}-core CPU"
-    model = re.search(r"model name\s*:\s*(.+)", info)
-    avx = " (AVX-512)" if re.search(r"\bavx512f\b", info) else ""
-    return f"{os.cpu_count()}-core {model[1].strip() if model else 'CPU'}{avx}"
-
-
 def duration(seconds: float) -> str:
     s = round(seconds)
     return f"{s // 60} min {s % 60} s" if s >= 120 else f"{s} s"
-
-
-def busy_cores(seconds: float = 3.0) -> float:
-    """How many cores other work kept busy over the last ``seconds`` (from /proc/stat; the load
-    average lags by minutes). NaN where there is no /proc/stat."""
-    def sample():
-        with open("/proc/stat") as f:
-            fields = [float(v) for v in f.readline().split()[1:]]
-        return sum(fields), fields[3] + fields[4]  # total, idle + iowait
-
-    try:
-        total0, idle0 = sample()
-        time.sleep(seconds)
-        total1, idle1 = sample()
-    except OSError:
-        return float("nan")
-    return os.cpu_count() * (1 - (idle1 - idle0) / max(total1 - total0, 1))
-
-
-def busy_text(cores: float) -> str:
-    return ("no other work on the cores" if cores < 0.1 else
-            f"{cores:.1f} cores busy with other work at the start")
 
 
 def run(args: list[str], workdir: Path) -> dict:

@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from docs_numbers import busy_cores, busy_text, machine  # noqa: E402
+from machine import busy_cores, busy_text, describe as machine  # noqa: E402
 
 BATCH = 32
 

@@ -14,11 +14,16 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
+from pathlib import Path
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # see shared/OFFLINE_DATA.md: threads spin
 
 import numpy as np  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from machine import Machine  # noqa: E402
 
 
 def features(n_train: int, n_test: int, dim: int, classes: int, seed: int = 0):
@@ -55,6 +60,8 @@ def main(argv=None) -> None:
     p.add_argument("--l2", type=float, default=1e-4)
     p.add_argument("--repeats", type=int, default=2)
     args = p.parse_args(argv)
+    machine = Machine.now()  # before this bench's own work loads the cores
+    print(machine.line())
 
     import jax
     from sklearn.linear_model import LogisticRegression, RidgeClassifier
@@ -108,6 +115,7 @@ def main(argv=None) -> None:
     for kind, acc_o, acc_s, first_o, t_o, t_s in rows:
         print(f"{kind:9} {acc_o:9.4f} {acc_s:12.4f} {first_o:8.2f}s {t_o:7.2f}s {t_s:7.2f}s "
               f"{t_s / t_o:12.2f}x")
+        print("   " + machine.ratio(f"sklearn / repr_jax time, {kind}", t_s / t_o))
 
 
 if __name__ == "__main__":

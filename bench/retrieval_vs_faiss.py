@@ -12,9 +12,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from machine import Machine  # noqa: E402
 
 
 def best_of(fn, repeats: int) -> float:
@@ -36,6 +41,8 @@ def main(argv=None) -> None:
     p.add_argument("--corpus-chunk", type=int, default=8192)
     p.add_argument("--block", type=int, default=64)
     args = p.parse_args(argv)
+    machine = Machine.now()  # before this bench's own work loads the cores
+    print(machine.line())
 
     import faiss
     import jax
@@ -70,7 +77,7 @@ def main(argv=None) -> None:
     print(f"same neighbours: {same:.4%} (max score difference {score_err:.2e})")
     print(f"repr_jax retrieve : {t_ours * 1e3:9.1f} ms  ({args.queries / t_ours:,.0f} queries/s)")
     print(f"faiss IndexFlatIP : {t_faiss * 1e3:9.1f} ms  ({args.queries / t_faiss:,.0f} queries/s)")
-    print(f"ratio repr_jax / faiss time: {t_ours / t_faiss:.2f}x")
+    print(machine.ratio("faiss / repr_jax time (above 1: repr_jax faster)", t_faiss / t_ours))
 
 
 if __name__ == "__main__":

@@ -25,6 +25,10 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from machine import Machine  # noqa: E402
 
 PROBE = textwrap.dedent("""
     import json, resource, sys, tempfile, time
@@ -131,9 +135,7 @@ def main() -> None:
                    help="which measurements, comma-separated (default all)")
     args = p.parse_args()
     parts = args.parts.split(",")
-    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
-                if line.startswith("model name")), "?")
-    print(f"{cpu}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.2f} before")
+    print(Machine.now().line())
     if "rerank" in parts:
         r = _run("rerank", args)
         print(f"cross-encoder rerank (MiniLM, {r['tokens_per_pair']:.0f} tokens a pair, batch 64): "

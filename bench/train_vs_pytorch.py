@@ -25,9 +25,15 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
+from pathlib import Path
 
 from vit_block_halves import torch_side
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from machine import Machine  # noqa: E402
+
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
@@ -260,6 +266,8 @@ def main(argv=None) -> None:
     if args.torch_only:  # the child process of torch_time()
         print(runs[args.model][4](args.steps))
         return
+    machine = Machine.now()  # before this bench's own work loads the cores
+    print(machine.line())
     peaks = matmul_peak()
     peak = max(peaks.values())
     print(f"jax {jax.__version__} / torch {torch.__version__}, {os.cpu_count()} CPU cores; "
@@ -274,7 +282,7 @@ def main(argv=None) -> None:
         print(f"SimCLR step, {what}, batch {batch}, mean of {steps} steps")
         print(f"  repr_jax: {ours_s * 1e3:.1f} ms/step ({batch / ours_s:,.0f} examples/s)")
         print(f"  PyTorch eager: {torch_s * 1e3:.1f} ms/step ({batch / torch_s:,.0f} examples/s)")
-        print(f"  repr_jax / PyTorch throughput: {torch_s / ours_s:.2f}x")
+        print("  " + machine.ratio("repr_jax / PyTorch throughput", torch_s / ours_s))
         print(f"  repr_jax achieved {flops / ours_s / 1e9:.1f} GFLOP/s = {flops / ours_s / peak:.1%}"
               f" of the matmul peak; XLA counts {flops / 1e9:.2f} GFLOP per step")
         if args.profile:

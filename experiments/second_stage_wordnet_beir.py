@@ -112,7 +112,7 @@ def _maxsim(tokens_query, tokens_doc, variables, s):
     with tempfile.TemporaryDirectory(prefix="colbert_") as tmp:
         index = build_index(tokens_doc, variables, s.corpus, Path(tmp) / "index",
                             progress="index")
-        q, qm = embed_tokens(tokens_query, variables, s.queries, pad_id=0)
+        q, qm = embed_tokens(tokens_query, variables, s.queries)
         _, idx = search(index, q, qm, k=100, progress="maxsim search")
     return topk_metrics(idx, s.qrels, (10, 100), per_query=True)
 

@@ -35,6 +35,19 @@ BATCH_ELEMENTS = 1 << 23  # input values in one feature-pass batch (32 MiB of fl
 TOKEN_BUCKET = 16  # a trimmed batch's length is a multiple of this: few shapes compile
 
 
+def trim_padding(ids: np.ndarray, pad_id: int) -> np.ndarray:
+    """``ids [B, T]`` without the trailing columns that are padding in every row, kept to a
+    multiple of ``TOKEN_BUCKET`` (few compiled shapes); models mask padding, so their outputs are
+    the same. Time ``O(B T)``.
+
+    >>> trim_padding(np.asarray([[5, 0] + [0] * 30]), 0).shape
+    (1, 16)
+    """
+    used = np.flatnonzero((ids != pad_id).any(axis=0))
+    width = -(-(int(used[-1]) + 1 if len(used) else 1) // TOKEN_BUCKET) * TOKEN_BUCKET
+    return ids[:, :width] if width < ids.shape[1] else ids
+
+
 def _streamed(x) -> bool:
     """A streamed split's column (:class:`repr_jax.data.source.Column`): indexing reads rows from
     disk and ``x.chunks(n)`` reads them ahead, so it is never converted whole."""
@@ -91,11 +104,7 @@ class Embedder:
                 and np.issubdtype(x.dtype, np.integer))
 
     def _trimmed(self, chunk: np.ndarray) -> np.ndarray:
-        """``chunk`` without the trailing columns that are padding in every row (kept to a
-        multiple of ``TOKEN_BUCKET``); the models mask padding, so the embeddings are the same."""
-        used = np.flatnonzero((chunk != self.pad_id).any(axis=0))
-        width = -(-(int(used[-1]) + 1 if len(used) else 1) // TOKEN_BUCKET) * TOKEN_BUCKET
-        return chunk[:, :width] if width < chunk.shape[1] else chunk
+        return trim_padding(chunk, self.pad_id)
 
     def _batches(self, variables: Any, x: np.ndarray, which: str,
                  rows: list[np.ndarray] | None = None):

@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from repr_jax.config import config, static
-from repr_jax.eval.base import TOKEN_BUCKET, Evaluator
+from repr_jax.eval.base import TOKEN_BUCKET, Evaluator, trim_padding
 from repr_jax.eval.retrieval import METRICS, topk_metrics, without
 from repr_jax.eval.stats import with_ci
 
@@ -34,7 +34,8 @@ SCORE_ELEMENTS = 1 << 25  # query tokens x document tokens scored at once (128 M
 
 def maxsim(q_BxTqxD, q_mask, d_NxTdxD, d_mask) -> jax.Array:
     """``[B, N]``: ``sum_i max_j q_i . d_j`` over each query's valid tokens ``i`` and each
-    document's valid tokens ``j`` (a document without valid tokens scores 0 a token). Vectors are
+    document's valid tokens ``j`` (a document without valid tokens scores 0 a token); time
+    ``O(B N Tq Td D)``, memory ``O(B N Tq Td)``. Vectors are
     unit length: a masked document token is given score -4 through one extra coordinate, so the
     ``[B, Tq, N, Td]`` scores need no masking pass (1.5x faster on CPU)."""
     d = jnp.concatenate([jnp.where(d_mask[..., None], d_NxTdxD, 0.0),
@@ -46,7 +47,7 @@ def maxsim(q_BxTqxD, q_mask, d_NxTdxD, d_mask) -> jax.Array:
 
 
 def paired_maxsim(q_BxTqxD, q_mask, d_BxTdxD, d_mask) -> jax.Array:
-    """``[B]``: MaxSim of query ``b`` with document ``b`` only."""
+    """``[B]``: MaxSim of query ``b`` with document ``b`` only. Time ``O(B Tq Td D)``."""
     s = jnp.einsum("bqd,btd->bqt", q_BxTqxD, d_BxTdxD)
     s = jnp.where(d_mask[:, None, :], s, -jnp.inf).max(axis=-1)
     s = jnp.where(jnp.isfinite(s), s, 0.0)
@@ -125,10 +126,7 @@ def build_index(token_fn: Callable, variables: Any, corpus, folder: str | Path, 
     row = 0
     for start in tqdm(range(0, n, batch_size), desc=progress or "index", unit="batch",
                       leave=False, dynamic_ncols=True, disable=not progress):
-        ids = np.asarray(corpus[start:start + batch_size])
-        used = np.flatnonzero((ids != pad_id).any(axis=0))
-        width = -(-(int(used[-1]) + 1 if len(used) else 1) // TOKEN_BUCKET) * TOKEN_BUCKET
-        ids = ids[:, :min(width, ids.shape[1])]
+        ids = trim_padding(np.asarray(corpus[start:start + batch_size]), pad_id)
         real = len(ids)
         if real < batch_size:  # one shape for every batch
             ids = np.concatenate([ids, np.full((batch_size - real,) + ids.shape[1:], pad_id,
@@ -199,9 +197,10 @@ def search(index: TokenIndex, q_QxTqxD, q_mask, *, k: int = 10, tile: int = 256,
     return np.asarray(best_s), np.asarray(best_i)
 
 
-def embed_tokens(token_fn: Callable, variables: Any, ids, *, pad_id: int,
+def embed_tokens(token_fn: Callable, variables: Any, ids, *,
                  batch_size: int = 128) -> tuple[np.ndarray, np.ndarray]:
-    """``(vectors [Q, T, d], mask [Q, T])`` of queries in memory (batched)."""
+    """``(vectors [Q, T, d], mask [Q, T])`` of queries in memory (batched). Time: the encoder on
+    ``Q`` texts; memory ``O(Q T d)``."""
     fn = jax.jit(token_fn)
     outs = [fn(variables, jnp.asarray(np.asarray(ids[i:i + batch_size])))
             for i in range(0, len(ids), batch_size)]
@@ -210,7 +209,6 @@ def embed_tokens(token_fn: Callable, variables: Any, ids, *, pad_id: int,
                            for v, _ in outs])
     mask = np.concatenate([np.pad(np.asarray(m), ((0, 0), (0, width - m.shape[1])))
                            for _, m in outs])
-    del pad_id
     return vecs, mask
 
 
@@ -269,7 +267,7 @@ class LateInteraction(Evaluator):
                 index = build_index(fns["doc"], variables, corpus, Path(tmp) / "index",
                                     storage=self.storage, pad_id=pad_id,
                                     progress=self.embedder.progress and f"index {prefix}")
-                q, qm = embed_tokens(fns["query"], variables, queries, pad_id=pad_id)
+                q, qm = embed_tokens(fns["query"], variables, queries)
                 extra = int(exclude is not None)
                 _, idx = search(index, q, qm, k=max(self.ks) + extra, tile=self.tile,
                                 progress=self.embedder.progress and f"maxsim {prefix}")

@@ -18,6 +18,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
+import re
+from pathlib import Path
 from typing import Sequence
 
 import jax
@@ -36,6 +39,9 @@ def _normalize(x):
     return x / jnp.maximum(jnp.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
 
 
+_normalize_jit = jax.jit(_normalize)
+
+
 def similarity_matrix(q_QxD: jax.Array, c_NxD: jax.Array, similarity: str) -> jax.Array:
     """``cosine``, ``dot``, or ``l2`` (negative squared Euclidean distance) scores ``[Q, N]``."""
     if similarity == "cosine":
@@ -48,44 +54,177 @@ def similarity_matrix(q_QxD: jax.Array, c_NxD: jax.Array, similarity: str) -> ja
     raise ValueError(f"unknown similarity {similarity!r}; choose from {SIMILARITIES}")
 
 
-@functools.partial(jax.jit, static_argnames=("k", "similarity", "corpus_chunk", "block"))
-def _topk_blocks(q_QxD, c_NxD, *, k: int, similarity: str, corpus_chunk: int, block: int):
-    """Exact top-``k`` in two stages. (1) The corpus is scored chunk by chunk (a score tile small
-    enough to stay in cache) and only each ``block`` of documents' best score is kept. (2) The
-    ``k`` best blocks per query hold its ``k`` best documents (each of those has a block maximum at
-    least the ``k``-th best score), so only their documents are rescored and ranked. Blocks are
-    taken in corpus order, so ties go to the lower index."""
-    n, q = c_NxD.shape[0], q_QxD.shape[0]
-    if similarity == "cosine":  # normalise once, then dot products
-        q_QxD, c_NxD, similarity = _normalize(q_QxD), _normalize(c_NxD), "dot"
-    num_chunks = -(-n // corpus_chunk)
-    per_chunk = corpus_chunk // block
-    c_padded = jnp.pad(c_NxD, ((0, num_chunks * corpus_chunk - n), (0, 0)))
+SCAN_DTYPES = ("auto", "bfloat16", "float32")
+_BF16_UNIT = 2.0 ** -8  # bfloat16's unit roundoff (8-bit significand, round to nearest even)
 
-    def block_maxima(_, inputs):
-        chunk_idx, c_CxD = inputs
-        s_QxC = similarity_matrix(q_QxD, c_CxD, similarity)
-        ids_C = chunk_idx * corpus_chunk + jnp.arange(corpus_chunk, dtype=jnp.int32)
-        s_QxC = jnp.where(ids_C[None, :] < n, s_QxC, -jnp.inf)
-        return None, s_QxC.reshape(q, per_chunk, block).max(-1)
 
-    _, maxima = jax.lax.scan(block_maxima, None, (
-        jnp.arange(num_chunks), c_padded.reshape(num_chunks, corpus_chunk, -1)))
-    maxima_QxM = maxima.transpose(1, 0, 2).reshape(q, num_chunks * per_chunk)
-    kb = min(k, maxima_QxM.shape[1])
-    blocks_QxB = jnp.sort(jax.lax.top_k(maxima_QxM, kb)[1], axis=1)
-    docs = c_padded.reshape(num_chunks * per_chunk, block, -1)
+def _bound_factor(d: int) -> float:
+    """``rho`` with ``|s_bf16 - s| <= rho * |q| |c|`` for a ``d``-dim dot product of
+    bfloat16-rounded inputs accumulated in float32, against the float32 rescoring: each input
+    rounds by at most ``u`` relative (the products are exact in float32), float32 sums of ``d``
+    terms err by at most ``gamma_d`` of the summed magnitudes (once in the scan, once in the
+    rescoring), and ``sum |q_i c_i| <= |q| |c|``. 1% slack for the norms' own rounding."""
+    u, gamma = _BF16_UNIT, d * 2.0 ** -24 / (1 - d * 2.0 ** -24)
+    return 1.01 * (2 * u + u * u + 2 * gamma * (1 + u) ** 2)
+
+
+@functools.cache
+def bfloat16_is_fast() -> bool:
+    """Whether the default backend is a CPU with bfloat16 dot-product instructions (AVX512-BF16 or
+    AMX), where a bfloat16 score scan runs ~1.7x a float32 one (``bench/retrieval_vs_faiss.py``)."""
+    if jax.default_backend() != "cpu":
+        return False
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return bool(re.search(r"\b(avx512_bf16|amx_bf16)\b", flags))
+
+
+def _scan_scores(q_QxD, c_CxD, similarity: str, low: bool):
+    """Scores of one corpus tile: float32, or from bfloat16-rounded inputs (float32 sums)."""
+    if not low:
+        return similarity_matrix(q_QxD, c_CxD, similarity)
+    dot = jnp.einsum("qd,cd->qc", q_QxD.astype(jnp.bfloat16), c_CxD.astype(jnp.bfloat16),
+                     preferred_element_type=jnp.float32)
+    if similarity == "l2":
+        return 2 * dot - jnp.sum(c_CxD ** 2, -1)[None, :] - jnp.sum(q_QxD ** 2, -1)[:, None]
+    return dot
+
+
+def _rank_blocks(q_QxD, c_NxD, blocks_QxB, valid_QxB, *, k: int, block: int, similarity: str):
+    """The ``k`` best documents in each query's ``blocks`` (in corpus order; entries not ``valid``
+    and rows past the corpus score -inf), rescored in float32: ``(scores, indices)``, ties to the
+    lower index. Time ``O(Q B block D)``; the rows gathered at once stay under 256 MiB."""
+    n, d = c_NxD.shape
 
     def rank(inputs):
-        q_D, blocks_B = inputs
+        q_D, blocks_B, valid_B = inputs
         ids = (blocks_B[:, None] * block + jnp.arange(block, dtype=jnp.int32)[None, :]).reshape(-1)
-        s = similarity_matrix(q_D[None], docs[blocks_B].reshape(kb * block, -1), similarity)[0]
-        top_s, pos = jax.lax.top_k(jnp.where(ids < n, s, -jnp.inf), k)
+        keep = (ids < n) & jnp.repeat(valid_B, block)
+        s = similarity_matrix(q_D[None], c_NxD[jnp.minimum(ids, n - 1)], similarity)[0]
+        top_s, pos = jax.lax.top_k(jnp.where(keep, s, -jnp.inf), k)
         return top_s, ids[pos]
 
-    # Queries rescored together: their gathered blocks (batch x k x block x D) stay under 256 MiB.
-    batch = max(1, min(64, (1 << 26) // (kb * block * c_NxD.shape[1])))
-    return jax.lax.map(rank, (q_QxD, blocks_QxB), batch_size=batch)
+    batch = max(1, min(64, (1 << 26) // (blocks_QxB.shape[1] * block * d)))
+    return jax.lax.map(rank, (q_QxD, blocks_QxB, valid_QxB), batch_size=batch)
+
+
+_rank_blocks_jit = jax.jit(_rank_blocks, static_argnames=("k", "block", "similarity"))
+
+
+@functools.partial(jax.jit, static_argnames=("k", "similarity", "corpus_chunk", "block", "low"))
+def _topk_blocks(q_QxD, c_NxD, *, k: int, similarity: str, corpus_chunk: int, block: int,
+                 low: bool = False):
+    """Exact top-``k`` in two stages (``similarity`` ``dot`` or ``l2``). (1) The corpus is scored
+    chunk by chunk (a score tile small enough to stay in cache) and only each ``block`` of
+    documents' best score is kept. (2) The ``k`` best blocks per query hold its ``k`` best
+    documents (each of those has a block maximum at least the ``k``-th best score), so only their
+    documents are rescored and ranked. Blocks are taken in corpus order, so ties go to the lower
+    index. Returns ``(scores, indices, proven [Q], bounds [Q, blocks])``.
+
+    With ``low`` the scan scores bfloat16-rounded inputs and each block's maximum is raised by the
+    rounding's bound (:func:`_bound_factor`, with the block's largest document norm) to an upper
+    bound; ``2k`` blocks are rescored in float32, and a query is ``proven`` when its ``k``-th score
+    beats the bound of every block left out (:func:`retrieve` settles the others). Without
+    ``low`` every query is proven and the bounds are the block maxima."""
+    n, q, d = c_NxD.shape[0], q_QxD.shape[0], c_NxD.shape[1]
+    rho = _bound_factor(d)
+    q_norm_Q = jnp.linalg.norm(q_QxD, axis=-1)
+
+    def block_bounds(c_CxD, valid_C):
+        """Each block's best score (upper bound with ``low``) against every query: [Q, C / block]."""
+        s_QxC = jnp.where(valid_C[None, :], _scan_scores(q_QxD, c_CxD, similarity, low), -jnp.inf)
+        m_QxB = s_QxC.reshape(q, -1, block).max(-1)
+        if not low:
+            return m_QxB
+        c_norm_B = jnp.where(valid_C, jnp.linalg.norm(c_CxD, axis=-1), 0).reshape(-1, block).max(-1)
+        slack = rho * q_norm_Q[:, None] * c_norm_B[None, :]
+        if similarity == "l2":
+            slack = 2 * slack + rho * (c_norm_B[None, :] ** 2 + q_norm_Q[:, None] ** 2)
+        return m_QxB + slack
+
+    # Whole chunks are read in place (a padded or sliced copy of the corpus cost a third of the
+    # scan); the tail, padded to whole blocks, is scored after them.
+    full = n // corpus_chunk
+    parts = []
+    if full:
+        _, m = jax.lax.scan(lambda _, i: (None, block_bounds(
+            jax.lax.dynamic_slice_in_dim(c_NxD, i * corpus_chunk, corpus_chunk),
+            jnp.ones(corpus_chunk, bool))), None, jnp.arange(full))
+        parts.append(m.transpose(1, 0, 2).reshape(q, -1))
+    tail = n - full * corpus_chunk
+    if tail:
+        width = -(-tail // block) * block
+        c_TxD = jnp.pad(c_NxD[full * corpus_chunk:], ((0, width - tail), (0, 0)))
+        parts.append(block_bounds(c_TxD, jnp.arange(width) < tail))
+    bounds_QxM = jnp.concatenate(parts, axis=1) if len(parts) > 1 else parts[0]
+    num_blocks = bounds_QxM.shape[1]
+    kb = min(2 * k if low else k, num_blocks)
+    blocks_QxB = jnp.sort(jax.lax.top_k(bounds_QxM, kb)[1], axis=1)
+    top_s, top_i = _rank_blocks(q_QxD, c_NxD, blocks_QxB, jnp.ones_like(blocks_QxB, bool), k=k,
+                                block=block, similarity=similarity)
+    if not low:
+        return top_s, top_i, jnp.ones(q, bool), bounds_QxM
+    # Every block left out is bounded by the least bound taken (read back from the bounds: using
+    # top_k's values too turns XLA:CPU's TopK into a full sort of each row).
+    left_out_Q = (jnp.take_along_axis(bounds_QxM, blocks_QxB, axis=1).min(1) if kb < num_blocks
+                  else jnp.full(q, -jnp.inf))
+    return top_s, top_i, top_s[:, -1] > left_out_Q, bounds_QxM
+
+
+def auto_block(n: int, rescored_blocks: int, d: int) -> int:
+    """Documents per block for :func:`retrieve`: the block maxima kept (``Q N / block``, each
+    written and ranked by ``top_k``) against the rows rescored (``Q rescored_blocks block D``
+    gathered) cost least near ``3 sqrt(N / (rescored_blocks D))``; a power of two in [4, 64]. The
+    constant is fit on a 2-core AMD Zen 4 (bench/README: at k=100 over 117,659 x 384 MiniLM
+    vectors block 4 takes half the time of 64; at k=10 over 1M x 128, 64 is best)."""
+    best = 3 * math.sqrt(n / (rescored_blocks * d))
+    return int(min(64, max(4, 2 ** round(math.log2(max(best, 1e-9))))))
+
+
+MAX_RESCORED_BLOCKS = 1024  # per unproven query; one with more candidates is scanned again
+AUTO_PROBE = 64  # queries that decide whether scan_dtype="auto" keeps its bfloat16 scan
+AUTO_MAX_UNPROVEN = 0.25  # settling a query costs about 1.3 float32-scanned ones (bench/README)
+
+
+def _settle(q_QxD, c_NxD, scores, indices, proven, bounds, *, k: int, similarity: str,
+            block: int, search) -> tuple[jax.Array, jax.Array]:
+    """Make exact the queries a bfloat16 scan did not prove. A query's ``k``-th rescored score is
+    a true score, so at most its true ``k``-th: every block whose bound reaches it is rescored in
+    float32 (those blocks hold every document that can rank). A query with more candidate blocks
+    than ``MAX_RESCORED_BLOCKS`` (or a quarter of the corpus), or a NaN, is scanned again in float32.
+    Time ``O(U (M + C block D))`` for ``U`` unproven queries with ``C`` candidate blocks of ``M``."""
+    unproven = np.flatnonzero(~np.asarray(proven))
+    if not unproven.size:
+        return scores, indices
+    kth = np.asarray(scores[unproven, -1])
+    bounds = np.asarray(bounds[unproven])
+    candidate = bounds >= kth[:, None]
+    counts = candidate.sum(1)
+    cap = min(MAX_RESCORED_BLOCKS, max(2 * k, bounds.shape[1] // 4))
+    fine = np.isfinite(kth) & ~np.isnan(bounds).any(1) & (counts <= cap)
+    # Calls of 64 queries and a power-of-two width (at least 16 blocks): few shapes compile.
+    widths = np.maximum(16, 2 ** np.ceil(np.log2(np.maximum(counts, 1)))).astype(int)
+    for width in np.unique(widths[fine]):
+        rows = np.flatnonzero(fine & (widths == width))
+        for part in np.array_split(rows, -(-rows.size // 64)):
+            blocks = np.zeros((64, width), np.int32)
+            valid = np.zeros((64, width), bool)
+            for j, r in enumerate(part):
+                cand = np.flatnonzero(candidate[r])
+                blocks[j, :cand.size], valid[j, :cand.size] = cand, True
+            who = unproven[part]
+            s, i = _rank_blocks_jit(q_QxD[np.resize(who, 64)], c_NxD, blocks, valid, k=k,
+                                    block=block, similarity=similarity)
+            scores = scores.at[who].set(s[:part.size])
+            indices = indices.at[who].set(i[:part.size])
+    again = unproven[~fine]
+    if again.size:  # padded to a power of two (repeating one), so few distinct shapes compile
+        padded = np.resize(again, min(1 << (again.size - 1).bit_length(), q_QxD.shape[0]))
+        s, i, _, _ = search(q_QxD[padded], c_NxD)
+        scores, indices = scores.at[padded].set(s), indices.at[padded].set(i)
+    return scores, indices
 
 
 BRUTE_FORCE = 1 << 22  # query x corpus scores up to which one matrix and one top-k are used
@@ -97,17 +236,27 @@ def _topk_brute(q_QxD, c_NxD, *, k: int, similarity: str):
 
 
 def retrieve(queries, corpus, *, k: int = 10, similarity: str = "cosine",
-             query_chunk: int = 4096, corpus_chunk: int = 8192,
-             block: int = 64) -> tuple[jax.Array, jax.Array]:
+             query_chunk: int = 4096, corpus_chunk: int = 8192, block: int | None = None,
+             scan_dtype: str = "auto") -> tuple[jax.Array, jax.Array]:
     """Exact top-``k`` search: ``(scores [Q, k], indices [Q, k])``, best first.
 
     Time ``O(Q N D)``. Up to ``BRUTE_FORCE`` query-document pairs, one score matrix and one
     ``top_k``. Above, the corpus is scored in chunks of ``corpus_chunk`` keeping only each
-    ``block`` of documents' best score; the ``k`` best blocks of each query are then rescored
-    document by document (:func:`_topk_blocks`). Queries go in batches of ``query_chunk`` (fewer
+    ``block`` of documents' best score (by default :func:`auto_block`'s size for N, k and D); the
+    ``k`` best blocks of each query are then rescored document by document
+    (:func:`_topk_blocks`). Queries go in batches of ``query_chunk`` (fewer
     when the block maxima of one batch would pass 512 MiB), so memory is
     ``O(query_chunk * (corpus_chunk + N / block))``.
     Ties go to the lower corpus index.
+
+    ``scan_dtype="bfloat16"`` scores the chunks from bfloat16-rounded vectors (float32 sums; ~1.7x
+    the speed on CPUs with bfloat16 dot products) and the result stays exact: each block's maximum
+    is raised by the rounding's proven bound, twice as many blocks are rescored in float32, and a
+    query whose ``k``-th score does not beat every block left out has all blocks that can still
+    hold a neighbour rescored, or is scanned again in float32 (:func:`_settle`; near-ties within
+    the bound, as in tight clusters, cost that). ``"auto"`` takes bfloat16 where its dot products
+    are fast (:func:`bfloat16_is_fast`) and keeps it only while the first ``AUTO_PROBE`` queries
+    leave at most ``AUTO_MAX_UNPROVEN`` of them unproven; ``"float32"`` scans in float32.
 
     >>> s, i = retrieve(jnp.eye(2), jnp.asarray([[0., 1.], [1., 0.], [1., 1.]]), k=2)
     >>> i.tolist()
@@ -119,17 +268,36 @@ def retrieve(queries, corpus, *, k: int = 10, similarity: str = "cosine",
                          f"and {corpus.shape}")
     if similarity not in SIMILARITIES:
         raise ValueError(f"unknown similarity {similarity!r}; choose from {SIMILARITIES}")
+    if scan_dtype not in SCAN_DTYPES:
+        raise ValueError(f"unknown scan_dtype {scan_dtype!r}; choose from {SCAN_DTYPES}")
     n = corpus.shape[0]
     k = min(k, n)
     if queries.shape[0] * n <= BRUTE_FORCE:  # one score matrix is cheapest: no second stage
         return _topk_brute(queries, corpus, k=k, similarity=similarity)
-    block = max(1, min(block, n))
+    low = (scan_dtype == "bfloat16" or scan_dtype == "auto" and bfloat16_is_fast()) and (
+        jnp.issubdtype(queries.dtype, jnp.floating) and jnp.issubdtype(corpus.dtype, jnp.floating))
+    probe = scan_dtype == "auto" and low and queries.shape[0] >= 4 * AUTO_PROBE
+    if similarity == "cosine":  # normalised once: the scan and every rescoring read the same rows
+        queries, corpus, similarity = _normalize_jit(queries), _normalize_jit(corpus), "dot"
+    block = max(1, min(block or auto_block(n, 2 * k if low else k, corpus.shape[1]), n))
     corpus_chunk = -(-min(corpus_chunk, n) // block) * block  # whole blocks
     query_chunk = max(1, min(query_chunk, 2 ** 27 // -(-n // block)))
-    out = [_topk_blocks(queries[i:i + query_chunk], corpus, k=k, similarity=similarity,
-                        corpus_chunk=corpus_chunk, block=block)
-           for i in range(0, queries.shape[0], query_chunk)]
-    return jnp.concatenate([o[0] for o in out]), jnp.concatenate([o[1] for o in out])
+    search = functools.partial(_topk_blocks, k=k, similarity=similarity,
+                               corpus_chunk=corpus_chunk, block=block)
+    scores, indices, start = [], [], 0
+    while start < queries.shape[0]:
+        q = queries[start:start + (AUTO_PROBE if probe else query_chunk)]
+        s, idx, proven, bounds = search(q, corpus, low=low)
+        if low:
+            if probe and np.mean(~np.asarray(proven)) > AUTO_MAX_UNPROVEN:
+                low = False  # near-ties: settling them would cost more than a float32 scan
+            s, idx = _settle(q, corpus, s, idx, proven, bounds, k=k, similarity=similarity,
+                             block=block, search=search)
+        probe = False
+        scores.append(s)
+        indices.append(idx)
+        start += q.shape[0]
+    return jnp.concatenate(scores), jnp.concatenate(indices)
 
 
 def ranked_metrics(gains_QxK: jax.Array, qrels_QxN, ks: Sequence[int]

@@ -1,13 +1,14 @@
 """Retrieval: exact chunked top-k, ranking metrics equal to pytrec_eval's (trec_eval), quantised
 search."""
 
-import importlib
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from repr_jax import eval as E
 from repr_jax.eval.quantization import (bytes_per_vector, dequantize_int8, int8_calibration,
                                         quantize_binary, quantize_int8, unpack_binary)
+from repr_jax.eval import retrieval as R
 from repr_jax.eval.retrieval import topk_metrics
 
 pytrec_eval = pytest.importorskip("pytrec_eval")
@@ -74,12 +75,14 @@ def test_unjudged_queries_are_excluded_and_all_zero_qrels_fail():
         E.retrieval_metrics(scores, qrels[:1], (1,))
 
 
-@pytest.fixture(params=["one matrix", "tiled"])
+@pytest.fixture(params=["one matrix", "tiled float32", "tiled bfloat16"])
 def search_path(request, monkeypatch):
-    """Each search test runs both ways ``retrieve`` can take: small problems as one score matrix,
-    large ones tiled with the two-stage search (forced here by a zero threshold)."""
-    if request.param == "tiled":
-        monkeypatch.setattr(importlib.import_module("repr_jax.eval.retrieval"), "BRUTE_FORCE", 0)
+    """Each search test runs every way ``retrieve`` can take: small problems as one score matrix,
+    large ones tiled with the two-stage search (forced here by a zero threshold), its scan in
+    float32 or in bfloat16 (``scan_dtype="auto"`` told the CPU is or is not fast at it)."""
+    if request.param != "one matrix":
+        monkeypatch.setattr(R, "BRUTE_FORCE", 0)
+        monkeypatch.setattr(R, "bfloat16_is_fast", lambda: request.param.endswith("bfloat16"))
     return request.param
 
 
@@ -123,6 +126,101 @@ def test_retrieve_keeps_corpus_order_on_ties_across_chunks(search_path):
     corpus = np.ones((100, 4), np.float32)  # every document ties
     _, idx = E.retrieve(np.ones((2, 4)), corpus, k=5, corpus_chunk=16)
     assert idx.tolist() == [[0, 1, 2, 3, 4]] * 2
+
+
+def test_bfloat16_rounding_bound_holds_and_is_nearly_reached():
+    """The scan's bound ``rho |q| |c|`` against float64: entries just under a bfloat16 rounding
+    midpoint (each rounds down by ~u = 2^-8 of itself) make the error 97% of it; random vectors of
+    mixed scales stay under it."""
+    d = 128
+    rho = R._bound_factor(d)
+    x = np.full((1, d), 1 + 0.99 * 2.0 ** -8, np.float32)
+    got = float(R._scan_scores(jnp.asarray(x), jnp.asarray(x), "dot", True)[0, 0])
+    err, bound = abs(got - float(x[0].astype(np.float64) @ x[0])), rho * float(x[0] @ x[0])
+    assert 0.95 * bound < err <= bound
+    rng = np.random.default_rng(0)
+    q = (rng.normal(size=(20, d)) * np.exp(rng.normal(size=(20, d)))).astype(np.float32)
+    c = (rng.normal(size=(300, d)) * np.exp(rng.normal(size=(300, d)))).astype(np.float32)
+    got = np.asarray(R._scan_scores(jnp.asarray(q), jnp.asarray(c), "dot", True), np.float64)
+    exact = q.astype(np.float64) @ c.astype(np.float64).T
+    bound = rho * np.linalg.norm(q, axis=1)[:, None] * np.linalg.norm(c, axis=1)[None, :]
+    assert (np.abs(got - exact) <= bound).all()
+
+
+SPREAD = {"dot": 1e-3, "l2": 1e-2, "cosine": 5e-2}  # cosine and l2 differ at second order
+
+
+def _clusters(rng, n, q, d=16, spread=1e-3):
+    """Queries and documents around 8 centres, ``spread`` apart: near-ties far inside bfloat16's
+    rounding bound (~0.008 of |q| |c|) yet far above float32's, so float64 fixes the order."""
+    centres = rng.normal(size=(8, d))
+    def draw(m):  # in cluster order, so a cluster fills whole blocks
+        return (centres[np.sort(rng.integers(0, 8, m))] + spread * rng.normal(size=(m, d))).astype(
+            np.float32)
+    return rng.permutation(draw(q)), draw(n)
+
+
+def _assert_true_top_k(idx, queries, corpus, similarity):
+    """``idx`` holds the top-k under float64 scores, up to float32 rounding (near-ties inside it
+    may swap)."""
+    q, c = queries.astype(np.float64), corpus.astype(np.float64)
+    if similarity == "cosine":
+        q, c = q / np.linalg.norm(q, axis=1, keepdims=True), c / np.linalg.norm(c, axis=1, keepdims=True)
+    full = -((q[:, None] - c[None]) ** 2).sum(-1) if similarity == "l2" else q @ c.T
+    best = -np.sort(-full, axis=1)[:, :idx.shape[1]]
+    np.testing.assert_allclose(np.take_along_axis(full, np.asarray(idx), 1), best, rtol=1e-6,
+                               atol=1e-5)
+
+
+@pytest.mark.parametrize("similarity", ["cosine", "dot", "l2"])
+@pytest.mark.parametrize("max_rescored", [1024, 0])
+def test_bfloat16_scan_settles_near_ties_exactly(similarity, max_rescored, monkeypatch):
+    """Clustered data leaves most queries unproven by the bfloat16 scan. They are settled by
+    rescoring every block whose bound reaches their k-th score, or (no block budget) by a float32
+    scan; both give the float32 scan's neighbours and scores, float64's up to its rounding."""
+    monkeypatch.setattr(R, "MAX_RESCORED_BLOCKS", max_rescored)
+    monkeypatch.setattr(R, "BRUTE_FORCE", 0)
+    calls = []
+    monkeypatch.setattr(R, "_rank_blocks_jit", lambda *a, **kw: calls.append(1) or
+                        R._rank_blocks(*a, **kw))
+    queries, corpus = _clusters(np.random.default_rng(1), 2000, 40, spread=SPREAD[similarity])
+    k = 7
+    q, c = jnp.asarray(queries), jnp.asarray(corpus)
+    if similarity == "cosine":
+        q, c = R._normalize(q), R._normalize(c)
+    _, _, proven, _ = R._topk_blocks(q, c, k=k, similarity="dot" if similarity == "cosine"
+                                     else similarity, corpus_chunk=256, block=8, low=True)
+    assert np.mean(np.asarray(proven)) < 0.5
+    s_bf, i_bf = E.retrieve(queries, corpus, k=k, similarity=similarity, corpus_chunk=256,
+                            block=8, scan_dtype="bfloat16")
+    s_32, i_32 = E.retrieve(queries, corpus, k=k, similarity=similarity, corpus_chunk=256,
+                            block=8, scan_dtype="float32")
+    _assert_true_top_k(i_bf, queries, corpus, similarity)
+    np.testing.assert_array_equal(i_bf, i_32)
+    np.testing.assert_allclose(s_bf, s_32, rtol=1e-6, atol=1e-6)
+    assert bool(calls) == (max_rescored > 0)
+
+
+def test_auto_scan_keeps_bfloat16_only_where_it_proves_most_queries(monkeypatch):
+    """``scan_dtype="auto"`` on a CPU with fast bfloat16: the first ``AUTO_PROBE`` queries decide.
+    Well-separated data keeps the bfloat16 scan for the rest; near-ties switch to float32."""
+    monkeypatch.setattr(R, "BRUTE_FORCE", 0)
+    monkeypatch.setattr(R, "AUTO_PROBE", 8)
+    monkeypatch.setattr(R, "bfloat16_is_fast", lambda: True)
+    scans = []
+    search = R._topk_blocks
+    monkeypatch.setattr(R, "_topk_blocks", lambda q, c, **kw: scans.append(
+        (q.shape[0], kw.get("low", False))) or search(q, c, **kw))
+    rng = np.random.default_rng(2)
+    separated = rng.normal(size=(40, 16)).astype(np.float32), rng.normal(size=(2000, 16)).astype(
+        np.float32)
+    for (queries, corpus), rest_low in ((separated, True), (_clusters(rng, 2000, 40), False)):
+        scans.clear()
+        _, idx = E.retrieve(queries, corpus, k=5, similarity="dot", block=8, corpus_chunk=256)
+        _assert_true_top_k(idx, queries, corpus, "dot")
+        assert scans[0] == (8, True) and scans[1] == (32, rest_low)
+    with pytest.raises(ValueError, match="scan_dtype"):
+        E.retrieve(queries, corpus, scan_dtype="float16")
 
 
 def test_topk_metrics_equal_full_matrix_metrics():

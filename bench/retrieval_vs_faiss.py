@@ -27,13 +27,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from machine import Machine  # noqa: E402
 
 
-def best_of(fn, repeats: int) -> float:
-    times = []
+def best_of(fns: dict, repeats: int) -> dict:
+    """Each function's best wall time over ``repeats`` rounds, the functions taking turns within a
+    round (the machine's drift, which is large on shared hosts, falls on all of them alike)."""
+    times = {name: [] for name in fns}
     for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return min(times)
+        for name, fn in fns.items():
+            t = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t)
+    return {name: min(ts) for name, ts in times.items()}
 
 
 def main(argv=None) -> None:
@@ -91,23 +94,20 @@ def main(argv=None) -> None:
 
     s_faiss, i_faiss = theirs()
     print(f"bfloat16 dot products fast here: {bfloat16_is_fast()}")
-    times = {}
     for scan_dtype in ("auto", "float32"):
         s_ours, i_ours = ours(scan_dtype)()  # warm-up (compiles)
         same = np.mean([len(set(a) & set(b)) / args.k for a, b in zip(np.asarray(i_ours), i_faiss)])
         score_err = float(np.abs(np.asarray(s_ours) - s_faiss).max())
         print(f"scan_dtype={scan_dtype}: same neighbours as faiss {same:.4%} "
               f"(max score difference {score_err:.2e})")
-        times[scan_dtype] = best_of(ours(scan_dtype), args.repeats)
-    t_faiss = best_of(theirs, args.repeats)
-    for scan_dtype, t in times.items():
-        print(f"repr_jax retrieve, {scan_dtype:7s} : {t * 1e3:9.1f} ms  "
-              f"({args.queries / t:,.0f} queries/s)")
-    print(f"faiss IndexFlatIP         : {t_faiss * 1e3:9.1f} ms  "
-          f"({args.queries / t_faiss:,.0f} queries/s)")
-    print(machine.ratio("faiss / repr_jax float32 scan time", t_faiss / times["float32"]))
+    times = best_of({"auto": ours("auto"), "float32": ours("float32"), "faiss": theirs},
+                    args.repeats)
+    for name, t in times.items():
+        label = "faiss IndexFlatIP" if name == "faiss" else f"repr_jax retrieve, {name}"
+        print(f"{label:26s}: {t * 1e3:9.1f} ms  ({args.queries / t:,.0f} queries/s)")
+    print(machine.ratio("faiss / repr_jax float32 scan time", times["faiss"] / times["float32"]))
     print(machine.ratio("faiss / repr_jax time (above 1: repr_jax faster)",
-                        t_faiss / times["auto"]))
+                        times["faiss"] / times["auto"]))
 
 
 if __name__ == "__main__":

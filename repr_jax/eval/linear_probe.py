@@ -21,6 +21,7 @@ KINDS = ("ridge", "logistic")
 STALLS = 5
 
 
+@jax.jit
 def _standardize(train_x, *others):
     mu = train_x.mean(0, keepdims=True)
     sd = train_x.std(0, keepdims=True) + 1e-6
@@ -74,34 +75,28 @@ def ridge_weights(x_NxD, y_NxC, lambdas_L):
                                jnp.pad(y_NxC, ((0, pad), (0, 0))), lambdas_L)
 
 
-@jax.custom_vjp
-def _times(x_NxD, xt_DxN, w_DxC):
-    """``x @ w`` whose weight gradient is ``xt @ g`` on a stored transpose: XLA:CPU canonicalises
-    ``x.T @ g`` to a dot contracting ``x``'s rows, several times slower than this one."""
-    return x_NxD @ w_DxC
-
-
-_times.defvjp(lambda x, xt, w: (x @ w, xt), lambda xt, g: (None, None, xt @ g))
-
-
 @jax.jit
 def _rotate(x_NxD):
-    """``(x V, (x V)^T stored, V, ev)`` with ``x^T x / N = V diag(ev) V^T``: the probe's
-    eigenbasis (a separate program, so that the stored transpose is not folded back into a dot)."""
-    ev_D, v_DxD = jnp.linalg.eigh(x_NxD.T @ x_NxD / x_NxD.shape[0])
-    xr_NxD = x_NxD @ v_DxD
-    return xr_NxD, xr_NxD.T, v_DxD, jnp.maximum(ev_D, 0.0)
+    """``((x V)^T, V, ev)`` with ``x^T x / N = V diag(ev) V^T``: the probe's eigenbasis, the
+    features stored transposed (``[D, N]``) so that the logits ``W^T x^T`` and the weight gradient
+    ``x^T G^T`` are both plain GEMMs over one copy (XLA:CPU runs ``x.T @ g`` on ``[N, D]`` rows
+    several times slower; one 20 MB copy, not two, also stays in cache). The transpose is taken
+    first, so the Gram matrix and the rotation are GEMMs on it too (~25% less time than
+    ``x.T @ x`` and ``(x @ V).T``)."""
+    xt_DxN = x_NxD.T
+    ev_D, v_DxD = jnp.linalg.eigh(xt_DxN @ xt_DxN.T / x_NxD.shape[0])
+    return v_DxD.T @ xt_DxN, v_DxD, jnp.maximum(ev_D, 0.0)
 
 
 @functools.partial(jax.jit, static_argnames=("max_iters",))
-def _logistic_weights_rotated(xr_NxD, xrt_DxN, v_DxD, ev_D, y_NxC, lambdas_L, *, max_iters: int,
-                              tol):
+def _logistic_weights_rotated(xrt_DxN, v_DxD, ev_D, y_NxC, lambdas_L, *, max_iters: int, tol):
     """The solves of :func:`_logistic_weights` in preconditioned coordinates ``W = V diag(s) U``,
     ``s_d = (ev_d + C lambda)^-1/2``: the Hessian ``~ (x^T x / N) / C + lambda I`` (softmax
     curvature ``1 / C`` at uniform predictions) becomes ``~ I / C``. The penalty is
     ``lambda / 2 ||s U||^2`` (= ``||W||^2``) and the stopping gradient is mapped back
-    (``||g_U / s||`` = ``||g_W||``)."""
-    d, c = xr_NxD.shape[1], y_NxC.shape[1]
+    (``||g_U / s||`` = ``||g_W||``). Logits are computed class-major, ``[C, N]``."""
+    d, c = xrt_DxN.shape[0], y_NxC.shape[1]
+    y_CxN = y_NxC.T
     opt = optax.lbfgs(linesearch=optax.scale_by_backtracking_linesearch(
         max_backtracking_steps=20, store_grad=True))
 
@@ -110,8 +105,8 @@ def _logistic_weights_rotated(xr_NxD, xrt_DxN, v_DxD, ev_D, y_NxC, lambdas_L, *,
 
         def loss(p):
             w = s_Dx1 * p["w"]
-            logits = _times(xr_NxD, xrt_DxN, w) + p["b"][None, :]
-            return (jnp.mean(optax.softmax_cross_entropy(logits, y_NxC))
+            logits_CxN = w.T @ xrt_DxN + p["b"][:, None]
+            return (jnp.mean(optax.softmax_cross_entropy(logits_CxN, y_CxN, axis=0))
                     + 0.5 * lam * jnp.sum(w ** 2))
         value_and_grad = optax.value_and_grad_from_state(loss)
 
@@ -137,7 +132,7 @@ def _logistic_weights_rotated(xr_NxD, xrt_DxN, v_DxD, ev_D, y_NxC, lambdas_L, *,
         return {"w": w, "b": p["b"]}, (v_DxD @ w, p["b"])
 
     order = jnp.argsort(-lambdas_L)
-    p0 = {"w": jnp.zeros((d, c), xr_NxD.dtype), "b": jnp.zeros((c,), xr_NxD.dtype)}
+    p0 = {"w": jnp.zeros((d, c), xrt_DxN.dtype), "b": jnp.zeros((c,), xrt_DxN.dtype)}
     _, (w_LxDxC, b_LxC) = jax.lax.scan(fit, p0, lambdas_L[order])
     back = jnp.argsort(order)
     return w_LxDxC[back], b_LxC[back]
@@ -173,9 +168,8 @@ def _logistic_weights(x_NxD, y_NxC, lambdas_L, *, max_iters: int, tol):
         z_NxN, v_DxN = _row_space(x_NxD)
         w_LxNxC, b_LxC = _logistic_weights(z_NxN, y_NxC, lambdas_L, max_iters=max_iters, tol=tol)
         return jnp.einsum("dn,lnc->ldc", v_DxN, w_LxNxC), b_LxC
-    xr, xrt, v, ev = _rotate(x_NxD)
-    return _logistic_weights_rotated(xr, xrt, v, ev, y_NxC, lambdas_L, max_iters=max_iters,
-                                     tol=tol)
+    xrt, v, ev = _rotate(x_NxD)
+    return _logistic_weights_rotated(xrt, v, ev, y_NxC, lambdas_L, max_iters=max_iters, tol=tol)
 
 
 def linear_probe(train_x, train_y, test_x, test_y, *, kind: str = "ridge", l2: float | None = None,

@@ -52,13 +52,13 @@ def test_logistic_solver_reaches_sklearns_optimum_and_the_warm_started_path_equa
         return np.mean(logz - logits[np.arange(1000), y[:1000]]) + 0.5 * l2 * np.sum(w ** 2)
 
     grid = np.float32([1e-4, 1e-1, 1e-2])  # not sorted: the path sorts, results come back in order
-    w_grid, b_grid = _logistic_weights(xs, onehot, grid, max_iters=2000, tol=1e-5)
+    w_grid, b_grid = _logistic_weights(xs, onehot, grid, max_iters=2000, tol=1e-6)
     for i, l2 in enumerate(grid):
         ref = LogisticRegression(C=1 / (l2 * 1000), tol=1e-10, max_iter=20000).fit(xs, y[:1000])
         ours = objective(np.asarray(w_grid[i], np.float64), np.asarray(b_grid[i], np.float64), l2)
         theirs = objective(ref.coef_.T, ref.intercept_, l2)
         assert ours <= theirs * (1 + 1e-4), (l2, ours, theirs)
-        w1, b1 = _logistic_weights(xs, onehot, grid[i:i + 1], max_iters=2000, tol=1e-5)
+        w1, b1 = _logistic_weights(xs, onehot, grid[i:i + 1], max_iters=2000, tol=1e-6)
         alone = objective(np.asarray(w1[0], np.float64), np.asarray(b1[0], np.float64), l2)
         assert alone == pytest.approx(ours, rel=1e-4)
     assert jax.tree.leaves(w_grid)[0].shape == (3, 64, 10)

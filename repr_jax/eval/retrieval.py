@@ -274,8 +274,10 @@ def retrieve(queries, corpus, *, k: int = 10, similarity: str = "cosine",
     k = min(k, n)
     if queries.shape[0] * n <= BRUTE_FORCE:  # one score matrix is cheapest: no second stage
         return _topk_brute(queries, corpus, k=k, similarity=similarity)
+    traced = isinstance(queries, jax.core.Tracer) or isinstance(corpus, jax.core.Tracer)
     low = (scan_dtype == "bfloat16" or scan_dtype == "auto" and bfloat16_is_fast()) and (
-        jnp.issubdtype(queries.dtype, jnp.floating) and jnp.issubdtype(corpus.dtype, jnp.floating))
+        jnp.issubdtype(queries.dtype, jnp.floating) and jnp.issubdtype(corpus.dtype, jnp.floating)
+        and not traced)  # settling reads which queries were proven: not inside a trace
     probe = scan_dtype == "auto" and low and queries.shape[0] >= 4 * AUTO_PROBE
     if similarity == "cosine":  # normalised once: the scan and every rescoring read the same rows
         queries, corpus, similarity = _normalize_jit(queries), _normalize_jit(corpus), "dot"

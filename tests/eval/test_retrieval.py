@@ -223,6 +223,17 @@ def test_auto_scan_keeps_bfloat16_only_where_it_proves_most_queries(monkeypatch)
         E.retrieve(queries, corpus, scan_dtype="float16")
 
 
+def test_retrieve_inside_jit_takes_the_float32_scan(monkeypatch):
+    """Settling reads on the host which queries the bfloat16 scan proved, which a trace cannot:
+    under ``jax.jit`` ``retrieve`` scans in float32, with the same neighbours."""
+    import jax
+    monkeypatch.setattr(R, "BRUTE_FORCE", 0)
+    rng = np.random.default_rng(6)
+    q, c = rng.normal(size=(20, 8)).astype(np.float32), rng.normal(size=(500, 8)).astype(np.float32)
+    inside = jax.jit(lambda q, c: E.retrieve(q, c, k=3, scan_dtype="bfloat16")[1])(q, c)
+    np.testing.assert_array_equal(inside, E.retrieve(q, c, k=3, scan_dtype="float32")[1])
+
+
 def test_topk_metrics_equal_full_matrix_metrics():
     rng = np.random.default_rng(4)
     q, c = rng.normal(size=(50, 6)), rng.normal(size=(200, 6))

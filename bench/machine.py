@@ -9,6 +9,7 @@ started: the 1-minute load average and the cores other work kept busy in the 3 s
     m = Machine.now()          # before the bench's own work
     print(m.line())            # CPU model, cores, load
     print(m.ratio("repr_jax / faiss time", 0.71))   # "busy" instead of a number when not idle
+    best = take_turns({"ours": ours, "theirs": theirs}, repeats=3)   # best times, alternating
 """
 
 from __future__ import annotations
@@ -87,3 +88,16 @@ class Machine:
             return f"{label}: {value:.2f}{unit} ({self.cpu}, idle)"
         return (f"{label}: busy ({value:.2f}{unit} with load {self.load:.2f} on {self.cores} "
                 f"cores; not a measurement: rerun on idle cores)")
+
+
+def take_turns(fns: dict, repeats: int) -> dict:
+    """Each function's best wall time over ``repeats`` rounds, the functions taking turns within a
+    round: the drift of a shared host (faiss alone ranged 1.55-2.5 s over minutes) falls on all of
+    them alike, where timing one side after the other would hand it to one."""
+    times = {name: float("inf") for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            t = time.perf_counter()
+            fn()
+            times[name] = min(times[name], time.perf_counter() - t)
+    return times

@@ -23,7 +23,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # see shared/OFFLINE_DATA.md
 import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from machine import Machine  # noqa: E402
+from machine import Machine, take_turns  # noqa: E402
 
 
 def features(n_train: int, n_test: int, dim: int, classes: int, seed: int = 0):
@@ -40,22 +40,14 @@ def features(n_train: int, n_test: int, dim: int, classes: int, seed: int = 0):
 
 
 def timed(ours, theirs, repeats: int):
-    """``(our result, theirs, our first call's time, our best, their best)``: after each side's
-    first call, ``repeats`` rounds in which the two take turns (drift on a shared host falls on
-    both alike)."""
+    """``(our result, theirs, our first call's time, our best, their best)``: each side's first
+    call, then ``repeats`` rounds taking turns (:func:`machine.take_turns`)."""
     t = time.perf_counter()
     out_o = ours()
     first = time.perf_counter() - t
     out_s = theirs()
-    best_o = best_s = float("inf")
-    for _ in range(repeats):
-        t = time.perf_counter()
-        out_o = ours()
-        best_o = min(best_o, time.perf_counter() - t)
-        t = time.perf_counter()
-        out_s = theirs()
-        best_s = min(best_s, time.perf_counter() - t)
-    return out_o, out_s, first, best_o, best_s
+    best = take_turns({"ours": ours, "theirs": theirs}, repeats)
+    return out_o, out_s, first, best["ours"], best["theirs"]
 
 
 def main(argv=None) -> None:

@@ -18,25 +18,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from machine import Machine  # noqa: E402
-
-
-def best_of(fns: dict, repeats: int) -> dict:
-    """Each function's best wall time over ``repeats`` rounds, the functions taking turns within a
-    round (the machine's drift, which is large on shared hosts, falls on all of them alike)."""
-    times = {name: [] for name in fns}
-    for _ in range(repeats):
-        for name, fn in fns.items():
-            t = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - t)
-    return {name: min(ts) for name, ts in times.items()}
+from machine import Machine, take_turns  # noqa: E402
 
 
 def main(argv=None) -> None:
@@ -100,7 +87,7 @@ def main(argv=None) -> None:
         score_err = float(np.abs(np.asarray(s_ours) - s_faiss).max())
         print(f"scan_dtype={scan_dtype}: same neighbours as faiss {same:.4%} "
               f"(max score difference {score_err:.2e})")
-    times = best_of({"auto": ours("auto"), "float32": ours("float32"), "faiss": theirs},
+    times = take_turns({"auto": ours("auto"), "float32": ours("float32"), "faiss": theirs},
                     args.repeats)
     for name, t in times.items():
         label = "faiss IndexFlatIP" if name == "faiss" else f"repr_jax retrieve, {name}"

@@ -71,7 +71,7 @@ def _bound_factor(d: int) -> float:
 @functools.cache
 def bfloat16_is_fast() -> bool:
     """Whether the default backend is a CPU with bfloat16 dot-product instructions (AVX512-BF16 or
-    AMX), where a bfloat16 score scan runs ~1.7x a float32 one (``bench/retrieval_vs_faiss.py``)."""
+    AMX), where a bfloat16 score scan beats a float32 one (``bench/retrieval_vs_faiss.py``)."""
     if jax.default_backend() != "cpu":
         return False
     try:
@@ -82,7 +82,8 @@ def bfloat16_is_fast() -> bool:
 
 
 def _scan_scores(q_QxD, c_CxD, similarity: str, low: bool):
-    """Scores of one corpus tile: float32, or from bfloat16-rounded inputs (float32 sums)."""
+    """Scores ``[Q, C]`` of one corpus tile: float32, or from bfloat16-rounded inputs (float32
+    sums). Time ``O(Q C D)``."""
     if not low:
         return similarity_matrix(q_QxD, c_CxD, similarity)
     dot = jnp.einsum("qd,cd->qc", q_QxD.astype(jnp.bfloat16), c_CxD.astype(jnp.bfloat16),
@@ -121,16 +122,15 @@ def _topk_blocks(q_QxD, c_NxD, *, k: int, similarity: str, corpus_chunk: int, bl
     documents' best score is kept. (2) The ``k`` best blocks per query hold its ``k`` best
     documents (each of those has a block maximum at least the ``k``-th best score), so only their
     documents are rescored and ranked. Blocks are taken in corpus order, so ties go to the lower
-    index. Returns ``(scores, indices, proven [Q], bounds [Q, blocks])``.
+    index. Returns ``(scores, indices, proven [Q], bounds [Q, blocks] or None)``.
 
     With ``low`` the scan scores bfloat16-rounded inputs and each block's maximum is raised by the
     rounding's bound (:func:`_bound_factor`, with the block's largest document norm) to an upper
     bound; ``2k`` blocks are rescored in float32, and a query is ``proven`` when its ``k``-th score
     beats the bound of every block left out (:func:`retrieve` settles the others). Without
-    ``low`` every query is proven and the bounds are the block maxima."""
+    ``low`` every query is proven and no bounds are returned. Time ``O(Q N D + Q kb block D)``,
+    memory ``O(Q (corpus_chunk + N / block))``."""
     n, q, d = c_NxD.shape[0], q_QxD.shape[0], c_NxD.shape[1]
-    rho = _bound_factor(d)
-    q_norm_Q = jnp.linalg.norm(q_QxD, axis=-1)
 
     def block_bounds(c_CxD, valid_C):
         """Each block's best score (upper bound with ``low``) against every query: [Q, C / block]."""
@@ -139,6 +139,7 @@ def _topk_blocks(q_QxD, c_NxD, *, k: int, similarity: str, corpus_chunk: int, bl
         if not low:
             return m_QxB
         c_norm_B = jnp.where(valid_C, jnp.linalg.norm(c_CxD, axis=-1), 0).reshape(-1, block).max(-1)
+        rho, q_norm_Q = _bound_factor(d), jnp.linalg.norm(q_QxD, axis=-1)
         slack = rho * q_norm_Q[:, None] * c_norm_B[None, :]
         if similarity == "l2":
             slack = 2 * slack + rho * (c_norm_B[None, :] ** 2 + q_norm_Q[:, None] ** 2)
@@ -165,7 +166,7 @@ def _topk_blocks(q_QxD, c_NxD, *, k: int, similarity: str, corpus_chunk: int, bl
     top_s, top_i = _rank_blocks(q_QxD, c_NxD, blocks_QxB, jnp.ones_like(blocks_QxB, bool), k=k,
                                 block=block, similarity=similarity)
     if not low:
-        return top_s, top_i, jnp.ones(q, bool), bounds_QxM
+        return top_s, top_i, jnp.ones(q, bool), None
     # Every block left out is bounded by the least bound taken (read back from the bounds: using
     # top_k's values too turns XLA:CPU's TopK into a full sort of each row).
     left_out_Q = (jnp.take_along_axis(bounds_QxM, blocks_QxB, axis=1).min(1) if kb < num_blocks
@@ -177,15 +178,15 @@ def auto_block(n: int, rescored_blocks: int, d: int) -> int:
     """Documents per block for :func:`retrieve`: the block maxima kept (``Q N / block``, each
     written and ranked by ``top_k``) against the rows rescored (``Q rescored_blocks block D``
     gathered) cost least near ``3 sqrt(N / (rescored_blocks D))``; a power of two in [4, 64]. The
-    constant is fit on a 2-core AMD Zen 4 (bench/README: at k=100 over 117,659 x 384 MiniLM
-    vectors block 4 takes half the time of 64; at k=10 over 1M x 128, 64 is best)."""
+    constant is fit on a 2-core AMD Zen 4 at 1M x 128 and 117,659 x 384, k = 10 and 100
+    (bench/README, "Per machine kind")."""
     best = 3 * math.sqrt(n / (rescored_blocks * d))
     return int(min(64, max(4, 2 ** round(math.log2(max(best, 1e-9))))))
 
 
 MAX_RESCORED_BLOCKS = 1024  # per unproven query; one with more candidates is scanned again
 AUTO_PROBE = 64  # queries that decide whether scan_dtype="auto" keeps its bfloat16 scan
-AUTO_MAX_UNPROVEN = 0.25  # settling a query costs about 1.3 float32-scanned ones (bench/README)
+AUTO_MAX_UNPROVEN = 0.25  # above it, settling costs more than a float32 scan (bench/README)
 
 
 def _settle(q_QxD, c_NxD, scores, indices, proven, bounds, *, k: int, similarity: str,
@@ -249,8 +250,8 @@ def retrieve(queries, corpus, *, k: int = 10, similarity: str = "cosine",
     ``O(query_chunk * (corpus_chunk + N / block))``.
     Ties go to the lower corpus index.
 
-    ``scan_dtype="bfloat16"`` scores the chunks from bfloat16-rounded vectors (float32 sums; ~1.7x
-    the speed on CPUs with bfloat16 dot products) and the result stays exact: each block's maximum
+    ``scan_dtype="bfloat16"`` scores the chunks from bfloat16-rounded vectors (float32 sums; faster
+    on CPUs with bfloat16 dot products) and the result stays exact: each block's maximum
     is raised by the rounding's proven bound, twice as many blocks are rescored in float32, and a
     query whose ``k``-th score does not beat every block left out has all blocks that can still
     hold a neighbour rescored, or is scanned again in float32 (:func:`_settle`; near-ties within

@@ -333,14 +333,15 @@ def _renamed(item: str) -> list[str]:
     return [item]
 
 
-def override(cfg: Any, assignments: Sequence[str]) -> Any:
+def override(cfg: Any, assignments: Sequence[str], *, notes: list[str] | None = None) -> Any:
     """Returns a new config with ``"a.b=value"`` assignments applied (values via literal_eval).
 
     Setting a section's ``name`` where names select sections (``method.name=vicreg``,
-    ``data.name=beir:DIR``, ``encoder.name=vit``) switches to that section, keeping the fields the
-    two share; names are applied before other keys."""
+    ``data.name=beir:DIR``, ``encoder.name=vit``) switches to that section, keeping the shared
+    fields whose values it takes (others: its defaults, a line each in ``notes``); names first."""
     return sections.override(cfg, [new for item in assignments
-                                   for new in (_renamed(item) if "=" in item else [item])])
+                                   for new in (_renamed(item) if "=" in item else [item])],
+                             notes=notes)
 
 
 def save_json(cfg: Any, path: str | Path) -> None:

@@ -367,12 +367,56 @@ def _section_class(base: type, node: dict[str, Any]) -> type:
     return base
 
 
-def override(cfg: Any, assignments: Sequence[str]) -> Any:
+def _refusal(cls: type, field: str, value: Any, key: str) -> str | None:
+    """Why section class ``cls`` refuses ``value`` for ``field`` on its own (its type and check;
+    not the cross-field ``_validate``), or None when it takes it."""
+    f = next(f for f in dataclasses.fields(cls) if f.name == field)
+    if isinstance(value, dict) or not _is_python_scalar(value):
+        return None  # a nested section: its own fields are checked where it is built
+    try:
+        coerced = _coerce(value, _hints(cls)[field], key)
+    except ConfigError as e:
+        return str(e)
+    check = f.metadata.get("check")
+    if isinstance(check, str):
+        ok, msg = _CHECKS[check]
+        return None if ok(coerced, None) else f"{key} {msg}"
+    if check is not None and coerced not in check:
+        return unknown_choice(key, coerced, check)
+    return None
+
+
+def _switched(node: dict[str, Any], cls: type, prefix: str) -> dict[str, str]:
+    """Fits the section dict ``node`` to the class its new name chose: drops the fields ``cls``
+    lacks, and resets to ``cls``'s default a shared field whose value ``cls`` refuses
+    (``objective='info_nce'`` kept by ``method.name=cross_encoder``). Returns ``{key: note}``
+    for the reset ones. Time O(fields)."""
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    for k in [k for k in node if k not in fields]:
+        del node[k]
+    reset = {}
+    for k in [k for k in node if k != "name"]:
+        why = _refusal(cls, k, node[k], prefix + k)
+        if why is None:
+            continue
+        old = node.pop(k)
+        f = fields[k]
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        reset[prefix + k] = (f"{prefix}name={node['name']!r} does not take {prefix}{k}={old!r} "
+                             f"(kept from the previous {prefix}name); reset to its default "
+                             f"{default!r}")
+    return reset
+
+
+def override(cfg: Any, assignments: Sequence[str], *, notes: list[str] | None = None) -> Any:
     """Returns a new config with ``"a.b=value"`` assignments applied (values via literal_eval).
 
     Setting a section's ``name`` where names select sections (``method.name=vicreg``) switches to
-    that section, keeping the fields the two share; names are applied before other keys."""
+    that section, keeping the fields the two share when the new section takes their values (a
+    value it refuses is reset to its default, with a line appended to ``notes``); names are
+    applied before other keys, and a key set explicitly is never reset."""
     d = to_dict(cfg)
+    reset: dict[str, str] = {}
     for item in assignments:
         if "=" not in item:
             raise ConfigError(f"override {item!r} must look like key=value, e.g. optim.lr=3e-4")
@@ -395,14 +439,17 @@ def override(cfg: Any, assignments: Sequence[str]) -> Any:
                     raise ConfigError(f"{key} is a section; set one of its keys: "
                                       f"{', '.join(key + '.' + k for k in keys)}")
                 node[part] = _parse_value(text.strip())
+                reset.pop(key, None)  # set explicitly: nothing was reset
                 if part == "name" and "_variants" in base.__dict__:
-                    fields = set(_valid_keys(_section_class(base, node)))
-                    for k in [k for k in node if k not in fields]:
-                        del node[k]
+                    reset.update(_switched(node, _section_class(base, node),
+                                           key[: -len("name")]))
             else:
                 if not is_section:
                     raise ConfigError(f"{'.'.join(parts[:i + 1])} is not a section, so "
                                       f"'{key}' does not exist")
                 node, base = node[part], sub
                 cls = _section_class(sub, node)
-    return from_dict(d, type(cfg))
+    out = from_dict(d, type(cfg))
+    if notes is not None:
+        notes.extend(reset.values())
+    return out

@@ -339,9 +339,8 @@ def override(cfg: Any, assignments: Sequence[str], *, notes: list[str] | None = 
     Setting a section's ``name`` where names select sections (``method.name=vicreg``,
     ``data.name=beir:DIR``, ``encoder.name=vit``) switches to that section, keeping the shared
     fields whose values it takes (others: its defaults, a line each in ``notes``); names first."""
-    return sections.override(cfg, [new for item in assignments
-                                   for new in (_renamed(item) if "=" in item else [item])],
-                             notes=notes)
+    renamed = [new for item in assignments for new in (_renamed(item) if "=" in item else [item])]
+    return sections.override(cfg, renamed, notes=notes)
 
 
 def save_json(cfg: Any, path: str | Path) -> None:

@@ -102,3 +102,26 @@ def test_a_switched_kind_resets_a_shared_value_it_refuses_and_says_so():
     assert cfg.method.objective == "bce" and notes == []  # set explicitly: never reset
     kept = config.override(config.load("finetune_minilm_wordnet"), ["method.name=colbert"])
     assert kept.method.temperature == config.load("finetune_minilm_wordnet").method.temperature
+
+
+def test_print_config_says_which_values_were_reset_and_which_warmup_wins(capsys):
+    assert cli.main(["train", "--config", "finetune_minilm_wordnet", "--set",
+                     "method.name=cross_encoder", "--print-config"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["method"]["objective"] == "listwise"
+    assert "repr-jax: note: method.name='cross_encoder' does not take method.objective=" in err
+    steps = config.load("finetune_minilm_wordnet").train.steps
+    assert (f"warmup: {0.1 * steps:g} steps, from optim.warmup_fraction=0.1 of train.steps="
+            f"{steps:,} (optim.warmup_steps is not used)") in err
+    assert cli.main(["train", "--print-config"]) == 0
+    assert "warmup: 100 steps, from optim.warmup_steps=100" in capsys.readouterr().err
+
+
+def test_ci_installs_exactly_as_the_readme_says_and_runs_its_test_command():
+    text = README.read_text()
+    command = _FENCE.findall(text.split("Run the tests:", 1)[1])[0].strip()
+    install, _, test = command.rpartition(" && ")
+    assert test == "python3 -m pytest -q"
+    ci = (README.parent / ".ci" / "run").read_text()
+    assert install + " || exit 1" in ci and f"\n{test}\n" in ci
+    assert "python3 -m venv .venv && . .venv/bin/activate" in install  # nothing outside .venv

@@ -4,8 +4,10 @@ resume, damaged files named in one line, and one process per run directory.
 Every JSON file a run writes goes through :func:`write_json` (a temporary file in the same folder,
 fsynced, then renamed over the old one), so a reader sees the old file or the new one, never half;
 it gets the mode a plain ``open`` would give (``0o666`` less the umask), so a group can read its
-results. Outputs are checked before anything runs (:func:`check_output`: never an input, never
-inside a run folder, never through a symbolic link), caches are verified against the digest
+results. A temporary that a kill left (a file, or a :func:`scratch_folder`) is removed by the
+next write of the same output, with a warning (:func:`remove_stale`). Outputs are checked
+before anything runs (:func:`check_output`: never an input, never inside a run folder, never
+through a symbolic link), caches are verified against the digest
 recorded when they were written (:func:`write_verified`, :func:`verified`), and a user's text
 files are read line by line with every undecodable byte named by file and line
 (:func:`text_lines`).
@@ -15,11 +17,14 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import json
 import os
+import re
 import shutil
 import socket
 import tempfile
+import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -102,10 +107,12 @@ def umask() -> int:
 
 
 def write_bytes(path: str | Path, data: bytes) -> Path:
-    """Writes ``data`` to ``path`` atomically (temporary file in the same folder, fsync, rename),
-    with the mode a plain ``open`` gives (``0o666`` less the umask; the temporary file would be
-    ``0o600``); a full disk or I/O error is one line (:class:`StorageError`) and leaves the old
-    file."""
+    """Writes ``data`` to ``path`` atomically (temporary file ``.<name>.<random>.tmp`` in the
+    same folder, fsync, rename), with the mode a plain ``open`` gives (``0o666`` less the umask;
+    the temporary file would be ``0o600``); a full disk or I/O error is one line
+    (:class:`StorageError`) and leaves the old file. A temporary of ``path`` that a killed write
+    left is removed, with a warning (:func:`remove_stale`). Time ``O(size + files in the
+    folder)``."""
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -113,12 +120,15 @@ def write_bytes(path: str | Path, data: bytes) -> Path:
     except OSError as e:
         raise storage_error(e, path) or e from None
     try:
+        _hold(fd)  # until renamed: other writers see it is live
+        remove_stale(path.parent, re.escape(f".{path.name}.") + r"[a-z0-9_]+\.tmp",
+                     f"a temporary copy of {path.name}")
         os.fchmod(fd, 0o666 & ~umask())
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
+            os.replace(tmp, path)  # before the close, which releases the lock
     except BaseException as e:
         Path(tmp).unlink(missing_ok=True)
         error = storage_error(e, path) if isinstance(e, Exception) else None
@@ -126,6 +136,93 @@ def write_bytes(path: str | Path, data: bytes) -> Path:
             raise error from None
         raise
     return path
+
+
+def _hold(fd: int) -> None:
+    """An exclusive ``fcntl.flock`` on ``fd``, released when it is closed (or the process
+    dies); none on a file system without locks, where :func:`remove_stale` goes by age alone."""
+    import fcntl
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    except OSError:
+        pass
+
+
+_IMPORTED = time.time()
+
+
+@functools.cache
+def process_start() -> float:
+    """When this process started, in seconds since the epoch: Linux's start tick
+    (``/proc/self/stat``, 10 ms) against ``CLOCK_BOOTTIME``; elsewhere, or if that reads later,
+    when this module was imported. Time ``O(1)``."""
+    try:
+        with open("/proc/self/stat") as f:
+            ticks = int(f.read().rsplit(")", 1)[1].split()[19])  # field 22, starttime
+        since_boot = time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK")
+        return min(time.time() - since_boot, _IMPORTED)
+    except (OSError, ValueError, IndexError, AttributeError):
+        return _IMPORTED
+
+
+def remove_stale(folder: str | Path, pattern: str, what: str) -> list[Path]:
+    """Removes what a killed process left in ``folder``: each file or folder whose whole name
+    matches the regular expression ``pattern``, last modified before this process started
+    (:func:`process_start`) and locked by no live writer (``fcntl.flock``, which the writers
+    hold); one warning each names it as ``what``. Symbolic links are left alone. Returns the
+    removed paths. Time ``O(entries in the folder)`` plus the removals."""
+    import fcntl
+    import stat
+    regex, start, removed = re.compile(pattern), process_start(), []
+    try:
+        entries = [e for e in os.scandir(folder) if regex.fullmatch(e.name)]
+    except OSError:  # no folder: nothing left there
+        return removed
+    for entry in entries:
+        try:
+            st = entry.stat(follow_symlinks=False)
+            if st.st_mtime >= start or not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
+                continue  # another live writer's (newer than this process), or not ours
+            fd = os.open(entry.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:  # removed meanwhile (by its writer or another cleaner)
+            continue
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:  # its writer lives
+                continue
+            except OSError:  # a file system without locks: the age alone decides
+                pass
+            if stat.S_ISDIR(st.st_mode):
+                shutil.rmtree(entry.path)
+            else:
+                os.unlink(entry.path)
+        except OSError:  # removed meanwhile, or not ours to remove
+            continue
+        finally:
+            os.close(fd)
+        removed.append(Path(entry.path))
+        warnings.warn(f"removed {entry.path}: {what} that a killed run left", stacklevel=2)
+    return removed
+
+
+@contextlib.contextmanager
+def scratch_folder(parent: str | Path | None, *, prefix: str, suffix: str = "", what: str):
+    """A new folder ``parent/<prefix><random><suffix>`` (``parent`` None: the system's temporary
+    folder) for temporary files, locked while in use and removed after; first the folders of
+    that name a killed run left in ``parent`` are removed (:func:`remove_stale`, naming them as
+    ``what``). Time ``O(entries in parent)`` plus the removals."""
+    parent = Path(parent) if parent is not None else Path(tempfile.gettempdir())
+    parent.mkdir(parents=True, exist_ok=True)
+    path = Path(tempfile.mkdtemp(dir=parent, prefix=prefix, suffix=suffix))
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        _hold(fd)  # until removed: other runs see it is live
+        remove_stale(parent, re.escape(prefix) + r"[a-z0-9_]+" + re.escape(suffix), what)
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)  # gone already if it was moved into place
+        os.close(fd)
 
 
 def json_object(line: str, where: str) -> dict[str, Any]:
@@ -326,6 +423,7 @@ def check_writable(path: str | Path, *, flag: str) -> None:
         return  # a file in the way: check_output and the folder checks name it
     try:
         os.rmdir(tempfile.mkdtemp(dir=base, prefix=".repr_jax_probe_"))
+        remove_stale(base, r"\.repr_jax_probe_[a-z0-9_]+", "an empty probe folder")
     except OSError as e:
         raise ValueError(f"{flag} {path} cannot be written: making a folder in {base} failed "
                          f"({e.strerror})") from None
@@ -389,10 +487,75 @@ _COMPRESSED = {b"\x1f\x8b": "gzip", b"BZh": "bzip2", b"\xfd7zXZ": "xz", b"\x28\x
                b"PK\x03\x04": "zip"}
 
 
-def text_lines(path: str | Path):
-    """``(line number, line)`` of a UTF-8 text file (a byte-order mark dropped). A compressed
-    file, or a line that is not UTF-8, is a one-line ValueError naming the file and line."""
+_KINDS = (("S_ISFIFO", "a FIFO (named pipe)"), ("S_ISCHR", "a character device"),
+          ("S_ISBLK", "a block device"), ("S_ISSOCK", "a socket"))
+
+
+def not_readable(path: str | Path, *, folder: bool = False) -> str:
+    """Why ``path`` cannot be read as a regular file (``folder``: as a folder), following links:
+    words to follow ``"PATH: "`` (``"a FIFO (named pipe), not a regular file"``, ``"no such
+    file"``), ``""`` when it can be. A link is named with where it points (``"a symbolic link to
+    /x, which does not exist"``), a broken link among its folders too."""
+    import stat
     path = Path(path)
+    link = f"a symbolic link to {os.readlink(path)}, " if path.is_symlink() else ""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            return f"{link or 'a path through '}a loop of symbolic links"
+        if link:
+            return f"{link}which does not exist"
+        broken = next((p for p in path.parents if p.is_symlink() and not p.exists()), None)
+        if broken is not None:
+            return (f"no such {'folder' if folder else 'file'}: {broken} is a symbolic link to "
+                    f"{os.readlink(broken)}, which does not exist")
+        if e.errno == errno.ENOENT:
+            return f"no such {'folder' if folder else 'file'}"
+        return f"cannot be read ({e.strerror})"
+    kind = next((k + ", " for test, k in _KINDS if getattr(stat, test)(mode)), "")
+    if folder:
+        return "" if stat.S_ISDIR(mode) else \
+            f"{link}{'a file, ' if stat.S_ISREG(mode) else kind}not a folder"
+    if stat.S_ISREG(mode):
+        return ""
+    if stat.S_ISDIR(mode):
+        return f"{link}a folder, not a file"
+    return f"{link}{kind}not a regular file"
+
+
+def _cr_only(f, block: int = 1 << 20) -> bool:
+    """Whether the binary file ``f`` ends its lines with a bare ``\\r`` (old Mac OS): it holds a
+    ``\\r`` and no ``\\n``. Reads up to the first ``\\n`` (the whole file when it has none)."""
+    carriage = False
+    while chunk := f.read(block):
+        if b"\n" in chunk:
+            return False
+        carriage = carriage or b"\r" in chunk
+    return carriage
+
+
+def _cr_lines(f, block: int = 1 << 20):
+    """The ``\\r``-ended lines of the binary file ``f`` (each with its ``\\r``)."""
+    rest = b""
+    while chunk := f.read(block):
+        *lines, rest = (rest + chunk).split(b"\r")
+        for line in lines:
+            yield line + b"\r"
+    if rest:
+        yield rest
+
+
+def text_lines(path: str | Path):
+    """``(line number, line)`` of a UTF-8 text file (a byte-order mark dropped). Lines end in
+    ``\\n`` or ``\\r\\n`` (a ``\\r`` elsewhere stays in its line: JSON may hold one between
+    values) or, in a file with no ``\\n`` at all, in a bare ``\\r`` (old Mac OS). A path that is
+    not a regular file (missing, a FIFO, a device, a broken link), a compressed file, or a line
+    that is not UTF-8 is a one-line ValueError naming the file (and line)."""
+    path = Path(path)
+    problem = not_readable(path)
+    if problem:
+        raise ValueError(f"{path}: {problem}")
     with open(path, "rb") as f:
         head = f.read(8)
         for magic, kind in _COMPRESSED.items():
@@ -401,7 +564,9 @@ def text_lines(path: str | Path):
                                  f"(e.g. {'gunzip -k' if kind == 'gzip' else kind + ' -d'} "
                                  f"{path.name})")
         f.seek(0)
-        for number, raw in enumerate(f, 1):
+        cr_only = _cr_only(f)
+        f.seek(0)
+        for number, raw in enumerate(_cr_lines(f) if cr_only else f, 1):
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as e:
@@ -422,6 +587,17 @@ def check_text(value: str, where: str, field: str) -> str:
                          f"({value[e.start].encode('unicode_escape').decode()} at character "
                          f"{e.start + 1}), which is not text") from None
     return value
+
+
+def nonempty_text(value, where: str, field: str) -> str:
+    """``value`` when it is a string of text (not empty or blank, no lone surrogate); else a
+    one-line ValueError ``WHERE: 'FIELD' is empty`` (or ``must be a string``): what every text
+    format (``pairs:``, ``beir:``) says of a query or document with no text."""
+    if not isinstance(value, str):
+        raise ValueError(f"{where}: {field!r} must be a string, got {type(value).__name__}")
+    if not value.strip():
+        raise ValueError(f"{where}: {field!r} is empty")
+    return check_text(value, where, field)
 
 
 def read_safetensors(path: Path) -> dict:

@@ -27,6 +27,75 @@ def test_write_is_atomic_and_leaves_no_temporary_file(tmp_path, monkeypatch):
     assert [p.name for p in path.parent.iterdir()] == ["run.json"]
 
 
+def _old(path, *, directory=False):
+    """``path`` created as a killed process leaves it: modified an hour before this one began."""
+    path.mkdir() if directory else path.write_bytes(b"x" * 1000)
+    t = files.process_start() - 3600
+    os.utime(path, (t, t))
+    return path
+
+
+def test_a_killed_writes_temporary_is_removed_by_the_next_write_of_that_output(tmp_path):
+    import fcntl
+    out = tmp_path / "scored.jsonl"
+    dead = _old(tmp_path / ".scored.jsonl.k1ll3d_x.tmp")
+    held = _old(tmp_path / ".scored.jsonl.l1ve0000.tmp")  # a live writer's: it holds the lock
+    young = tmp_path / ".scored.jsonl.y0ung000.tmp"  # newer than this process: maybe live
+    young.write_bytes(b"y")
+    others = [_old(tmp_path / ".other.jsonl.k1ll3d_x.tmp"),  # other outputs' temporaries
+              _old(tmp_path / ".scored.jsonl.blake2b.k1ll3d_x.tmp"), _old(tmp_path / "x.tmp")]
+    writer = open(held, "rb")
+    fcntl.flock(writer, fcntl.LOCK_EX)
+    with pytest.warns(UserWarning) as said:
+        files.write_text(out, "new\n")
+    assert [str(w.message) for w in said] == [
+        f"removed {dead}: a temporary copy of scored.jsonl that a killed run left"]
+    assert out.read_text() == "new\n" and not dead.exists()
+    assert held.exists() and young.exists() and all(p.exists() for p in others)
+    os.utime(young, (0, 0))  # now older than this process, and held by none
+    with pytest.warns(UserWarning) as said:
+        files.write_verified(out, b"again")  # the data, then its digest: both write_bytes
+    assert [str(w.message) for w in said] == [
+        f"removed {young}: a temporary copy of scored.jsonl that a killed run left",
+        f"removed {others[1]}: a temporary copy of scored.jsonl.blake2b that a killed run left"]
+    assert held.exists() and not young.exists()
+    writer.close()  # its writer died: the next write removes it
+    with pytest.warns(UserWarning, match=r"l1ve0000\.tmp: a temporary copy of scored.jsonl"):
+        files.write_text(out, "new\n")
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".scored")) == []
+
+
+def test_the_process_start_is_before_now_and_a_child_starts_later():
+    import time
+    mine = files.process_start()
+    assert mine <= files._IMPORTED <= time.time()  # noqa: SLF001
+    child = subprocess.run([sys.executable, "-c", "import time; from repr_jax import files; "
+                            "print(files.process_start(), time.time())"],
+                           capture_output=True, text=True, check=True)
+    start, now = map(float, child.stdout.split())
+    assert mine < start <= now and now - start < 60
+
+
+def test_a_scratch_folder_removes_a_killed_runs_and_keeps_a_live_ones(tmp_path):
+    dead = _old(tmp_path / "repr_jax_tokens_d3ad0000", directory=True)
+    (dead / ".index.abc.partial").mkdir()
+    (dead / ".index.abc.partial" / "vectors.npy").write_bytes(b"\0" * 4096)
+    os.utime(dead, (0, 0))
+    link = tmp_path / "repr_jax_tokens_l1nk0000"  # never followed, never removed
+    link.symlink_to(tmp_path / "elsewhere")
+    with pytest.warns(UserWarning) as said:
+        with files.scratch_folder(tmp_path, prefix="repr_jax_tokens_",
+                                  what="a token index") as live:
+            assert [str(w.message) for w in said] == [
+                f"removed {dead}: a token index that a killed run left"]
+            os.utime(live, (0, 0))  # a live run's, started long ago: it holds its lock
+            with files.scratch_folder(tmp_path, prefix="repr_jax_tokens_",
+                                      what="a token index") as mine:
+                assert mine.is_dir() and mine != live and live.is_dir()
+            assert len(said) == 1 and live.is_dir() and not mine.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [link.name]
+
+
 @pytest.mark.parametrize("content, reason", [("", "it is empty"), ('{"a": ', "not valid JSON"),
                                              ("\x00\xff", "not valid JSON")])
 def test_a_damaged_file_is_named_with_the_fix(tmp_path, content, reason):

@@ -75,6 +75,10 @@ def prepared(lock_name: str, make_builder, data_dir: str):
     with files.exclusive(Path(data_dir) / f".{lock_name}.prepare.lock"), _preparing():
         builder = make_builder()
         if not builder.is_prepared():
+            # TFDS prepares into incomplete.<random>_<version>/ beside it: a killed one's stays
+            version = Path(builder.data_dir)
+            files.remove_stale(version.parent, r"incomplete\.[A-Z0-9]+_" + version.name.replace(
+                ".", r"\."), f"an unfinished preparation of {builder.name}")
             # TFDS would announce "Downloading and preparing ... downloaded": nothing is downloaded
             config = f" ({builder.builder_config.name})" if builder.builder_config else ""
             print(f"preparing {builder.name}{config} in {builder.data_dir} (generated here, "

@@ -66,7 +66,9 @@ class Embedder:
     ``splits`` maps split names to ``{"x", "label", ...}`` arrays (or streamed splits, whose rows are
     read chunk by chunk); ``embedder(variables)`` gives
     ``{split: (features [N, E], labels [N])}``. ``eval_sets`` are extra evaluation sets
-    (:mod:`repr_jax.data.eval_sets`) that evaluators pick by ``kind``.
+    (:mod:`repr_jax.data.eval_sets`) that evaluators pick by ``kind``. ``scratch_dir``: where
+    evaluators keep temporary files (late interaction's token index; default the system's
+    temporary folder), so that a killed run's are removed by the next (:mod:`repr_jax.files`).
     """
 
     def __init__(self, predict_fn: PredictFn, splits: dict[str, dict[str, np.ndarray]], *,
@@ -74,7 +76,8 @@ class Embedder:
                  pos_fn: PredictFn | None = None, layers_fn: PredictFn | None = None,
                  eval_sets: Sequence[Any] = (), cache_dir: str | Path | None = None,
                  progress: str = "", pad_id: int | None = None,
-                 score_fn: Callable | None = None, token_fns: dict | None = None):
+                 score_fn: Callable | None = None, token_fns: dict | None = None,
+                 scratch_dir: str | Path | None = None):
         self.splits = splits
         self.score_fn = score_fn  # (variables, q_ids, d_ids) -> [B]: a model that scores pairs
         self.token_fns = token_fns  # {"query"|"doc": (variables, ids) -> (vectors, mask)}
@@ -82,6 +85,8 @@ class Embedder:
         self.progress = progress  # a progress bar's label for each feature pass ("": none)
         # Features on disk belong to one variables object (the first embedded): a checkpoint's.
         self.cache_dir, self._disk_owner = Path(cache_dir) if cache_dir else None, None
+        # an evaluator's temporary files (a token index): under the run folder; None: $TMPDIR
+        self.scratch_dir = Path(scratch_dir) if scratch_dir else None
         self.batch_size = batch_size
         self.eval_sets = tuple(eval_sets)
         self._fns = {"x": predict_fn, "query": query_fn or predict_fn,

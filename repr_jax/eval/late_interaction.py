@@ -15,7 +15,6 @@ import dataclasses
 import json
 import os
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -23,9 +22,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from repr_jax import files
 from repr_jax.config import config, static
 from repr_jax.eval.base import TOKEN_BUCKET, Evaluator, trim_padding
-from repr_jax.eval.retrieval import METRICS, topk_metrics, without
+from repr_jax.eval.retrieval import metric_cutoffs, topk_metrics, without
 from repr_jax.eval.stats import with_ci
 
 STORAGES = ("float16", "int8")
@@ -107,59 +107,61 @@ def build_index(token_fn: Callable, variables: Any, corpus, folder: str | Path, 
                 storage: str = "float16", pad_id: int = 0, batch_size: int = 128,
                 progress: str = "") -> TokenIndex:
     """Embeds ``corpus`` (token-id rows) with ``token_fn(variables, ids) -> (vectors, mask)``
-    and writes the kept vectors to ``folder`` (written beside it and moved into place whole).
+    and writes the kept vectors to ``folder`` (written beside it, in ``.<name>.<random>.partial``,
+    and moved into place whole; one that a killed build left is removed with a warning).
     Cost: the encoder over the corpus; disk ``M d`` bytes (float16 ``2 M d``) for M kept tokens;
     memory one batch."""
     from tqdm.auto import tqdm
     if storage not in STORAGES:
         raise ValueError(f"unknown token storage {storage!r}; choose from {STORAGES}")
     folder = Path(folder)
-    partial = folder.with_name(folder.name + ".partial")
-    shutil.rmtree(partial, ignore_errors=True)
-    partial.mkdir(parents=True)
-    n = len(corpus)
-    capacity = int(sum((np.asarray(corpus[i:i + 4096]) != pad_id).sum()
-                       for i in range(0, n, 4096)))  # tokens that are not padding: an upper bound
-    fn = jax.jit(token_fn)
-    offsets = np.zeros(n + 1, np.int64)
-    vectors = scales = None
-    row = 0
-    for start in tqdm(range(0, n, batch_size), desc=progress or "index", unit="batch",
-                      leave=False, dynamic_ncols=True, disable=not progress):
-        ids = trim_padding(np.asarray(corpus[start:start + batch_size]), pad_id)
-        real = len(ids)
-        if real < batch_size:  # one shape for every batch
-            ids = np.concatenate([ids, np.full((batch_size - real,) + ids.shape[1:], pad_id,
-                                               ids.dtype)])
-        vecs, mask = (np.asarray(a) for a in fn(variables, jnp.asarray(ids)))
-        if vectors is None:
-            vectors = np.lib.format.open_memmap(
-                partial / "vectors.npy", mode="w+", shape=(max(capacity, 1), vecs.shape[-1]),
-                dtype=np.float16 if storage == "float16" else np.int8)
-            if storage == "int8":
-                scales = np.lib.format.open_memmap(partial / "scales.npy", mode="w+",
-                                                   shape=(max(capacity, 1),), dtype=np.float32)
-        for i in range(real):
-            kept = vecs[i][mask[i]]
-            if row + len(kept) > len(vectors):
-                raise ValueError("the model keeps more token vectors than the corpus has "
-                                 "non-padding tokens")
-            if storage == "float16":
-                vectors[row:row + len(kept)] = kept
-            else:
-                scale = np.maximum(np.abs(kept).max(axis=1), 1e-12) / 127.0
-                vectors[row:row + len(kept)] = np.round(kept / scale[:, None]).astype(np.int8)
-                scales[row:row + len(kept)] = scale
-            row += len(kept)
-            offsets[start + i + 1] = row
-    for array in (vectors, scales):
-        if array is not None:
-            array.flush()
-    np.save(partial / "offsets.npy", offsets)
-    (partial / "index.json").write_text(json.dumps({"storage": storage, "documents": n,
-                                                    "vectors": row}))
-    shutil.rmtree(folder, ignore_errors=True)
-    os.replace(partial, folder)
+    # written beside the folder under a name of its own, locked: a killed build's is removed
+    with files.scratch_folder(folder.parent, prefix=f".{folder.name}.", suffix=".partial",
+                              what="a partial token index") as partial:
+        n = len(corpus)
+        capacity = int(sum((np.asarray(corpus[i:i + 4096]) != pad_id).sum()
+                           for i in range(0, n, 4096)))  # non-padding tokens: an upper bound
+        fn = jax.jit(token_fn)
+        offsets = np.zeros(n + 1, np.int64)
+        vectors = scales = None
+        row = 0
+        for start in tqdm(range(0, n, batch_size), desc=progress or "index", unit="batch",
+                          leave=False, dynamic_ncols=True, disable=not progress):
+            ids = trim_padding(np.asarray(corpus[start:start + batch_size]), pad_id)
+            real = len(ids)
+            if real < batch_size:  # one shape for every batch
+                ids = np.concatenate([ids, np.full((batch_size - real,) + ids.shape[1:], pad_id,
+                                                   ids.dtype)])
+            vecs, mask = (np.asarray(a) for a in fn(variables, jnp.asarray(ids)))
+            if vectors is None:
+                vectors = np.lib.format.open_memmap(
+                    partial / "vectors.npy", mode="w+", shape=(max(capacity, 1), vecs.shape[-1]),
+                    dtype=np.float16 if storage == "float16" else np.int8)
+                if storage == "int8":
+                    scales = np.lib.format.open_memmap(
+                        partial / "scales.npy", mode="w+", shape=(max(capacity, 1),),
+                        dtype=np.float32)
+            for i in range(real):
+                kept = vecs[i][mask[i]]
+                if row + len(kept) > len(vectors):
+                    raise ValueError("the model keeps more token vectors than the corpus has "
+                                     "non-padding tokens")
+                if storage == "float16":
+                    vectors[row:row + len(kept)] = kept
+                else:
+                    scale = np.maximum(np.abs(kept).max(axis=1), 1e-12) / 127.0
+                    vectors[row:row + len(kept)] = np.round(kept / scale[:, None]).astype(np.int8)
+                    scales[row:row + len(kept)] = scale
+                row += len(kept)
+                offsets[start + i + 1] = row
+        for array in (vectors, scales):
+            if array is not None:
+                array.flush()
+        np.save(partial / "offsets.npy", offsets)
+        (partial / "index.json").write_text(json.dumps({"storage": storage, "documents": n,
+                                                        "vectors": row}))
+        shutil.rmtree(folder, ignore_errors=True)
+        os.replace(partial, folder)
     return open_index(folder)
 
 
@@ -222,6 +224,9 @@ class LateInteractionOptions:
     tile: int = static(256, ">0", "documents scored together")
     max_queries: int = static(2000, ">0", "retrieval over the test pairs: first N pairs")
 
+    def _validate(self):
+        metric_cutoffs(self.metrics, option="eval.late_interaction.metrics")
+
 
 class LateInteraction(Evaluator):
     """Exact MaxSim search (ColBERT) on the test pairs and each retrieval set, for a model with a
@@ -241,12 +246,10 @@ class LateInteraction(Evaluator):
         super().__init__(embedder)
         self.metrics, self.storage, self.tile = tuple(metrics), storage, tile
         self.max_queries, self.bootstrap = max_queries, bootstrap
-        bad = [m for m in self.metrics if "@" not in m or m.split("@")[0] not in METRICS]
-        if bad:
-            raise ValueError(f"unknown metrics {bad}; use metric@k, metric in {METRICS}")
+        ks = metric_cutoffs(self.metrics, option="eval.late_interaction.metrics")
         if storage not in STORAGES:
             raise ValueError(f"unknown token storage {storage!r}; choose from {STORAGES}")
-        self.ks = sorted({int(m.split("@")[1]) for m in self.metrics})
+        self.ks = list(ks)
 
     def _tasks(self):
         test = self.embedder.splits.get("test", {})
@@ -262,8 +265,11 @@ class LateInteraction(Evaluator):
         if not fns:
             return  # no vector per token (a single-vector model, the raw inputs)
         pad_id = self.embedder.pad_id if self.embedder.pad_id is not None else 0
+        # under the run folder where the embedder has one (a killed run's index is removed there)
+        scratch = getattr(self.embedder, "scratch_dir", None)
         for prefix, queries, corpus, qrels, exclude in self._tasks():
-            with tempfile.TemporaryDirectory(prefix="repr_jax_tokens_") as tmp:
+            with files.scratch_folder(scratch, prefix="repr_jax_tokens_",
+                                      what="a token index") as tmp:
                 index = build_index(fns["doc"], variables, corpus, Path(tmp) / "index",
                                     storage=self.storage, pad_id=pad_id,
                                     progress=self.embedder.progress and f"index {prefix}")

@@ -184,10 +184,12 @@ def _budget_tasks(name: str, shape, dataset: Dataset, eval_sets: Sequence[Any],
 
 def evaluate(cfg: Config, dataset: Dataset, representations: dict[str, Representation],
              *, step: int, eval_sets: Sequence[Any] = (), progress: bool = False,
-             cache_dir: Path | None = None) -> list[dict[str, Any]]:
+             cache_dir: Path | None = None, scratch_dir: Path | None = None
+             ) -> list[dict[str, Any]]:
     """Runs every configured evaluator on each representation: rows ``{step, representation,
     evaluator, metric, value}`` (plus ``ci_low``/``ci_high`` where the protocol has an interval).
-    ``cache_dir``: keep each representation's features there (one folder per representation)."""
+    ``cache_dir``: keep each representation's features there (one folder per representation);
+    ``scratch_dir``: the evaluators' temporary files (default the system's temporary folder)."""
     from tqdm.auto import tqdm
     rows = []
     classless = [e for e in cfg.eval.evaluators
@@ -220,6 +222,7 @@ def evaluate(cfg: Config, dataset: Dataset, representations: dict[str, Represent
                                            layers_fn=rep.embed_layers,
                                            eval_sets=eval_sets, pad_id=pad_id,
                                            score_fn=rep.score, token_fns=rep.tokens,
+                                           scratch_dir=scratch_dir,
                                            cache_dir=cache_dir / _slug(rep_name)
                                            if cache_dir and not rep_name.startswith(RAW)
                                            else None)
@@ -407,7 +410,8 @@ def reference_rows(cfg: Config, method: Method, dataset: Dataset, workdir: Path,
         reps = reference_representations(cfg, method, dataset)
         new = evaluate(config_lib.override(cfg, [f"eval.evaluators={missing!r}"]), dataset, reps,
                        step=0, eval_sets=eval_sets, progress=progress,
-                       cache_dir=feature_cache(cfg, workdir, 0))  # the references' features
+                       cache_dir=feature_cache(cfg, workdir, 0),  # the references' features
+                       scratch_dir=scratch(workdir))
         if "retrieval" in missing:
             new += lexical_rows(cfg, eval_sets)
         failed = {r["evaluator"] for r in new if "error" in r}
@@ -462,6 +466,12 @@ def feature_cache(cfg: Config, workdir: Path, step: int) -> Path | None:
     return Path(workdir) / "cache" / "features" / f"step_{step}-{digest[:12]}"
 
 
+def scratch(workdir: Path) -> Path:
+    """Where an evaluation keeps its temporary files (a token index): the run's ``cache``
+    folder, not the system's, so that a killed evaluation's are removed by the next."""
+    return Path(workdir) / "cache"
+
+
 def _slug(name: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
 
@@ -490,7 +500,8 @@ def run_evaluation(cfg: Config, method: Method, dataset: Dataset, state: TrainSt
                      value=loss))
     rows = rows + evaluate(cfg, dataset, {name: Representation.of(method, state.variables)},
                            step=step, eval_sets=eval_sets, progress=progress,
-                           cache_dir=feature_cache(cfg, workdir, step) if cache else None)
+                           cache_dir=feature_cache(cfg, workdir, step) if cache else None,
+                           scratch_dir=scratch(workdir))
     if jax.process_index() == 0:
         path = workdir / "eval" / f"step_{step}.json"
         files.write_json(path, merge_rows(_saved_rows(path), rows))

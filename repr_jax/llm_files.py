@@ -169,3 +169,40 @@ def read_header(spec: str | Path) -> DecoderHeader:
     if path.is_dir():
         return hf_header(path)
     return gguf_header(gguf_reader(path), path)
+
+
+SECTION_SIZES = ("width", "depth", "num_heads", "num_kv_heads", "mlp_dim", "rope_base", "eps",
+                 "qkv_bias")  # the decoder_lm section's fields the weights decide
+_NOTED: set[str] = set()  # notes printed by this process (a config is resolved more than once)
+
+
+def sized_by_weights(section):
+    """A ``decoder_lm`` encoder section whose ``init_from`` names decoder weights, with the
+    weights' sizes (width, depth, heads, SwiGLU width, rotary base, epsilon, biases) in place of
+    its own: what a run records in its config.json. A size set to another value (not 0) is
+    replaced, said once in a note line on stderr (``encoder.width=64 given, the weights in FILE
+    have 32: 32 was taken``). Any other section comes back as it is. Reads the file's header
+    only."""
+    if getattr(section, "name", "") != "decoder_lm" or not is_decoder_weights(
+            getattr(section, "init_from", "")):
+        return section
+    import sys
+    header = read_header(section.init_from)
+    theirs = header.module_fields()
+    changes = {k: theirs[k] for k in SECTION_SIZES
+               if hasattr(section, k) and getattr(section, k) != theirs[k]}
+    given = [k for k in changes if getattr(section, k) not in (0, 0.0, False)]
+    note = ""
+    if len(given) == 1:
+        k = given[0]
+        note = (f"encoder.{k}={getattr(section, k)!r} given, the weights in {header.source} have "
+                f"{changes[k]!r}: {changes[k]!r} was taken")
+    elif given:
+        note = (", ".join(f"encoder.{k}={getattr(section, k)!r}" for k in given) + " given, the "
+                f"weights in {header.source} have " + ", ".join(f"{k}={changes[k]!r}"
+                                                                for k in given)
+                + ": theirs were taken")
+    if note and note not in _NOTED:
+        _NOTED.add(note)
+        print(f"repr-jax: note: {note}", file=sys.stderr, flush=True)
+    return dataclasses.replace(section, **changes) if changes else section

@@ -85,7 +85,7 @@ def one_line_error(capsys, argv, *messages):
     except SystemExit as e:  # argparse's own errors
         code = e.code
     err = [line for line in capsys.readouterr().err.strip().splitlines()
-           if not line.startswith(("preparing ", "repr-jax: note: "))]
+           if not line.startswith(("preparing ", "prepared ", "repr-jax: note: "))]
     assert code == 2, err
     assert len(err) == 1 or (err and err[0].startswith("usage:")), err
     for m in messages:

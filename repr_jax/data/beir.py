@@ -9,7 +9,9 @@ of its results when it is also a document id (BEIR's ``ignore_identical_ids``), 
 **sparse** (:class:`~repr_jax.eval.retrieval.SparseQrels`) and the tokenised corpus on disk (one
 ``.npy`` under the data dir, memory-mapped), so a million-document corpus costs its embeddings and
 a search tile. Missing files, malformed lines, duplicate ids and qrels naming unknown ids are
-one-line errors.
+one-line errors; so is an empty or blank query, or document (title and text both: a title alone
+is a document), named ``FILE:LINE: 'text' is empty`` as ``pairs:`` names one. A file read
+through a symbolic link has its values left out of errors (the file and line are named).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
+import os
 from pathlib import Path
 from typing import Iterator
 
@@ -34,10 +37,16 @@ def check_layout(root: str | Path, *, need_train: bool = False) -> Path:
         raise ValueError("beir: needs a folder after the colon, e.g. beir:/path/to/collection")
     root = Path(root).expanduser().absolute()
     layout = ("a BEIR collection holds corpus.jsonl, queries.jsonl and qrels/{train,dev,test}.tsv")
-    if not root.is_dir():
-        raise ValueError(f"beir:{root}: no such folder")
-    for f in FILES:
-        if not (root / f).is_file():
+    problem = files.not_readable(root, folder=True)
+    if problem:
+        raise ValueError(f"beir:{root}: {problem}")
+    qrels = [f"qrels/{s}.tsv" for s in QREL_SPLITS]
+    for f in (*FILES, *qrels):  # a FIFO, a device or a broken link: named, never skipped
+        if (root / f).is_symlink() or (root / f).exists():
+            problem = files.not_readable(root / f)
+            if problem:
+                raise ValueError(f"beir:{root}: {f}: {problem}")
+        elif f in FILES:
             raise ValueError(f"beir:{root}: no {f} ({layout})")
     splits = [s for s in QREL_SPLITS if (root / "qrels" / f"{s}.tsv").is_file()]
     if not splits:
@@ -49,32 +58,52 @@ def check_layout(root: str | Path, *, need_train: bool = False) -> Path:
     return root
 
 
-def _read_jsonl(path: Path, fields: tuple[str, ...]) -> tuple[list[str], list[dict]]:
-    ids, rows, first = [], [], {}
+def _linked(path: Path) -> str:
+    """``""``, or when ``path`` (or its folder) is a symbolic link, what stands in a message for
+    a value read from it: the file's contents are not echoed (a link may lead to any file)."""
+    link = next((p for p in (path, path.parent) if p.is_symlink()), None)
+    return "" if link is None else (f"(not shown: {link} is a symbolic link to "
+                                    f"{os.readlink(link)})")
+
+
+def _read_jsonl(path: Path, fields: tuple[str, ...]
+                ) -> tuple[list[str], list[dict], list[int]]:
+    """``(ids, rows, line numbers)`` of a corpus or queries file."""
+    ids, rows, lines, first = [], [], [], {}
+    hidden = _linked(path)
     for number, line in files.text_lines(path):
         if not line.strip():
             continue
         where = f"{path}:{number}"
         row = files.json_object(line, where)
         if "_id" not in row:
-            raise ValueError(f"{where}: no '_id' field (a line is "
-                             f"{{{', '.join(repr(k) for k in ('_id',) + fields)}}})")
+            raise ValueError(f"{where}: no '_id' field (it has {hidden or sorted(row)}; a line "
+                             f"is {{{', '.join(repr(k) for k in ('_id',) + fields)}}})")
         key = files.check_text(str(row["_id"]), where, "_id")
         if key in first:
-            raise ValueError(f"{where}: duplicate _id {key!r} (first at line {first[key]})")
+            raise ValueError(f"{where}: duplicate _id {hidden or repr(key)} (first at line "
+                             f"{first[key]})")
         first[key] = number
         ids.append(key)
         rows.append(row)
+        lines.append(number)
     if not ids:
         raise ValueError(f"{path}: no lines")
-    return ids, rows
+    return ids, rows, lines
 
 
 def _read_qrels(path: Path, queries: dict[str, int], docs: dict[str, int]
                 ) -> dict[str, np.ndarray]:
+    """A qrels file's judgements as parallel arrays. Read through a symbolic link, its values
+    are not echoed in errors (the file and line are named)."""
     q, d, g = [], [], []
     seen: dict[tuple[int, int], int] = {}
     first = True
+    hidden = _linked(path)
+
+    def shown(text: str) -> str:
+        return hidden or repr(text)
+
     for number, line in files.text_lines(path):
         fields = line.rstrip("\n\r").split("\t")
         if not line.strip():
@@ -86,15 +115,16 @@ def _read_qrels(path: Path, queries: dict[str, int], docs: dict[str, int]
         header, first = first and not _is_number(fields[2]), False
         if header:
             continue  # the first line is a header when its score is not a number
-        grade = _grade(fields[2], where)
+        grade = _grade(fields[2], where, shown)
         if fields[0] not in queries:
-            raise ValueError(f"{where}: query-id {fields[0]!r} is not in queries.jsonl")
+            raise ValueError(f"{where}: query-id {shown(fields[0])} is not in queries.jsonl")
         if fields[1] not in docs:
-            raise ValueError(f"{where}: corpus-id {fields[1]!r} is not in corpus.jsonl")
+            raise ValueError(f"{where}: corpus-id {shown(fields[1])} is not in corpus.jsonl")
         pair = (queries[fields[0]], docs[fields[1]])
         if pair in seen:
-            raise ValueError(f"{where}: duplicate judgement of ({fields[0]}, {fields[1]}) "
-                             f"(first at line {seen[pair]})")
+            what = hidden or f"({fields[0]}, {fields[1]})"
+            raise ValueError(f"{where}: duplicate judgement of {what} (first at line "
+                             f"{seen[pair]})")
         seen[pair] = number
         q.append(pair[0])
         d.append(pair[1])
@@ -113,16 +143,16 @@ def _is_number(text: str) -> bool:
     return True
 
 
-def _grade(text: str, where: str) -> int:
+def _grade(text: str, where: str, shown=repr) -> int:
     """A relevance grade: an integer, written ``2`` or ``2.0`` (TREC allows negative grades for
-    junk; they count as not relevant)."""
+    junk; they count as not relevant). ``shown``: how the text is echoed."""
     try:
         value = float(text)
     except ValueError:
-        raise ValueError(f"{where}: score {text!r} is not a number") from None
+        raise ValueError(f"{where}: score {shown(text)} is not a number") from None
     if not value.is_integer():
-        raise ValueError(f"{where}: score {text!r} is not a whole number (grades are integers "
-                         f"such as 0, 1, 2; TREC's junk grades are -1, -2)")
+        raise ValueError(f"{where}: score {shown(text)} is not a whole number (grades are "
+                         f"integers such as 0, 1, 2; TREC's junk grades are -1, -2)")
     return int(value)
 
 
@@ -163,20 +193,33 @@ def read_collection(root: str | Path) -> Collection:
     """Reads and checks a BEIR collection (see the module docstring). Time and memory
     ``O(N + Q + J)`` in documents, queries and judgements (the texts are held)."""
     root = check_layout(root)
-    doc_ids, docs = _read_jsonl(root / "corpus.jsonl", ("title", "text"))
-    query_ids, queries = _read_jsonl(root / "queries.jsonl", ("text",))
+    doc_ids, docs, doc_lines = _read_jsonl(root / "corpus.jsonl", ("title", "text"))
+    query_ids, queries, query_lines = _read_jsonl(root / "queries.jsonl", ("text",))
 
-    def text(row, where):
-        body, title = row.get("text", ""), row.get("title") or ""
-        for field, value in (("text", body), ("title", title)):
-            if not isinstance(value, str):
-                raise ValueError(f"{where}: {field!r} must be a string")
-            files.check_text(value, where, field)
-        return f"{title} {body}" if title else body
+    def texts(path: Path, rows: list[dict], lines: list[int], title: bool) -> list[str]:
+        """Each query's text, or document's ``title + " " + text`` (a title alone is a
+        document); an empty or blank one is refused as ``pairs:`` refuses it (``FILE:LINE:
+        'text' is empty``)."""
+        out = []
+        for row, number in zip(rows, lines):
+            where = f"{path}:{number}"
+            head = (row.get("title") or "") if title else ""
+            body = row.get("text", "")
+            for field, value in (("text", body), ("title", head)):
+                if not isinstance(value, str):
+                    raise ValueError(f"{where}: {field!r} must be a string, got "
+                                     f"{type(value).__name__}")
+                files.check_text(value, where, field)
+            out.append(f"{head} {body}" if head else body)
+            if not out[-1].strip():
+                if "text" not in row:
+                    raise ValueError(f"{where}: no 'text' field (it has "
+                                     f"{_linked(path) or sorted(row)})")
+                files.nonempty_text(body, where, "text")
+        return out
 
-    doc_texts = [text(r, f"{root / 'corpus.jsonl'} _id {i!r}") for i, r in zip(doc_ids, docs)]
-    query_texts = [text(r, f"{root / 'queries.jsonl'} _id {i!r}")
-                   for i, r in zip(query_ids, queries)]
+    doc_texts = texts(root / "corpus.jsonl", docs, doc_lines, True)
+    query_texts = texts(root / "queries.jsonl", queries, query_lines, False)
     qindex = {k: i for i, k in enumerate(query_ids)}
     dindex = {k: i for i, k in enumerate(doc_ids)}
     qrels = {s: _read_qrels(root / "qrels" / f"{s}.tsv", qindex, dindex)
@@ -188,13 +231,15 @@ def read_collection(root: str | Path) -> Collection:
 # Evaluation set
 # --------------------------------------------------------------------------------------------------
 
-def tokenized(texts: list[str], path: Path, tokenizer: str, sides, side: str) -> np.ndarray:
+def tokenized(texts: list[str], path: Path, tokenizer: str, sides, side: str, *,
+              cuts=None) -> np.ndarray:
     """``[N, T]`` token ids of ``texts`` read as ``side`` (``query`` or ``doc``, at that side's
     length and prefix: a :class:`~repr_jax.data.tokenizer.Sides`), kept at ``path``
     (memory-mapped); made once, in
     chunks with a progress bar, written atomically with its digest; a file that no longer matches
     its digest (damaged, replaced) is named and made again. Time ``O(N T)`` once, then ``O(N T)``
-    reading the file to check it; memory ``O(N T)`` while made, then a memory map."""
+    reading the file to check it; memory ``O(N T)`` while made, then a memory map. ``cuts``
+    (a :class:`~repr_jax.data.tokenizer.Cuts`) counts the texts cut when they are tokenised."""
     if path.exists():
         why = files.verified(path, read=False)[1]
         try:
@@ -215,7 +260,8 @@ def tokenized(texts: list[str], path: Path, tokenizer: str, sides, side: str) ->
     step, what = 4096, "queries" if side == "query" else "corpus"
     for start in tqdm(range(0, len(texts), step), desc=f"beir: tokenising {what}", unit="chunk",
                       leave=False, dynamic_ncols=True, disable=len(texts) <= step):
-        out[start:start + step] = sides.encode(tok, texts[start:start + step], side)
+        out[start:start + step] = sides.encode(tok, texts[start:start + step], side,
+                                               cuts=cuts)
     buffer = io.BytesIO()
     np.save(buffer, out)
     files.write_verified(path, buffer.getvalue())

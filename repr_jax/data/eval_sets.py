@@ -231,10 +231,17 @@ def beir(root: str | Path, *, tokenizer: str = "", max_len: int = 64, data_dir: 
     base = Path(data_dir or default_data_dir())
     cache = files.no_symlinks(base / "beir" / f"{collection.root.name}_{digest}", below=base,
                               what="a collection's token ids")
+    from repr_jax.data.tokenizer import Cuts
+    cuts = Cuts()
     corpus = reader.tokenized(collection.doc_texts, cache / "corpus_ids.npy", tokenizer,
-                              sides, "doc")
+                              sides, "doc", cuts=cuts)
     queries = reader.tokenized([collection.query_texts[i] for i in used],
-                               cache / f"queries_{split}_ids.npy", tokenizer, sides, "query")
+                               cache / f"queries_{split}_ids.npy", tokenizer, sides, "query",
+                               cuts=cuts)
+    if any(cuts.texts.values()):  # tokenised now, not read from the cache: say what was cut
+        import sys
+        print(f"prepared beir:{collection.root} for evaluation: "
+              f"{Cuts.line(cuts.record(sides))}", file=sys.stderr, flush=True)
     qrels = SparseQrels(row, r["doc"], r["grade"], (len(used), len(collection.doc_ids)))
     docs = {k: i for i, k in enumerate(collection.doc_ids)}
     same = np.asarray([docs.get(collection.query_ids[i], -1) for i in used], np.int64)

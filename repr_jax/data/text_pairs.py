@@ -21,7 +21,11 @@ modification time), tokenizer, length and negatives count — so a split larger 
 ``negatives [K, T]``: a line's first K negatives, repeated in order when it has fewer. The test
 split is a fixed 5% of the queries (by a hash of the query text, so a query's lines stay together);
 ``beir:DIR`` tests on ``qrels/test.tsv`` (else ``dev.tsv``), each query with its best-graded
-document. ``label`` is 0 everywhere: pairs have no classes.
+document. ``label`` is 0 everywhere: pairs have no classes. Preparing says once how many texts of
+each side it cut at their length (``prepared pairs:FILE: 1,234 queries (2 cut at 32 tokens,
+0.2%), 1,234 documents (214 cut at 32 tokens, 17.3%)``; a line's negatives count once each) and
+records it in the prepared copy's ``metadata.json`` (:func:`cut_counts`). An empty or blank
+query or document is refused (``FILE:LINE: 'query' is empty``), as in ``beir:``.
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ import tensorflow_datasets as tfds
 from repr_jax import files
 from repr_jax.config import config
 from repr_jax.data.prepare import Format, prepared
-from repr_jax.data.tokenizer import Sides, TextData
+from repr_jax.data.tokenizer import Cuts, Sides, TextData
 
 PAIRS, BEIR = "pairs:", "beir:"
 TEST_FRACTION = 0.05
@@ -78,27 +82,41 @@ def prepare(name: str, data_dir: str, *, tokenizer: str = "", negatives: int = 0
                          f"data.name={name} with {negatives} negatives")
     config = config_for(name, tokenizer=tokenizer, sides=Sides.of(**sides), negatives=negatives,
                         scores=scores)
-    return prepared(f"text_pairs.{config.name}",
-                    lambda: TextPairs(data_dir=data_dir, config=config), data_dir)
+    builder = prepared(f"text_pairs.{config.name}",
+                       lambda: TextPairs(data_dir=data_dir, config=config), data_dir)
+    if "cuts" in builder.__dict__:  # prepared here, not reused: say what was cut
+        import sys
+        print(f"prepared {config.source}: {Cuts.line(builder.info.metadata['cut'])}",
+              file=sys.stderr, flush=True)
+    return builder
+
+
+def cut_counts(builder) -> dict | None:
+    """What the preparation of a prepared ``pairs:`` / ``beir:`` dataset cut: ``{side: {texts,
+    cut, length}}`` (:class:`~repr_jax.data.tokenizer.Cuts`), or None for one prepared before
+    it was recorded."""
+    return builder.info.metadata.get("cut")
 
 
 PAIRS_FORMAT = Format(TextPairsData, prepare, path="FILE.jsonl", text=True)
 BEIR_FORMAT = Format(TextPairsData, prepare, path="DIR", text=True)
 
 
-def path_of(name: str) -> Path:
-    """The file or folder of ``pairs:FILE`` / ``beir:DIR``; missing: a one-line ValueError."""
+def path_of(name: str, *, flag: str = "data.name") -> Path:
+    """The file or folder of ``pairs:FILE`` / ``beir:DIR``; missing, or not a regular file (a
+    FIFO, a device, a broken link): a one-line ValueError naming ``flag``, the option that gave
+    ``name`` (``data.name``, or ``--data`` of ``repr-jax mine`` and ``score``)."""
     kind = PAIRS if name.startswith(PAIRS) else BEIR
+    given = f"data.name={name}" if flag == "data.name" else f"{flag} {name}"
     rest = name[len(kind):].strip()
     if not rest:
         what = "a .jsonl file" if kind == PAIRS else "a BEIR folder"
-        raise ValueError(f"data.name={kind} needs {what} after the colon, e.g. {kind}"
+        raise ValueError(f"{given} needs {what} after the colon, e.g. {kind}"
                          f"{'/path/to/pairs.jsonl' if kind == PAIRS else '/path/to/collection'}")
     path = Path(rest).expanduser().absolute()
-    if kind == PAIRS and not path.is_file():
-        raise ValueError(f"data.name={name}: no such file")
-    if kind == BEIR and not path.is_dir():
-        raise ValueError(f"data.name={name}: no such folder")
+    problem = files.not_readable(path, folder=kind == BEIR)
+    if problem:
+        raise ValueError(f"{given}: {problem}")
     return path
 
 
@@ -124,11 +142,7 @@ def config_for(name: str, *, tokenizer: str = "", sides: Sides = Sides(),
 
 
 def _text(value, field: str, where: str) -> str:
-    if not isinstance(value, str):
-        raise ValueError(f"{where}: {field!r} must be a string, got {type(value).__name__}")
-    if not value.strip():
-        raise ValueError(f"{where}: {field!r} is empty")
-    return files.check_text(value, where, field)
+    return files.nonempty_text(value, where, field)
 
 
 def parse_line(line: str, where: str) -> tuple[str, str, list[str]]:
@@ -268,9 +282,10 @@ class TextPairs(tfds.core.GeneratorBasedBuilder):
         from repr_jax.data.tokenizer import make_tokenizer
         c = self.builder_config
         tok = make_tokenizer(c.tokenizer)
+        cuts = self.__dict__.setdefault("cuts", Cuts())  # both splits' texts, cut or not
 
-        def encode(texts, side: str = "doc"):
-            return c.sides.encode(tok, texts, side)
+        def encode(texts, side: str = "doc", counted=None):
+            return c.sides.encode(tok, texts, side, cuts=cuts, counted=counted)
 
         bar = tqdm(desc=f"{c.source.split(':')[0]}: tokenising {split}", unit="pair",
                    leave=False, dynamic_ncols=True)
@@ -284,6 +299,7 @@ class TextPairs(tfds.core.GeneratorBasedBuilder):
             raise ValueError(f"{c.source}: no pairs for the {split} split"
                              + (" (5% of the queries, by a hash of their text: add lines)"
                                 if split == "test" and c.source.startswith(PAIRS) else ""))
+        self.info.metadata["cut"] = cuts.record(c.sides)  # written with the dataset's info
 
     def _encode_chunk(self, chunk, encode):
         """Examples of ``(where, query, positive, negatives[, scores])`` rows."""
@@ -296,8 +312,9 @@ class TextPairs(tfds.core.GeneratorBasedBuilder):
                     raise ValueError(f"{where}: no negatives, and method.negatives_per_query={k} "
                                      f"needs them on every line (a line with fewer than {k} "
                                      f"repeats its own)")
-            negatives = encode([row[3][j % len(row[3])] for row in chunk
-                                for j in range(k)]).reshape(len(chunk), k, -1)
+            negatives = encode([row[3][j % len(row[3])] for row in chunk for j in range(k)],
+                               counted=[j < len(row[3]) for row in chunk for j in range(k)]
+                               ).reshape(len(chunk), k, -1)  # a repeat is counted once
         for i, (where, _, _, negs, *scored) in enumerate(chunk):
             example = {"x": queries[i], "x_pos": positives[i], "label": 0}
             if k:

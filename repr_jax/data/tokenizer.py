@@ -89,17 +89,60 @@ class Sides:
                                        ).hexdigest()[:8]
         return out
 
-    def encode(self, tokenizer, texts: Sequence[str], side: str) -> np.ndarray:
-        """``[N, length]`` ids of ``texts`` read as ``side`` (``query`` or ``doc``)."""
+    def encode(self, tokenizer, texts: Sequence[str], side: str, *,
+               cuts: "Cuts | None" = None, counted=None) -> np.ndarray:
+        """``[N, length]`` ids of ``texts`` read as ``side`` (``query`` or ``doc``); ``cuts``
+        counts the texts and those cut at the length (``counted``: a mask of the rows to
+        count, default all)."""
         n = self.length(side)
-        return tokenizer.encode(list(texts), max_len=n, pad_to=n, prefix=self.prefix(side)).ids
+        encoded = tokenizer.encode(list(texts), max_len=n, pad_to=n, prefix=self.prefix(side))
+        if cuts is not None:
+            cuts.add(side, encoded.cut, counted)
+        return encoded.ids
+
+
+@dataclasses.dataclass
+class Cuts:
+    """How many texts of each side were tokenised and how many of them were cut at the side's
+    length (a preparation reports it: ``1,234 documents (214 cut at 32 tokens, 17.3%)``)."""
+    texts: dict = dataclasses.field(default_factory=lambda: {"query": 0, "doc": 0})
+    cut: dict = dataclasses.field(default_factory=lambda: {"query": 0, "doc": 0})
+
+    def add(self, side: str, cut, counted=None) -> None:
+        if cut is None:
+            return  # a tokenizer that does not say
+        cut = np.asarray(cut, bool)
+        counted = np.ones_like(cut) if counted is None else np.asarray(counted, bool)
+        self.texts[side] += int(counted.sum())
+        self.cut[side] += int((cut & counted).sum())
+
+    def record(self, sides: Sides) -> dict:
+        """``{side: {texts, cut, length}}``: what a prepared dataset's metadata keeps."""
+        return {side: {"texts": self.texts[side], "cut": self.cut[side],
+                       "length": sides.length(side)} for side in ("query", "doc")}
+
+    @staticmethod
+    def line(recorded: dict) -> str:
+        """``1,234 queries (2 cut at 32 tokens, 0.2%), 1,234 documents (...)`` of a
+        :meth:`record`."""
+        parts = []
+        for side, noun in (("query", "queries"), ("doc", "documents")):
+            r = recorded[side]
+            if not r["texts"]:
+                continue  # a side not tokenised here (an evaluation set's cached side)
+            share = 100 * r["cut"] / max(r["texts"], 1)
+            parts.append(f"{r['texts']:,} {noun} ({r['cut']:,} cut at {r['length']} tokens, "
+                         f"{share:.1f}%)")
+        return ", ".join(parts)
 
 
 @dataclasses.dataclass(frozen=True)
 class Encoded:
-    """Token ids and attention mask, ``[N, T]`` int32 each (padding id 0, mask 0)."""
+    """Token ids and attention mask, ``[N, T]`` int32 each (padding id 0, mask 0); ``cut``
+    ``[N]`` bool: the texts whose tokens did not all fit ``max_len``."""
     ids: np.ndarray
     mask: np.ndarray
+    cut: np.ndarray | None = None
 
 
 class WordPieceTokenizer:
@@ -150,14 +193,15 @@ class WordPieceTokenizer:
         if len(head) + 2 >= max_len:
             raise ValueError(f"the prefix {prefix!r} takes {len(head)} tokens: no room for text "
                              f"in {max_len}")
-        rows = [[self.cls_id] + (head + ids)[: max_len - 2] + [self.sep_id]
-                for ids in self._tokenize_all(texts)]
+        tokens = self._tokenize_all(texts)
+        rows = [[self.cls_id] + (head + ids)[: max_len - 2] + [self.sep_id] for ids in tokens]
+        cut = np.asarray([len(head) + len(t) > max_len - 2 for t in tokens], bool)
         width = pad_to or max(len(r) for r in rows)
         ids = np.full((len(rows), width), self.pad_id, np.int32)
         mask = np.zeros((len(rows), width), np.int32)
         for i, r in enumerate(rows):
             ids[i, : len(r)], mask[i, : len(r)] = r, 1
-        return Encoded(ids, mask)
+        return Encoded(ids, mask, cut)
 
     def decode(self, ids: Sequence[int]) -> str:
         words = []
@@ -324,9 +368,10 @@ class BPETokenizer:
         return self.backend.encode(text, add_special_tokens=False).ids
 
     def rows(self, texts: Sequence[str], *, max_len: int = 512, prefix: str = "",
-             append_eos: bool = False) -> list[list[int]]:
+             append_eos: bool = False, cut: list | None = None) -> list[list[int]]:
         """Each text's row: ``prefix + text`` tokenised together, the prefix's tokens (as many
-        as the prefix alone has) marked ``-2 - id``, the text's cut to fit ``max_len``."""
+        as the prefix alone has) marked ``-2 - id``, the text's cut to fit ``max_len``
+        (``cut``: a list that gains, for each text, whether it was)."""
         eos = [self.eos_id] if append_eos and self.eos_id is not None else []
         n = len(self.tokenize(prefix)) if prefix else 0
         if n + len(eos) >= max_len:
@@ -337,6 +382,8 @@ class BPETokenizer:
                                              add_special_tokens=False):
             ids = enc.ids
             out.append([-2 - i for i in ids[:n]] + ids[n:max_len - len(eos)] + eos)
+            if cut is not None:
+                cut.append(len(ids) > max_len - len(eos))
         return out
 
     def pad(self, rows: Sequence[Sequence[int]], *, pad_to: int | None = None,
@@ -355,9 +402,10 @@ class BPETokenizer:
 
     def encode(self, texts: Sequence[str], *, max_len: int = 512, pad_to: int | None = None,
                prefix: str = "", append_eos: bool = False) -> Encoded:
-        ids = self.pad(self.rows(texts, max_len=max_len, prefix=prefix, append_eos=append_eos),
-                       pad_to=pad_to)
-        return Encoded(ids, (ids != self.pad_id).astype(np.int32))
+        cut: list[bool] = []
+        ids = self.pad(self.rows(texts, max_len=max_len, prefix=prefix, append_eos=append_eos,
+                                 cut=cut), pad_to=pad_to)
+        return Encoded(ids, (ids != self.pad_id).astype(np.int32), np.asarray(cut, bool))
 
     def decode(self, ids: Sequence[int]) -> str:
         return self.backend.decode([i if i >= 0 else -2 - i for i in map(int, ids) if i != -1],

@@ -45,7 +45,7 @@ def score_file(*, workdir: str | Path, data: str, out: str | Path, batch_size: i
     if not data.startswith(text_pairs.PAIRS):
         raise ValueError(f"--data {data}: score reads a pairs:FILE.jsonl (its queries, positives "
                          f"and negatives)")
-    source = text_pairs.path_of(data)
+    source = text_pairs.path_of(data, flag="--data")
     if not (Path(workdir) / "config.json").is_file():
         raise ValueError(f"--workdir {workdir}: not a run directory (no config.json)")
     out = files.check_output(out, flag="--out", inputs=(source,))

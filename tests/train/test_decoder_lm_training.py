@@ -45,6 +45,7 @@ def test_a_decoder_trains_from_its_gguf_with_its_own_tokenizer(tmp_path):
     result = train_and_evaluate(cfg, tmp_path / "run", progress=False, verbose=False)
     recorded = json.loads((tmp_path / "run" / "config.json").read_text())
     assert recorded["data"]["tokenizer"] == str(gguf)  # the GGUF's vocabulary, recorded
+    assert (recorded["encoder"]["width"], recorded["encoder"]["depth"]) == (32, 2)  # its sizes
     metrics = {r["metric"]: r["value"] for r in result["eval_rows"]}
     assert np.isfinite(metrics["beir_coll/ndcg@10"])
     cfg2, dataset, _, state = load_trained(tmp_path / "run")

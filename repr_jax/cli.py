@@ -97,16 +97,18 @@ def _parser() -> argparse.ArgumentParser:
     _grid_options(st, "study")
 
     x = sub.add_parser("export", help="export a run's encoder for other tools",
-                       description="Write the encoder of the latest checkpoint in --workdir (a "
-                       "dual encoder's first tower) in a format other tools load, with a "
-                       "README.md model card (config, data, evaluation with intervals, the "
-                       "command that reproduces it).")
+                       description="Write the encoder(s) of the latest checkpoint in --workdir "
+                       "in a format other tools load, with a README.md model card (config, data, "
+                       "evaluation with intervals, how to use it, the command that reproduces "
+                       "it).")
     x.add_argument("--workdir", required=True, help="a run directory written by `repr-jax train`")
     x.add_argument("--format", required=True, choices=("sentence-transformers", "safetensors"),
                    help="sentence-transformers: a directory SentenceTransformer(OUT) loads "
-                        "(text_transformer, mean or CLS pooling); safetensors: any encoder's "
-                        "parameters and batch statistics, rebuilt by "
-                        "repr_jax.encoders.load_exported(OUT)")
+                        "(text_transformer with mean or CLS pooling, or decoder_lm); a two-tower "
+                        "bi-encoder keeps both towers (and their projections), reached by "
+                        "model.encode_query and model.encode_document; safetensors: one "
+                        "encoder's parameters and batch statistics (a dual encoder's query "
+                        "tower), rebuilt by repr_jax.encoders.load_exported(OUT)")
     x.add_argument("--out", required=True, help="output directory")
 
     m = sub.add_parser("mine", help="mine hard negatives into a pairs: file",
@@ -142,7 +144,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="the best-scoring candidates (default) or a seeded random draw of them")
     m.add_argument("--seed", type=_at_least(0), default=0)
     m.add_argument("--max-len", type=_at_least(0), default=0,
-                   help="tokens per text (default: the run's data.max_len, or the model's)")
+                   help="tokens per text (default: the run's data.max_len, or the model's "
+                        "max_seq_length); at most what the model's position embeddings hold "
+                        "(checked before encoding)")
     m.add_argument("--batch-size", type=_at_least(1), default=128,
                    help="texts encoded at once (default 128)")
     m.add_argument("--no-progress", action="store_true", help="no progress bars")
@@ -165,13 +169,17 @@ def _parser() -> argparse.ArgumentParser:
                        "(its own tokenizer, lengths and prefixes) and test each run against the "
                        "first with a paired bootstrap (per-query differences resampled): "
                        "intervals and p-values, as the studies compute them. 'bm25' stands for "
-                       "the lexical baseline.")
-    c.add_argument("runs", nargs="+", metavar="RUN", help="run directories (or bm25); the first "
-                                                          "is the baseline")
+                       "the lexical baseline, 'minilm' (or a sentence-transformers folder) for "
+                       "the pretrained model before fine-tuning.")
+    c.add_argument("runs", nargs="+", metavar="RUN",
+                   help="text bi-encoder run directories, bm25 (the lexical baseline), or minilm "
+                        "/ a sentence-transformers folder (the untrained starting model, with its "
+                        "own tokenizer); the first is the baseline")
     c.add_argument("--set", action="append", metavar="beir:DIR|wordnet_retrieval",
                    help="a retrieval set (repeatable; default: the first run's eval.sets)")
     c.add_argument("--metrics", nargs="+", default=["ndcg@10", "recall@100", "mrr@10"],
-                   metavar="METRIC@K", help="default: ndcg@10 recall@100 mrr@10")
+                   metavar="METRIC@K", help="metric in recall, precision, mrr, ndcg, map; k a "
+                   "whole number >= 1 (default: ndcg@10 recall@100 mrr@10)")
     c.add_argument("--bootstrap", type=_at_least(1), default=1000, help="resamples (1000)")
     c.add_argument("--out", default=None, metavar="FILE.csv",
                    help="also write the rows there (and as .json beside it)")
@@ -395,14 +403,28 @@ def _reach_of(source: str, cfg) -> list[str]:
     return [f"repr-jax: note: {name} sets {s}" for s in said]
 
 
+def _warmup_line(cfg) -> str:
+    """Which of the two warmup fields the schedule reads, in steps (``--print-config`` shows both)."""
+    o, steps = cfg.optim, cfg.train.steps
+    if o.warmup_fraction > 0:
+        return (f"warmup: {o.warmup_fraction * steps:g} steps, from optim.warmup_fraction="
+                f"{o.warmup_fraction:g} of train.steps={steps:,} (optim.warmup_steps is not used)")
+    return (f"warmup: {o.warmup_steps:g} steps, from optim.warmup_steps="
+            f"{o.warmup_steps:g} (optim.warmup_fraction=0: not used)")
+
+
 def _train(args) -> int:
     import json
 
     from repr_jax import config as config_lib
     from repr_jax.config import ConfigError
-    cfg = config_lib.override(config_lib.load(args.config), args.overrides)
+    notes: list[str] = []
+    cfg = config_lib.override(config_lib.load(args.config), args.overrides, notes=notes)
+    for note in notes:  # shared fields the switched-to kind refused, back at its default
+        print(f"repr-jax: note: {note}", file=sys.stderr)
     if args.print_config:
         print(json.dumps(config_lib.to_dict(cfg), indent=2))
+        print(f"repr-jax: note: {_warmup_line(cfg)}", file=sys.stderr)
         return 0
     for line in _reach_of(args.config, cfg):
         print(line, file=sys.stderr)

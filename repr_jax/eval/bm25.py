@@ -20,9 +20,22 @@ K1, B = 0.9, 0.4  # Pyserini's BEIR defaults ("BM25 flat")
 NAME = f"BM25 (k1={K1}, b={B})"
 
 
+def _bm25s():
+    """The ``bm25s`` module, its logger left to the application: bm25s sets its own logger to
+    DEBUG when imported, so once anything gives the root logger a handler (absl does, the first
+    time orbax logs through it before absl's own handler is installed) every index it builds
+    printed ``DEBUG:bm25s:Building index from tokens``. Reset to NOTSET, its records follow the
+    root logger's level (WARNING unless the application asks for more)."""
+    import logging
+
+    import bm25s
+    logging.getLogger("bm25s").setLevel(logging.NOTSET)
+    return bm25s
+
+
 def words(texts: Sequence[str]) -> list[list[str]]:
     """Each text's terms: lowercased words, English stopwords left out."""
-    import bm25s
+    bm25s = _bm25s()
     return bm25s.tokenize(list(texts), stopwords="en", return_ids=False, show_progress=False)
 
 
@@ -32,7 +45,7 @@ class BM25:
     documents (a dense score row each); :meth:`pair_scores` ``O(P_pairs N)``."""
 
     def __init__(self, corpus: Sequence[str], *, k1: float = K1, b: float = B):
-        import bm25s
+        bm25s = _bm25s()
         if not len(corpus):
             raise ValueError("BM25 over an empty corpus")
         self.size = len(corpus)

@@ -19,8 +19,8 @@ import jax.numpy as jnp
 
 from repr_jax.config import config, static
 from repr_jax.eval.base import Evaluator
-from repr_jax.eval.retrieval import (SIMILARITIES, _normalize, rerank, retrieval_tasks, retrieve,
-                                     topk_metrics, without)
+from repr_jax.eval.retrieval import (SIMILARITIES, _normalize, metric_cutoffs, rerank,
+                                     retrieval_tasks, retrieve, topk_metrics, without)
 from repr_jax.eval.stats import with_ci
 
 PRECISIONS = ("float32", "int8", "binary")
@@ -114,7 +114,7 @@ class Quantization(Evaluator):
         super().__init__(embedder)
         self.metric, self.rescore, self.similarity = metric, rescore_multiplier, similarity
         self.max_queries, self.bootstrap = max_queries, bootstrap
-        self.k = int(metric.split("@")[1])
+        self.k = metric_cutoffs(metric, option="metric")[0]
 
     def settings(self):
         yield "float32", "float32", 0

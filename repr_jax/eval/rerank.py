@@ -2,9 +2,11 @@
 the query with each document (a cross-encoder, ColBERT's MaxSim), and the metrics before and after.
 
 The first stage is BM25 over the set's texts (:mod:`repr_jax.eval.bm25`) or a function giving a
-set's top-k (``eval.rerank.first_stage=RUN_DIR``: a trained bi-encoder run, whose own tokenizer,
-lengths and towers embed the set and exact search takes its top-k;
-:func:`repr_jax.train.compare.run_candidates`). Reranking only reorders the candidates: metrics at cut-offs within
+set's top-k (``eval.rerank.first_stage=RUN_DIR``: a trained text bi-encoder run, whose own
+tokenizer, lengths and towers embed the set and exact search takes its top-k, or ``minilm`` / a
+sentence-transformers folder over the set's texts; :func:`repr_jax.train.compare.run_candidates`).
+A run that is no first stage (a cross-encoder's or ColBERT's pooled vector, an image run) is
+refused before any work. Reranking only reorders the candidates: metrics at cut-offs within
 the depth can change, a document outside the first stage's top-k never enters. Each metric is
 reported for the first stage, after reranking, and as their paired difference (a bootstrap over
 the same queries, :func:`repr_jax.eval.stats.paired_bootstrap`).
@@ -20,7 +22,7 @@ import numpy as np
 
 from repr_jax.config import ConfigError, config, static
 from repr_jax.eval.base import Evaluator, trim_padding
-from repr_jax.eval.retrieval import METRICS, topk_metrics, without
+from repr_jax.eval.retrieval import metric_cutoffs, topk_metrics, without
 from repr_jax.eval.stats import Estimate, paired_bootstrap, with_ci
 
 BM25 = "bm25"
@@ -79,13 +81,10 @@ def reorder(candidates_QxK: np.ndarray, scores_QxK: np.ndarray) -> np.ndarray:
     return np.take_along_axis(np.asarray(candidates_QxK), order, axis=1)
 
 
-def check_rerank(first_stage: str, depth: int, sets: Sequence) -> None:
-    """A one-line ValueError for a depth deeper than a retrieval set's corpus, or a first stage
-    that is neither ``bm25`` nor a run directory: checked before anything trains."""
-    from pathlib import Path
-    if first_stage != BM25 and not (Path(first_stage) / "config.json").is_file():
-        raise ValueError(f"eval.rerank.first_stage={first_stage}: neither bm25 nor a run "
-                         f"directory (no config.json)")
+def check_rerank(depth: int, sets: Sequence) -> None:
+    """A one-line ValueError for a depth deeper than a retrieval set's corpus, checked before
+    anything trains or is encoded (the first stage is checked where runs are read:
+    :func:`repr_jax.train.compare.check_arm`)."""
     for s in sets:
         if s.kind == "retrieval":
             _check_depth(depth, s)
@@ -119,20 +118,16 @@ def first_stage_candidates(first_stage: str | Callable, s, depth: int) -> np.nda
 @config
 class RerankOptions:
     """``eval.rerank.*``: the options of :class:`Rerank`."""
-    first_stage: str = static(BM25, doc="the candidates: bm25, or a bi-encoder run's directory "
-                                        "(its top-k by exact search)")
+    first_stage: str = static(BM25, doc="the candidates: bm25, a text bi-encoder run's directory "
+                                        "(biencoder, clip, siglip: its top-k by exact search), "
+                                        "or minilm / a sentence-transformers folder")
     depth: int = static(50, ">0", "candidates reranked per query")
     metrics: tuple[str, ...] = static(("ndcg@10", "recall@10", "mrr@10"),
                                       doc="metric@k with k <= depth")
     batch_size: int = static(64, ">0", "query-document pairs scored together")
 
     def _validate(self):
-        bad = [m for m in self.metrics if "@" not in m or m.split("@")[0] not in METRICS
-               or not m.split("@")[1].isdigit()]
-        if bad:
-            raise ConfigError(f"eval.rerank.metrics: unknown {bad}; use metric@k, metric in "
-                              f"{', '.join(METRICS)}")
-        deepest = max(int(m.split("@")[1]) for m in self.metrics)
+        deepest = max(metric_cutoffs(self.metrics, option="eval.rerank.metrics"))
         if deepest > self.depth:
             raise ConfigError(f"eval.rerank.metrics: a cut-off of {deepest} is deeper than "
                               f"eval.rerank.depth={self.depth} (reranking cannot reach past it)")
@@ -156,7 +151,7 @@ class Rerank(Evaluator):
         self.first_stage, self.depth, self.batch_size = first_stage, depth, batch_size
         self.metrics, self.bootstrap = tuple(metrics), bootstrap
         RerankOptions(depth=depth, metrics=self.metrics)  # the section's checks, for callers too
-        self.ks = sorted({int(m.split("@")[1]) for m in self.metrics})
+        self.ks = list(metric_cutoffs(self.metrics, option="eval.rerank.metrics"))
 
     def run(self, variables):
         score_fn = getattr(self.embedder, "score_fn", None)

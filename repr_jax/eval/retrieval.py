@@ -27,12 +27,45 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from repr_jax.config import config, static
+from repr_jax.config import ConfigError, config, static
 from repr_jax.eval.base import Evaluator
 from repr_jax.eval.stats import with_ci
 
 SIMILARITIES = ("cosine", "dot", "l2")
 METRICS = ("recall", "precision", "mrr", "ndcg", "map")
+
+
+def metric_cutoffs(metrics: Sequence[str] | str, *, option: str) -> tuple[int, ...]:
+    """The distinct cut-offs ``k`` (sorted) of ``metric@k`` names, each checked first: the
+    metric one of :data:`METRICS`, ``k`` a whole number of at least 1 (the top k documents).
+    Anything else is a one-line :class:`ConfigError` (a ValueError) naming ``option`` (the flag
+    or config key that gave the names) and the name given. Every place that takes metric names
+    (``eval.retrieval.metrics``, ``eval.rerank.metrics``, ``eval.late_interaction.metrics``,
+    ``repr-jax compare --metrics``) checks them here, before any work.
+
+    >>> metric_cutoffs(("ndcg@10", "recall@100", "mrr@10"), option="--metrics")
+    (10, 100)
+    >>> try:
+    ...     metric_cutoffs(("ndcg@0",), option="--metrics")
+    ... except ValueError as e:
+    ...     print(str(e)[:39])
+    --metrics: 'ndcg@0': the cut-off k must
+    """
+    names = (metrics,) if isinstance(metrics, str) else tuple(metrics)
+    if not names:
+        raise ConfigError(f"{option}: no metric given; use metric@k, metric in "
+                          f"{', '.join(METRICS)}")
+    ks = set()
+    for m in names:
+        name, at, k = str(m).partition("@")
+        if name not in METRICS or not at:
+            raise ConfigError(f"{option}: {m!r} is not metric@k with metric in "
+                              f"{', '.join(METRICS)}")
+        if not re.fullmatch(r"[0-9]+", k) or int(k) < 1:
+            raise ConfigError(f"{option}: {m!r}: the cut-off k must be a whole number of at "
+                              f"least 1 (metric@k: the top k documents), got {k or 'nothing'}")
+        ks.add(int(k))
+    return tuple(sorted(ks))
 
 
 def _normalize(x):
@@ -569,6 +602,9 @@ class RetrievalOptions:
     similarity: str = static("cosine", SIMILARITIES)
     max_queries: int = static(2000, ">0", "retrieval over the test pairs: first N pairs")
 
+    def _validate(self):
+        metric_cutoffs(self.metrics, option="eval.retrieval.metrics")
+
 
 class Retrieval(Evaluator):
     """Exact top-k retrieval on every retrieval task (see :func:`retrieval_tasks`), with per-query
@@ -586,10 +622,7 @@ class Retrieval(Evaluator):
         super().__init__(embedder)
         self.metrics, self.similarity = tuple(metrics), similarity
         self.max_queries, self.bootstrap = max_queries, bootstrap
-        self.ks = sorted({int(m.split("@")[1]) for m in self.metrics})
-        unknown = [m for m in self.metrics if m.split("@")[0] not in METRICS]
-        if unknown:
-            raise ValueError(f"unknown retrieval metrics {unknown}; use metric@k, metric in {METRICS}")
+        self.ks = list(metric_cutoffs(self.metrics, option="eval.retrieval.metrics"))
 
     def run(self, variables):
         for prefix, per_q in per_query_metrics(self.embedder, variables, ks=self.ks,

@@ -1,10 +1,19 @@
 """``repr-jax compare RUN_A RUN_B ...``: paired bootstrap differences between trained runs (or a
-run and BM25) on the same queries of a retrieval set, as the studies compute them.
+run, BM25 and a pretrained model) on the same queries of a retrieval set, as the studies compute
+them.
 
 Two runs' ± intervals can overlap while the paired difference is clear: both models answer the
 same queries, so the per-query differences are what is resampled (Koehn 2004). Each run embeds
-the set with its own tokenizer, lengths and prefixes; ``bm25`` stands for the lexical baseline.
-The first name is the baseline every other is compared with.
+the set with its own tokenizer, lengths and prefixes; ``bm25`` stands for the lexical baseline
+and ``minilm`` (or a local sentence-transformers folder: what ``encoder.init_from`` and ``repr-jax
+mine --init-from`` read) for the untrained starting model, which embeds the set's texts with its
+own tokenizer at its own length (fine-tuned against zero-shot needs no dummy run). The first name
+is the baseline every other is compared with.
+
+An arm, like a reranker's first stage (``eval.rerank.first_stage``), must retrieve by one vector
+per text: a text bi-encoder run (:data:`BI_ENCODERS`), a pretrained sentence-transformers model, or
+BM25 (:func:`check_arm`, before any work). A cross-encoder's or ColBERT's pooled vector, or an
+image run, is refused with the reason.
 """
 
 from __future__ import annotations
@@ -15,20 +24,56 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-BM25_NAME = "bm25"
+from repr_jax.train.arms import check_arm
+
 FIELDS = ("set", "metric", "run", "baseline", "value", "baseline_value", "difference",
           "diff_low", "diff_high", "p_value", "queries")
 
 
+def _texts_sets(sets: Sequence[str]) -> list:
+    """The named retrieval sets, read for their texts (BM25's and a pretrained model's input)."""
+    from repr_jax.data import eval_sets
+    return [eval_sets.beir(s[len("beir:"):]) if s.startswith("beir:")
+            else eval_sets.load_eval_set(s) for s in sets]
+
+
+def pretrained_encoders(name: str):
+    """The query and document encoders of pretrained model ``name`` (``minilm`` or a
+    sentence-transformers folder), as ``repr-jax mine --init-from`` builds them
+    (:func:`repr_jax.train.mine.encoders_of`): its tokenizer, its length, no run."""
+    from repr_jax.train.mine import encoders_of
+    return encoders_of(init_from=name, progress=f"{Path(name).name}: encoding")
+
+
+def pretrained_topk(encoders, s, k: int):
+    """``[Q, k]`` corpus indices of set ``s``'s queries by cosine similarity of ``encoders``'
+    embeddings of its texts (a pretrained sentence-transformers model's way)."""
+    import jax.numpy as jnp
+    import numpy as np
+
+    from repr_jax.eval.retrieval import retrieve
+    q, c = encoders.query(s.texts[0]), encoders.document(s.texts[1])
+    return np.asarray(retrieve(jnp.asarray(q), jnp.asarray(c), k=k, similarity="cosine")[1])
+
+
 def _per_query(name: str, sets: Sequence[str], ks: Sequence[int]) -> dict[str, dict]:
-    """``{set name: {metric: [Q] values}}`` of one run (or BM25) on the named sets."""
-    from repr_jax.eval.retrieval import per_query_metrics
-    if name == BM25_NAME:
-        from repr_jax.data import eval_sets
+    """``{set name: {metric: [Q] values}}`` of one run (or BM25, or a pretrained model) on the
+    named sets."""
+    from repr_jax.eval.retrieval import per_query_metrics, topk_metrics, without
+    kind = check_arm(name, label=name)
+    if kind == "bm25":
         from repr_jax.eval.bm25 import bm25_per_query
-        loaded = [eval_sets.beir(s[len("beir:"):]) if s.startswith("beir:")
-                  else eval_sets.load_eval_set(s) for s in sets]
-        return {p.rstrip("/"): m for p, m in bm25_per_query(loaded, ks=ks)}
+        return {p.rstrip("/"): m for p, m in bm25_per_query(_texts_sets(sets), ks=ks)}
+    if kind == "pretrained":
+        encoders, out = pretrained_encoders(name), {}
+        for s in _texts_sets(sets):
+            if getattr(s, "texts", None) is None:
+                continue
+            extra = int(s.exclude is not None)
+            idx = pretrained_topk(encoders, s, max(ks) + extra)
+            out[s.name] = topk_metrics(without(idx, s.exclude) if extra else idx, s.qrels, ks,
+                                       per_query=True)
+        return out
     embedder, variables, cfg = run_embedder(name, sets)
     return {p.rstrip("/"): m for p, m in
             per_query_metrics(embedder, variables, ks=ks,
@@ -57,12 +102,22 @@ def run_embedder(run_dir: str, sets: Sequence[str]):
 
 def run_candidates(run_dir: str):
     """``candidates(s, k) -> [Q, k]``: the top ``k`` of bi-encoder run ``run_dir`` (its own
-    tokenizer, lengths and towers; exact search) on the set named like ``s``: a reranker's
+    tokenizer, lengths and towers; exact search) on the set named like ``s``, or of a pretrained
+    model (``minilm``, a sentence-transformers folder: over the set's texts): a reranker's
     first stage (``eval.rerank.first_stage=RUN_DIR``). Cost as :func:`compare` for one run."""
     from repr_jax.eval.retrieval import retrieval_tasks, retrieve
-    if not (Path(run_dir) / "config.json").is_file():
-        raise ValueError(f"eval.rerank.first_stage={run_dir}: neither bm25 nor a run directory "
-                         f"(no config.json)")
+    label = f"eval.rerank.first_stage={run_dir}"
+    if check_arm(run_dir, label=label) == "pretrained":
+        built = {}  # the model, read once for every set
+
+        def pretrained(s, k: int):
+            if getattr(s, "texts", None) is None:
+                raise ValueError(f"{label} needs {s.name}'s texts (a beir: set or "
+                                 f"wordnet_retrieval)")
+            if "encoders" not in built:
+                built["encoders"] = pretrained_encoders(run_dir)
+            return pretrained_topk(built["encoders"], s, k)
+        return pretrained
 
     def candidates(s, k: int):
         embedder, variables, cfg = run_embedder(run_dir, [s.source or s.name])
@@ -88,31 +143,27 @@ def compare(names: Sequence[str], *, sets: Sequence[str] = (),
     (``O((Q + N) T)`` encoder passes) and searches it exactly (``O(Q N D)``); the tests
     ``O(R M B Q)`` for R runs, M metrics, B resamples."""
     from repr_jax import files
-    from repr_jax.eval.retrieval import METRICS
+    from repr_jax.eval.retrieval import metric_cutoffs
     from repr_jax.eval.stats import paired_row
     if len(names) < 2:
         raise ValueError("compare needs at least two runs (the first is the baseline)")
-    bad = [m for m in metrics if m.split("@")[0] not in METRICS or "@" not in m]
-    if bad:
-        raise ValueError(f"unknown metrics {bad}; use metric@k, metric in {', '.join(METRICS)}")
-    for n in names:
-        if n != BM25_NAME and not (Path(n) / "config.json").is_file():
-            raise ValueError(f"{n}: not a run directory (no config.json) nor {BM25_NAME!r}")
+    ks = metric_cutoffs(metrics, option="--metrics")
+    kinds = {n: check_arm(n, label=f"compare {n}") for n in names}
     if out is not None:
         out = files.check_output(out, flag="--out", inputs=())
         if out.suffix != ".csv":
             raise ValueError(f"--out {out}: name a .csv file (the JSON goes beside it)")
         files.check_output(out.with_suffix(".json"), flag="--out's JSON")
     if not sets:
-        first = next((n for n in names if n != BM25_NAME), None)
+        first = next((n for n in names if kinds[n] == "run"), None)
         if first is None:
-            raise ValueError("give --set: BM25 alone names no evaluation set")
+            raise ValueError("give --set: bm25 and pretrained models name no evaluation set "
+                             "(only a run's eval.sets do)")
         from repr_jax import config as config_lib
         cfg = config_lib.load_json(Path(first) / "config.json")
         sets = [s for s in cfg.eval.sets if s.startswith("beir:") or s == "wordnet_retrieval"]
         if not sets:
             raise ValueError(f"{first}: its eval.sets have no retrieval set; give --set beir:DIR")
-    ks = sorted({int(m.split("@")[1]) for m in metrics})
     per = {n: _per_query(n, sets, ks) for n in names}
     base, rows = names[0], []
     for set_name in per[base]:

@@ -46,9 +46,42 @@ def _latest_rows(workdir: Path) -> tuple[int | None, list[dict]]:
     return steps[-1], rows
 
 
-def model_card(workdir: Path, cfg: Config, fmt: str, step: int) -> str:
-    """A README.md: what was trained on what, how it evaluates (with intervals), and the command
-    that reproduces it."""
+def usage(fmt: str, two_towers: bool) -> list[str]:
+    """The model card's "Usage" lines: sentence-transformers' ``encode_query`` /
+    ``encode_document`` (a two-tower export's two towers; the run's instructions as prompts),
+    or :func:`repr_jax.encoders.load_exported` for a safetensors export."""
+    if fmt != FORMATS[0]:
+        return ["## Usage", "", ("The query tower of the dual encoder (the document tower is in "
+                                 "the sentence-transformers export). " if two_towers else "")
+                + "Rebuilt with repr_jax:", "", "```python",
+                "from repr_jax.encoders import load_exported", "",
+                'module, variables = load_exported("path/to/this/folder")',
+                "embeddings, _ = module.apply(variables, inputs)  # inputs as the run's data "
+                "(token ids [B, T] for text)", "```", ""]
+    if two_towers:
+        lead = ("Two towers behind a Router: `encode_query` embeds queries with the query "
+                "tower, `encode_document` documents with the document tower (plain `encode` "
+                "takes the document tower). Embed each side with its own method "
+                "(sentence-transformers >= 5):")
+    else:
+        lead = ("One encoder for queries and documents; `encode_query` / "
+                "`encode_document` add the run's query / document instruction where it had "
+                "one (sentence-transformers >= 5):")
+    return ["## Usage", "", lead, "", "```python",
+            "from sentence_transformers import SentenceTransformer", "",
+            'model = SentenceTransformer("path/to/this/folder")',
+            'queries = model.encode_query(["how do magnets work?"])',
+            'documents = model.encode_document(["A magnet makes a magnetic field.", '
+            '"Bread is baked from dough."])',
+            "print(model.similarity(queries, documents))  # [1, 2]: the query against each "
+            "document", "```", ""]
+
+
+def model_card(workdir: Path, cfg: Config, fmt: str, step: int, *,
+               two_towers: bool = False) -> str:
+    """A README.md: what was trained on what, how it evaluates (with intervals), how to use it
+    (:func:`usage`; ``two_towers``: the export keeps a query and a document tower), and the
+    command that reproduces it."""
     eval_step, rows = _latest_rows(workdir)
     e, m, d, t = cfg.encoder, cfg.method, cfg.data, cfg.train
     lines = [
@@ -75,7 +108,7 @@ def model_card(workdir: Path, cfg: Config, fmt: str, step: int) -> str:
                   f"interval):", "", "```", format_table(rows), "```"]
     else:
         lines.append("(no evaluation recorded)")
-    lines += ["", "## Reproduce", "", "```bash",
+    lines += ["", *usage(fmt, two_towers), "## Reproduce", "", "```bash",
               f"repr-jax train --config {RUN_CONFIG} --workdir runs/reproduced   # the run's "
               "config, beside this card",
               f"repr-jax export --workdir runs/reproduced --format {fmt} --out OUT",
@@ -116,8 +149,10 @@ def as_sentence_transformer(cfg: Config, dataset, encoder_params: dict) -> Loade
 
 
 def export_run(workdir: str | Path, fmt: str, out: str | Path) -> Path:
-    """Exports the encoder of ``workdir``'s latest checkpoint (a dual encoder's first tower) to
-    ``out`` as ``fmt`` (one of :data:`FORMATS`), with a model card."""
+    """Exports the encoder(s) of ``workdir``'s latest checkpoint to ``out`` as ``fmt`` (one of
+    :data:`FORMATS`), with a model card: sentence-transformers keeps a two-tower model's query
+    and document towers (:func:`write_sentence_transformer`), safetensors one encoder (a dual
+    encoder's query tower)."""
     if fmt not in FORMATS:
         raise ConfigError(f"--format {fmt!r}: choose {' or '.join(FORMATS)}")
     workdir, out = Path(workdir), Path(out)
@@ -137,7 +172,8 @@ def export_run(workdir: str | Path, fmt: str, out: str | Path) -> Path:
     if cfg.optim.lora_rank:  # adapters folded into their kernels: the plain encoder, same outputs
         tensors = flatten_tree(merged(unflatten_tree(tensors), LoRA(
             cfg.optim.lora_rank, cfg.optim.lora_alpha).scale))
-    card = model_card(workdir, cfg, fmt, step)
+    card = model_card(workdir, cfg, fmt, step,
+                      two_towers=len(_routes(cfg, subtrees)) == 2)
     if fmt == "safetensors":
         module = encoder_module(cfg, dataset)
         encoder = {k: v for k, v in config_lib.to_dict(cfg.encoder).items()

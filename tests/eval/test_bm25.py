@@ -83,3 +83,30 @@ def test_a_text_run_has_a_bm25_reference_row_per_set(tmp_path):
     trained = [r for r in rows if r["representation"] not in (bm25.NAME,)
                and r["metric"] == "beir_coll/ndcg@10"]
     assert trained and lexical["beir_coll/ndcg@10"] > 0.3
+
+
+def test_indexing_logs_no_debug_line_once_the_root_logger_has_a_handler():
+    """Issue 49: `repr-jax compare ... bm25` printed `DEBUG:bm25s:Building index from tokens`:
+    bm25s sets its logger to DEBUG, and absl gives the root logger a handler the first time
+    orbax logs. bm25s' records now follow the root logger's level."""
+    import logging
+
+    class Kept(logging.Handler):
+        def __init__(self):
+            super().__init__(logging.NOTSET)
+            self.records = []
+
+        def emit(self, record):
+            self.records.append(record)
+
+    root, kept = logging.getLogger(), Kept()
+    level = root.level
+    root.addHandler(kept)
+    root.setLevel(logging.WARNING)  # the default an application that configured nothing has
+    try:
+        bm25.BM25(["a cat sat", "a dog ran", "the cat ran"]).topk(["cat"], 2)
+    finally:
+        root.removeHandler(kept)
+        root.setLevel(level)
+    assert not [r for r in kept.records if r.name.startswith("bm25s")], \
+        [r.getMessage() for r in kept.records]

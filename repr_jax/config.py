@@ -237,7 +237,7 @@ class EvalConfig:
     evaluators: tuple[str, ...] = static(
         ("linear_probe", "knn", "fewshot", "retrieval", "sts", "clustering", "geometry"),
         doc="linear_probe | knn | fewshot | retrieval | quantization | sts | clustering | geometry | "
-            "layerwise | matryoshka | rerank | late_interaction (searches need pairs or sets)")
+            "layerwise | matryoshka | rerank | late_interaction | sae (searches: pairs or sets)")
     sets: tuple[str, ...] = static((), doc="extra evaluation sets: lee | wordsim353 | simlex999 | "
                                            "polarity | wordnet_retrieval | latent_retrieval | "
                                            "latent_sts | beir:DIR (its test qrels)")

@@ -24,16 +24,18 @@ from repr_jax.eval.late_interaction import LateInteraction
 from repr_jax.eval.rerank import Rerank
 from repr_jax.eval.retrieval import (Retrieval, class_qrels, rerank, retrieval_metrics,
                                      retrieve, topk_metrics)
+from repr_jax.eval.sae import SAE
 from repr_jax.eval.stats import Estimate, bootstrap_ci, paired_bootstrap
 from repr_jax.eval.sts import STS, sts_correlation
 
 EVALUATORS = {e.name: e for e in (LinearProbe, KNN, FewShot, Retrieval, Quantization, STS,
                                   Clustering, Geometry, Layerwise, Matryoshka, Rerank,
-                                  LateInteraction)}
+                                  LateInteraction, SAE)}
 # What layerwise and matryoshka can run per layer / prefix: every evaluator but themselves (and
-# rerank and late_interaction, which use the whole model's pair scores or token vectors).
+# rerank, late_interaction and sae, which use the whole model's pair scores, token vectors or
+# reconstruction).
 PROTOCOLS = tuple(name for name in EVALUATORS
-                  if name not in ("layerwise", "matryoshka", "rerank", "late_interaction"))
+                  if name not in ("layerwise", "matryoshka", "rerank", "late_interaction", "sae"))
 
 
 def option_classes() -> dict[str, type]:

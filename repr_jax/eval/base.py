@@ -62,6 +62,8 @@ class Embedder:
     (``(variables, q_ids, d_ids) -> [B]``) is a model that scores a query with a document (a
     cross-encoder): what reranking uses; ``token_fns`` (``{"query", "doc"}: (variables, ids) ->
     (vectors [B, T, d], mask [B, T])``) a vector per token: what late-interaction search uses.
+    ``reconstruct_fn`` (``which="reconstruct"``: ``(variables, x) -> x_hat`` shaped like ``x``) a
+    model that reconstructs its inputs (a sparse autoencoder): what the ``sae`` evaluator reads.
 
     ``splits`` maps split names to ``{"x", "label", ...}`` arrays (or streamed splits, whose rows are
     read chunk by chunk); ``embedder(variables)`` gives
@@ -77,7 +79,8 @@ class Embedder:
                  eval_sets: Sequence[Any] = (), cache_dir: str | Path | None = None,
                  progress: str = "", pad_id: int | None = None,
                  score_fn: Callable | None = None, token_fns: dict | None = None,
-                 scratch_dir: str | Path | None = None):
+                 scratch_dir: str | Path | None = None,
+                 reconstruct_fn: PredictFn | None = None):
         self.splits = splits
         self.score_fn = score_fn  # (variables, q_ids, d_ids) -> [B]: a model that scores pairs
         self.token_fns = token_fns  # {"query"|"doc": (variables, ids) -> (vectors, mask)}
@@ -90,7 +93,8 @@ class Embedder:
         self.batch_size = batch_size
         self.eval_sets = tuple(eval_sets)
         self._fns = {"x": predict_fn, "query": query_fn or predict_fn,
-                     "pos": pos_fn or predict_fn, "layers": layers_fn}
+                     "pos": pos_fn or predict_fn, "layers": layers_fn,
+                     "reconstruct": reconstruct_fn}
         self._jitted: dict[str, Callable] = {}
         self._variables: Any = None
         self._cache: dict[tuple[int, str], Any] = {}
@@ -100,6 +104,10 @@ class Embedder:
     @property
     def has_layers(self) -> bool:
         return self._fns["layers"] is not None
+
+    @property
+    def has_reconstruction(self) -> bool:
+        return self._fns["reconstruct"] is not None
 
     def sets(self, kind: str) -> list[Any]:
         return [s for s in self.eval_sets if s.kind == kind]

@@ -73,6 +73,9 @@ def estimate(name: str, s: Shape, options: dict[str, Any]) -> tuple[float, float
         return pairs * 6 * 24 * d * d * 128, 4 * options.get("batch_size", 64) * 128 * 4 * d
     if name == "late_interaction":  # q x n documents, ~32 x 128 token pairs each, width 128
         return 2 * q * n * 32 * 128 * 128, 2 * n * 128 * 128
+    if name == "sae":  # the latents and the reconstruction of the test split, bootstrap
+        latents, width = d, max(s.input_dim, 1)
+        return 2 * 2 * q * width * latents + 3 * boot * q, 4 * q * (latents + 2 * width)
     if name in ("layerwise", "matryoshka"):
         inner = {k: v for k, v in options.items() if k not in ("protocol", "dims")}
         f, m = estimate(options.get("protocol", "linear_probe"), s, inner)

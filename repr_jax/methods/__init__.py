@@ -9,6 +9,7 @@
 | supervised | supervised.py | cross-entropy baseline |
 | cross_encoder | cross_encoder.py | a reranker reading query and document together |
 | colbert | colbert.py | late interaction: a vector per token, MaxSim |
+| sae | sae.py | a sparse autoencoder on activation vectors (topk, batchtopk, jumprelu, relu) |
 
 Each method's file declares its config section (the ``method`` fields it has, e.g. VICReg's three
 loss weights) and its builder, bundled as a :class:`MethodSpec`; adding a method is that file plus
@@ -17,7 +18,8 @@ wrap the pair objective of the methods whose sections have those fields.
 """
 
 from repr_jax.config import ConfigError
-from repr_jax.methods import colbert, cross_encoder, dual_encoder, masked, momentum, siamese, supervised
+from repr_jax.methods import (colbert, cross_encoder, dual_encoder, masked, momentum, sae,
+                              siamese, supervised)
 from repr_jax.methods.base import BuildContext, Method, MethodSpec
 from repr_jax.sections import choose_section
 
@@ -29,6 +31,7 @@ METHODS: dict[str, MethodSpec] = {
     "mae": masked.MAE, "mlm": masked.MLM,
     "supervised": supervised.SUPERVISED,
     "cross_encoder": cross_encoder.CROSS_ENCODER, "colbert": colbert.COLBERT,
+    "sae": sae.SAE,
 }
 
 

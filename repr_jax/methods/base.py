@@ -13,7 +13,8 @@ a pure function
 where ``hp`` is the method's config section (its numeric fields are pytree leaves, possibly traced),
 ``model_state`` the non-trained collections (``batch_stats``) and ``extra`` method state such as an
 EMA teacher or a queue of keys. ``after_update(extra, params, hp)`` runs after each optimizer step
-(EMA updates).
+(EMA updates); ``project_params(params, hp) -> params`` too, before it, for methods whose
+parameters live on a constraint set (an SAE's unit-norm decoder rows, thresholds >= 0).
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ class Method:
     loss: LossFn
     init_extra: Callable[[jax.Array, dict], dict] = _no_extra  # (key, variables) -> extra
     after_update: Callable[[dict, Any, Any], dict] | None = None
+    project_params: Callable[[Any, Any], Any] | None = None  # (params, hp) -> params, each step
     local_views: bool = False  # its loss takes multi-crop's local views (data.views.local_crops)
 
     def init(self, key: jax.Array, batch: Batch) -> dict:
@@ -82,6 +84,16 @@ class Method:
     def score(self, variables: dict, q: jax.Array, d: jax.Array) -> jax.Array:
         """``[B]`` relevance scores of query ``q[i]`` with document ``d[i]`` (eval mode)."""
         return self.model.apply(variables, q, d, method=self.model.score)
+
+    @property
+    def reconstructs(self) -> bool:
+        """Whether the model reconstructs its inputs from the representation (an SAE): what the
+        ``sae`` evaluator reads."""
+        return hasattr(self.model, "reconstruct")
+
+    def reconstruct(self, variables: dict, x: jax.Array) -> jax.Array:
+        """The model's reconstruction of ``x``, shaped like it (eval mode)."""
+        return self.model.apply(variables, x, method=self.model.reconstruct)
 
     @property
     def has_token_vectors(self) -> bool:

@@ -82,13 +82,15 @@ class Representation:
     embed_layers: Callable | None = None
     score: Callable | None = None  # (variables, q_ids, d_ids) -> [B]: a pair-scoring model's
     tokens: dict | None = None  # {"query"|"doc": (variables, ids) -> (vectors, mask)}
+    reconstruct: Callable | None = None  # (variables, x) -> x_hat: a model that reconstructs x
 
     @classmethod
     def of(cls, method: Method, variables: Any) -> "Representation":
         return cls(method.embed, variables, method.embed_query, method.embed_pos,
                    method.embed_layers, method.score if method.scores_pairs else None,
                    {side: method.token_vectors(side) for side in ("query", "doc")}
-                   if method.has_token_vectors else None)
+                   if method.has_token_vectors else None,
+                   method.reconstruct if method.reconstructs else None)
 
 
 def evaluator_options(cfg: Config, name: str) -> dict[str, Any]:
@@ -222,6 +224,7 @@ def evaluate(cfg: Config, dataset: Dataset, representations: dict[str, Represent
                                            layers_fn=rep.embed_layers,
                                            eval_sets=eval_sets, pad_id=pad_id,
                                            score_fn=rep.score, token_fns=rep.tokens,
+                                           reconstruct_fn=rep.reconstruct,
                                            scratch_dir=scratch_dir,
                                            cache_dir=cache_dir / _slug(rep_name)
                                            if cache_dir and not rep_name.startswith(RAW)
@@ -263,7 +266,8 @@ _NEEDS = {"retrieval": "it needs a paired test split (x, x_pos) or a retrieval s
           "rerank": "it needs a method that scores pairs (cross_encoder) and a text retrieval "
                     "set in eval.sets (beir:DIR, wordnet_retrieval)",
           "late_interaction": "it needs a vector per token (method colbert, or the MiniLM "
-                              "reference) and paired text or a text retrieval set"}
+                              "reference) and paired text or a text retrieval set",
+          "sae": "it needs a model that reconstructs its inputs (method sae)"}
 
 
 def _needs(name: str) -> str:

@@ -100,6 +100,8 @@ def train_step(state: TrainState, batch: dict, hp: Any, *, method: Method,
                                    learning_rate=jax.tree.map(lambda s: lr * s, scales),
                                    weight_decay=o.weight_decay)
     params = whole(optax.apply_updates(train_params, updates))
+    if method.project_params is not None:  # back onto the method's constraint set
+        params = method.project_params(params, hp["method"])
     if method.after_update is not None:
         extra = method.after_update(extra, params, hp["method"])
     metrics = dict(metrics, loss=loss, grad_norm=optax.global_norm(grads), lr=lr)

@@ -39,7 +39,9 @@ def method_config(name, **method_kw):
         seed=0,
         data=C.DataConfig(name=dataset, num_examples=2000,  # token ids (mlm) take no views
                           **({} if name == "mlm" else
-                             {"views": C.ViewsConfig(noise=0.0 if name == "mae" else 0.1)})),
+                             # mae and sae reconstruct the inputs as they are
+                             {"views": C.ViewsConfig(noise=0.0 if name in ("mae", "sae")
+                                                     else 0.1)})),
         encoder=encoder,
         method=C.MethodConfig(name=name, **_own(name, dict(
             temperature=temperature, proj_hidden=64, proj_dim=32, pred_hidden=32, queue_size=256,

@@ -1,0 +1,91 @@
+"""Sparse-autoencoder quality on the evaluation inputs: how much of them the SAE reconstructs and
+how its latents fire (sae-lens's and SAEBench's core numbers).
+
+Rows, over the test split's ``N`` inputs ``x [N, D]``, their latents ``z [N, L]`` (the
+representation: ``embed``) and reconstructions ``x_hat [N, D]`` (the model's ``reconstruct``):
+
+* ``fvu``: the fraction of variance unexplained over the whole set, ``sum ||x - x_hat||^2 /
+  sum ||x - mean x||^2`` (``1 - explained variance``; :func:`repr_jax.objectives.sae.fvu` on the
+  set). Its interval resamples examples with the centring kept at the full set's mean (the
+  resample's own mean would move the denominator by O(1/N)).
+* ``l0``: the mean number of nonzero latents per input, with its interval.
+* ``dead_fraction``: latents that never fire on the ``N`` inputs (a set statistic: no interval).
+* ``dense_fraction``: latents firing on more than ``dense_threshold`` (10%) of the inputs.
+
+A representation that does not reconstruct (raw inputs, any method but ``sae``) gives no rows.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from repr_jax.config import config, static
+from repr_jax.eval.base import Embedder, Evaluator
+from repr_jax.eval.stats import with_ci
+
+
+@jax.jit
+def sae_statistics(x_NxD: jax.Array, x_hat_NxD: jax.Array, z_NxL: jax.Array
+                   ) -> dict[str, jax.Array]:
+    """Per-example ``resid`` ``||x - x_hat||^2``, ``centred`` ``||x - mean x||^2`` and ``l0``
+    ``[N]``, and each latent's ``firing_rate`` ``[L]`` (fraction of rows where it is nonzero).
+    Time O(N·(D + L)), memory O(N·(D + L)).
+
+    >>> x = jnp.array([[1.0, 0.0], [0.0, 2.0]])
+    >>> s = sae_statistics(x, x, jnp.array([[1.0, 0.0], [0.0, 0.0]]))
+    >>> s["resid"].tolist(), s["l0"].tolist(), s["firing_rate"].tolist()
+    ([0.0, 0.0], [1.0, 0.0], [0.5, 0.0])
+    """
+    x_NxD = x_NxD.astype(jnp.float32)
+    fires_NxL = z_NxL != 0
+    return {"resid": jnp.sum((x_NxD - x_hat_NxD.astype(jnp.float32)) ** 2, axis=1),
+            "centred": jnp.sum((x_NxD - jnp.mean(x_NxD, axis=0, keepdims=True)) ** 2, axis=1),
+            "l0": jnp.sum(fires_NxL, axis=1).astype(jnp.float32),
+            "firing_rate": jnp.mean(fires_NxL, axis=0)}
+
+
+def variance_ratio(resid_N: jax.Array, centred_N: jax.Array) -> jax.Array:
+    """``sum resid / sum centred``: the FVU of a set (or of a resample of its rows). Scalar."""
+    return jnp.sum(resid_N) / jnp.sum(centred_N)
+
+
+@config
+class SAEOptions:
+    """``eval.sae.*``: the options of :class:`SAE`."""
+    dense_threshold: float = static(0.1, "[0,1)", "a latent firing on more than this fraction of "
+                                                  "the inputs is dense")
+
+
+class SAE(Evaluator):
+    """Sparse-autoencoder quality (FVU, L0, dead and dense latents) of a model that reconstructs
+    its inputs, on the test split.
+
+    Cost (N test inputs of width D, L latents, R resamples): time O(N·D·L) for the latents and
+    the reconstruction (two encoder passes; the latents are the embedder's cached features) plus
+    O(R·N) for the intervals; memory O(N·(D + L))."""
+
+    name = "sae"
+    options = SAEOptions
+
+    def __init__(self, embedder: Embedder, *, dense_threshold: float = 0.1,
+                 bootstrap: int = 1000):
+        super().__init__(embedder)
+        self.dense_threshold, self.bootstrap = dense_threshold, bootstrap
+
+    def run(self, variables: Any) -> Iterator[tuple[str, float]]:
+        if not self.embedder.has_reconstruction:
+            return
+        x = self.embedder.splits["test"]["x"]
+        z_NxL = self.embedder.embed(variables, x)
+        x_hat_NxD = self.embedder.embed(variables, x, which="reconstruct")
+        x_NxD = jnp.asarray(np.asarray(x), jnp.float32).reshape(len(x), -1)
+        s = sae_statistics(x_NxD, x_hat_NxD, z_NxL)
+        yield "fvu", with_ci((s["resid"], s["centred"]), variance_ratio,
+                             bootstrap=self.bootstrap)
+        yield "l0", with_ci(s["l0"], bootstrap=self.bootstrap)
+        yield "dead_fraction", float(jnp.mean(s["firing_rate"] == 0))
+        yield "dense_fraction", float(jnp.mean(s["firing_rate"] > self.dense_threshold))

@@ -151,6 +151,37 @@ def _parser() -> argparse.ArgumentParser:
                    help="texts encoded at once (default 128)")
     m.add_argument("--no-progress", action="store_true", help="no progress bars")
 
+    a = sub.add_parser("activations", help="write a layer's activations (sparse autoencoders)",
+                       description="Write the residual stream after block --layer (or the "
+                       "pooled embedding) of a run or a local sentence-transformers model, one "
+                       "vector per kept token with its example and position, as a memory-mapped "
+                       "store with verified digests (train on it with --set "
+                       "data.name=activations:OUT). Resumes after a kill. Cost: time "
+                       "O(N T model) for N texts of T tokens, disk O(tokens D).")
+    a.add_argument("--workdir", default=None, help="a run directory written by `repr-jax train` "
+                   "(text_transformer, decoder_lm or vit)")
+    a.add_argument("--init-from", default=None, metavar="MODEL_DIR",
+                   help="instead of --workdir: a local sentence-transformers model directory, "
+                        "or minilm (the installed all-MiniLM-L6-v2 wheel)")
+    a.add_argument("--layer", required=True, metavar="L|embedding",
+                   help="the block whose output is written, counted from 0, or embedding (the "
+                        "pooled embedding, one vector per example)")
+    a.add_argument("--data", required=True, metavar="SOURCE",
+                   help="pairs:FILE (its distinct queries, then positives and negatives), "
+                        "beir:DIR (its corpus) or, with --workdir, a data.name the run reads "
+                        "(digits, imagefolder:DIR, ...)")
+    a.add_argument("--out", required=True, metavar="DIR", help="the store's folder (new, or "
+                   "one this command started: it resumes)")
+    a.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
+                   help="the stored values (default float32; bfloat16 halves the disk)")
+    a.add_argument("--split", default=None, help="a data.name source's split (default train)")
+    a.add_argument("--max-len", type=_at_least(0), default=0,
+                   help="tokens per text (default: the run's document length, or the model's "
+                        "max_seq_length)")
+    a.add_argument("--batch-size", type=_at_least(1), default=64,
+                   help="examples encoded at once (default 64)")
+    a.add_argument("--no-progress", action="store_true", help="no progress bars")
+
     s = sub.add_parser("score", help="a cross-encoder's scores for a pairs: file (distillation)",
                        description="Score each line's query with its positive and negatives by a "
                        "trained cross_encoder run and write the lines with positive_score and "
@@ -425,6 +456,10 @@ def _train(args) -> int:
     if args.print_config:
         print(json.dumps(config_lib.to_dict(cfg), indent=2))
         print(f"repr-jax: note: {_warmup_line(cfg)}", file=sys.stderr)
+        if cfg.method.name == "sae":
+            print(f"repr-jax: note: method.name='sae' does not use the encoder section (encoder."
+                  f"name={cfg.encoder.name!r}): the sparse autoencoder is the model, on the input "
+                  f"vectors", file=sys.stderr)
         return 0
     for line in _reach_of(args.config, cfg):
         print(line, file=sys.stderr)
@@ -470,6 +505,15 @@ def _mine(args) -> int:
          max_score=args.max_score, num_negatives=args.num_negatives, sampling=args.sampling,
          seed=args.seed, max_len=args.max_len, batch_size=args.batch_size,
          progress=not args.no_progress, bm25=args.bm25)
+    return 0
+
+
+def _activations(args) -> int:
+    from repr_jax.train.activations import activations
+    activations(out=args.out, layer=args.layer, data=args.data, workdir=args.workdir,
+                init_from=args.init_from, dtype=args.dtype, split=args.split,
+                max_len=args.max_len, batch_size=args.batch_size,
+                progress=not args.no_progress)
     return 0
 
 
@@ -523,7 +567,8 @@ def main(argv: list[str] | None = None) -> int:
         _check_folder_args(args)
         return {"train": _train, "eval": _eval, "sweep": _sweep, "study": _study,
                 "fit": _fit, "export": _export, "list": _list, "mine": _mine,
-                "compare": _compare, "score": _score}[args.command](args)
+                "compare": _compare, "score": _score,
+                "activations": _activations}[args.command](args)
     except BrokenPipeError:  # `repr-jax ... | head`: the reader left; no traceback for that
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1

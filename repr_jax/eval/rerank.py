@@ -84,7 +84,7 @@ def reorder(candidates_QxK: np.ndarray, scores_QxK: np.ndarray) -> np.ndarray:
 def check_rerank(depth: int, sets: Sequence) -> None:
     """A one-line ValueError for a depth deeper than a retrieval set's corpus, checked before
     anything trains or is encoded (the first stage is checked where runs are read:
-    :func:`repr_jax.train.compare.check_arm`)."""
+    :func:`repr_jax.train.arms.check_arm`)."""
     for s in sets:
         if s.kind == "retrieval":
             _check_depth(depth, s)

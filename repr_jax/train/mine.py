@@ -64,7 +64,7 @@ def input_files(spec: str) -> list[Path]:
 def check_text_run(workdir: str | Path) -> None:
     """A one-line ValueError when the run in ``workdir`` does not read text with a tokenizer
     (its towers could not encode the pairs' text). (A reranker's first stage and a compare arm
-    are checked by :func:`repr_jax.train.compare.check_arm`, which names their own option.)"""
+    are checked by :func:`repr_jax.train.arms.check_arm`, which names their own option.)"""
     from repr_jax import config as config_lib
     from repr_jax.data.tokenizer import TextData
     from repr_jax.encoders import TOKEN_FAMILIES

@@ -218,3 +218,47 @@ li.trim_padding = _paused
         r.stderr.splitlines(), r.stderr[-2000:]
     assert _tree(killed) == _tree(full)  # eval rows, plots and feature caches, byte for byte
     assert _temporaries(tmp_path) == []
+
+
+@pytest.mark.slow
+def test_activations_killed_mid_store_and_mid_move(tmp_path):
+    """``repr-jax activations`` killed with a chunk's vectors written but not yet recorded, then
+    again between moving its two files into place: each rerun finishes the store, byte for byte
+    the uninterrupted one, and leaves nothing else in --out."""
+    from repr_jax import config as C
+    pairs = _pairs_file(tmp_path / "pairs.jsonl")
+    run = _text_run(tmp_path, f"pairs:{pairs}",
+                    C.MethodConfig(name="biencoder", objective="info_nce", proj_dim=16))
+    argv = ["activations", "--workdir", str(run), "--layer", "0", "--data", f"pairs:{pairs}",
+            "--batch-size", "2", "--no-progress"]
+    full, killed = tmp_path / "full", tmp_path / "killed"
+    _cli(tmp_path, *argv, "--out", str(full))
+
+    mid_store = """
+import repr_jax.files as rf
+_append = rf.append_line
+def _paused(path, line):
+    if '"chunk": 1,' in line:  # chunk 1's vectors are on disk, not yet recorded
+        print("paused", path, flush=True)
+        time.sleep(600)
+    return _append(path, line)
+rf.append_line = _paused
+"""
+    seen = Path(_kill_when_paused(tmp_path, mid_store, *argv, "--out", str(killed)))
+    assert seen == killed / ".progress.jsonl" and (killed / ".vectors.npy.partial").exists()
+    mid_move = """
+_replace = os.replace
+def _paused(src, dst):
+    if str(src).endswith(".index.npy.partial"):  # vectors.npy moved, index.npy not yet
+        print("paused", src, flush=True)
+        time.sleep(600)
+    return _replace(src, dst)
+os.replace = _paused
+"""
+    seen = Path(_kill_when_paused(tmp_path, mid_move, *argv, "--out", str(killed)))
+    assert seen == killed / ".index.npy.partial" and (killed / "vectors.npy").exists()
+
+    _cli(tmp_path, *argv, "--out", str(killed))
+    assert _tree(killed) == _tree(full)
+    assert sorted(p.name for p in killed.iterdir()) == sorted(p.name for p in full.iterdir())
+    assert _temporaries(tmp_path) == []

@@ -459,6 +459,19 @@ def write_verified(path: str | Path, data: bytes) -> Path:
     return path
 
 
+def record_digest(path: str | Path) -> str:
+    """Writes, beside a file already in place (too large to hold, e.g. a memory-mapped store),
+    its digest as :func:`write_verified` does, hashed in chunks; returns it. Time
+    ``O(size)``, memory ``O(1)``."""
+    import hashlib
+    path, digest = Path(path), hashlib.blake2b(digest_size=32)
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 24):
+            digest.update(chunk)
+    write_text(_digest_path(path), digest.hexdigest() + "\n")
+    return digest.hexdigest()
+
+
 def verified(path: str | Path, *, read: bool = True) -> tuple[bytes | None, str]:
     """``(bytes, "")`` of a cache file written by :func:`write_verified` whose content still
     matches its recorded digest (``read=False``: ``(None, "")``, the file hashed in chunks and

@@ -256,14 +256,6 @@ def _trim(ids: np.ndarray, valid: np.ndarray, bucket: int = 16) -> np.ndarray:
     return ids[:, :width] if width < ids.shape[1] else ids
 
 
-def _file_digest(path: Path) -> str:
-    digest = hashlib.blake2b(digest_size=32)
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 24):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def _region_digest(vectors: np.ndarray, index: np.ndarray, start: int, stop: int) -> str:
     """The digest of rows ``[start, stop)`` of both partial files (what a chunk wrote)."""
     digest = hashlib.blake2b(digest_size=32)
@@ -507,7 +499,6 @@ def _write(out: Path, model: Model, x, *, layer, dtype: str, batch_size: int, id
         partial, final = out / PARTIAL.format(name), out / name
         with open(partial, "rb+") as fh:
             os.fsync(fh.fileno())
-        digest = _file_digest(partial)
         os.replace(partial, final)
-        files.write_text(f"{final}.blake2b", digest + "\n")
+        files.record_digest(final)
     return {"vectors": total, "width": width}

@@ -217,8 +217,8 @@ def input_statistics(split: Any, n: int = INIT_SAMPLE, seed: int = 0) -> tuple[n
     """``(mean [D], scaling factor)`` of up to ``n`` rows of ``split["x"]`` drawn without
     replacement (seed ``seed``, read in file order): the decoder bias init and sae-lens's
     ``sqrt(D) / mean ||x||``. Time O(n·D), memory O(n·D)."""
-    total = len(split["x"])
-    rows = np.sort(np.random.default_rng(seed).permutation(total)[:n])
+    total = len(split["x"])  # O(n) draw: no permutation of all the store's rows
+    rows = np.sort(np.random.default_rng(seed).choice(total, min(n, total), replace=False))
     x_NxD = np.asarray(split["x"][rows], np.float64).reshape(len(rows), -1)
     norm = float(np.mean(np.linalg.norm(x_NxD, axis=1)))
     if not norm > 0:

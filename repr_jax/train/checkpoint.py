@@ -105,6 +105,43 @@ def finite_members(params: Any, stacked: bool) -> np.ndarray:
     return _host(_finite_rows(params)) if stacked else np.array([all_finite(params)])
 
 
+def _shapes(tree: Any) -> dict[tuple[str, ...], tuple[int, ...]]:
+    """``{key names: shape}`` of a tree's arrays (attribute, dict key or index names alike)."""
+    def name(k):
+        return str(getattr(k, "name", getattr(k, "key", getattr(k, "idx", k))))
+    return {tuple(map(name, path)): tuple(leaf.shape)
+            for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]
+            if hasattr(leaf, "shape")}
+
+
+def _check_shapes(step: int, path: Path, abstract: Any) -> None:
+    """A ConfigError (nothing moved: the checkpoint is not damaged) when the arrays on disk are
+    not the ones this config and data give — another shape, or arrays one side lacks: the run's
+    data, config or code changed since it was written (an activation store rewritten from a model
+    of another width, say). Metadata that cannot be read is left to the restore, which reports
+    damage."""
+    try:
+        with ocp.StandardCheckpointer() as reader:
+            meta = reader.metadata(path / "state")
+        saved = _shapes(getattr(getattr(meta, "item_metadata", meta), "tree", meta))
+    except Exception:  # noqa: BLE001 - unreadable metadata: the restore says what is wrong
+        return
+    wanted = _shapes(abstract)
+    where = f"checkpoint step {step} ({path})"
+    why = ("its data, config or code changed since it was written (a dataset of another "
+           "width?); not restored, nothing moved")
+    for key, shape in wanted.items():
+        if key in saved and saved[key] != shape:
+            raise ConfigError(f"{where} holds {'/'.join(key)} of shape {list(saved[key])}, but "
+                              f"this run's config and data give {list(shape)}: {why}")
+    for keys, side in ((set(wanted) - set(saved), "lacks"), (set(saved) - set(wanted), "holds")):
+        if keys:
+            names = ", ".join("/".join(k) for k in sorted(keys)[:3])
+            raise ConfigError(f"{where} {side} {names}{' ...' if len(keys) > 3 else ''}, which "
+                              f"this run's config {'needs' if side == 'lacks' else 'does not'}"
+                              f"{'' if side == 'lacks' else ' have'}: {why}")
+
+
 class Checkpointer:
     """Saves states (asynchronously, with their checksums) and restores the latest one that
     verifies, sharded like the state it is given."""
@@ -149,6 +186,8 @@ class Checkpointer:
         abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, like_state)
         _check_files(step, path)
         legacy = (path / "default").is_dir()  # written before checksums were kept
+        if not legacy:
+            _check_shapes(step, path, abstract)
         try:
             if legacy:
                 with ocp.StandardCheckpointer() as reader:  # not the manager: it stays multi-item

@@ -55,6 +55,26 @@ def test_a_stacked_population_state_saves_under_its_shared_step(tmp_path):
     assert Checkpointer(tmp_path / "checkpoints").latest_step() == 4
 
 
+def test_a_state_of_other_shapes_or_arrays_is_refused_and_nothing_is_moved(tmp_path):
+    """A run whose data or config changed under it (an activation store of another width) gives
+    arrays of other shapes, or other arrays: one line naming the array, the checkpoint stays."""
+    ckpt = Checkpointer(tmp_path / "checkpoints")
+    ckpt.save(_state(2))
+    ckpt.close()
+    wider = _state(0).replace(w=jnp.zeros((3, 6)))
+    with pytest.raises(ConfigError, match=r"holds w of shape \[3, 4\], but this run's config "
+                                          r"and data give \[3, 6\].*nothing moved"):
+        restore_latest(tmp_path, wider)
+    more = _state(0).replace(nested={**_state(0).nested, "k": jnp.zeros(())})
+    with pytest.raises(ConfigError, match="lacks nested/k, which this run's config needs"):
+        restore_latest(tmp_path, more)
+    fewer = _state(0).replace(nested={"b": jnp.zeros(5)})
+    with pytest.raises(ConfigError, match="holds nested/big, which this run's config does not"):
+        restore_latest(tmp_path, fewer)
+    assert [p.name for p in tmp_path.iterdir()] == ["checkpoints"]  # nothing moved aside
+    chex.assert_trees_all_equal(restore_latest(tmp_path, _state(0)), _state(2))
+
+
 def test_restoring_a_run_without_checkpoints_says_so(tmp_path):
     with pytest.raises(ConfigError, match="has no checkpoint yet"):
         restore_latest(tmp_path, _state(0))

@@ -15,6 +15,11 @@ static choice, never derived from the batch. Poolings: ``last_token`` (each row'
 under either padding side), ``mean`` and ``weighted_mean`` (position-weighted, SGPT). Parameter
 names mirror the Hugging Face layout so ``decoder_lm_weights`` maps a checkpoint one tensor to one
 parameter. Cost per text: ``O(depth * (T * width * (width + mlp_dim) + T^2 * width))``.
+
+As a language model: :func:`next_token_logits` puts the final-norm states through the (tied)
+output embedding, :func:`next_token_cross_entropy` scores each text token's prediction of the next
+(whole logits, or :func:`next_token_cross_entropy_chunked` a few positions at a time) — what a
+sparse autoencoder's "cross-entropy recovered" is measured with.
 """
 
 from __future__ import annotations
@@ -80,6 +85,102 @@ def rope(x: jax.Array, positions: jax.Array, base: float) -> jax.Array:
     sin = jnp.concatenate([jnp.sin(angles)] * 2, -1)[:, :, None, :].astype(x.dtype)
     x1, x2 = jnp.split(x, 2, axis=-1)
     return x * cos + jnp.concatenate([-x2, x1], axis=-1) * sin
+
+
+# ------------------------------------------------------------------------------ next-token head
+def _output_matrix(params, head_VxD) -> jax.Array:
+    """The ``[V, D]`` output head: ``head_VxD`` when given (an untied checkpoint's), else the
+    tied input embedding of ``params`` (DecoderLM's parameter tree, or variables holding it)."""
+    if head_VxD is not None:
+        return head_VxD
+    if "embed_tokens" not in params and "params" in params:
+        params = params["params"]
+    if "embed_tokens" not in params:
+        raise ValueError(f"next-token logits: the parameters hold no embed_tokens/embedding (top "
+                         f"level: {', '.join(sorted(params)[:6])}); pass DecoderLM's own tree")
+    return params["embed_tokens"]["embedding"]
+
+
+def next_token_logits(params, tokens_BxTxD: jax.Array, head_VxD: jax.Array | None = None
+                      ) -> jax.Array:
+    """Next-token logits ``[B, T, V]`` (float32) of the final-norm states ``features["tokens"]``
+    of :class:`DecoderLM`: ``tokens @ E.T`` with ``E`` the tied embedding
+    ``params["embed_tokens"]["embedding"] [V, D]`` (SmolLM2, Llama 3.2 1B/3B, Qwen2 0.5B/1.5B),
+    or ``head_VxD`` for a checkpoint whose output head is its own tensor (GGUF ``output.weight``,
+    Hugging Face ``lm_head.weight``): :func:`repr_jax.encoders.decoder_lm_weights.output_head`
+    reads it (None when tied) and ``LoadedDecoderLM.head`` holds it. The parameter tree never
+    holds an untied head (an embedder does not read it), so without ``head_VxD`` such a model's
+    logits here are not its own. Logits at padding positions are computed like any other (mask
+    them, e.g. with :func:`next_token_mask`). Time ``O(B * T * D * V)``, memory ``O(B * T * V)``
+    (49,152 x 4 bytes per position for SmolLM2: 16 texts of 512 tokens hold 1.6 GB; to avoid
+    holding them, :func:`next_token_cross_entropy_chunked`)."""
+    w = _output_matrix(params, head_VxD).astype(jnp.float32)
+    return jnp.einsum("btd,vd->btv", tokens_BxTxD.astype(jnp.float32), w,
+                      precision=jax.lax.Precision.HIGHEST)
+
+
+def next_token_mask(ids_BxT: jax.Array, valid_BxT: jax.Array) -> jax.Array:
+    """``[B, T - 1]``: whether position ``t``'s prediction of token ``t + 1`` is scored — both
+    are text tokens: ``valid_BxT`` (the caller's mask, e.g. ``ids != pad_id`` for a vocabulary
+    with its own padding id, or activations' kept tokens) and neither padding (``-1``) nor an
+    instruction token (``-2 - id``: read by the model, never a target nor a scored context
+    position). Under left or right padding the scored pairs are each row's consecutive text
+    tokens; a row of n text tokens scores n - 1 predictions."""
+    text = (ids_BxT >= 0) & valid_BxT.astype(bool)
+    return text[:, :-1] & text[:, 1:]
+
+
+def _target_ids(ids_BxT: jax.Array) -> jax.Array:
+    """``[B, T - 1]``: the token id each position predicts (instructions decoded, padding 0: any
+    id in range, since masked)."""
+    return split_ids(ids_BxT)[0][:, 1:]
+
+
+def next_token_cross_entropy(logits_BxTxV: jax.Array, ids_BxT: jax.Array,
+                             valid_BxT: jax.Array) -> jax.Array:
+    """Per-token cross-entropy ``[B, T - 1]`` in nats (float32): entry ``t`` is
+    ``logsumexp(logits[t]) - logits[t, id[t + 1]]``, the loss of predicting token ``t + 1`` from
+    position ``t``; 0 where :func:`next_token_mask` is False (a padding or instruction token on
+    either side, or ``valid_BxT`` False). ``ids_BxT`` follow the module's input convention (``-1``
+    padding, ``-2 - id`` instruction tokens; their ids are decoded, never used as targets). The
+    mean over scored tokens is ``ce.sum() / next_token_mask(ids, valid).sum()``. Time
+    ``O(B * T * V)`` on top of the logits' ``O(B * T * D * V)``; memory ``O(B * T * V)`` for the
+    logits the caller holds (:func:`next_token_cross_entropy_chunked` never holds them)."""
+    logits = logits_BxTxV[:, :-1].astype(jnp.float32)
+    target = jnp.take_along_axis(logits, _target_ids(ids_BxT)[..., None], axis=-1)[..., 0]
+    ce = jax.nn.logsumexp(logits, axis=-1) - target
+    return jnp.where(next_token_mask(ids_BxT, valid_BxT), ce, 0.0)
+
+
+def next_token_cross_entropy_chunked(params, tokens_BxTxD: jax.Array, ids_BxT: jax.Array,
+                                     valid_BxT: jax.Array, *, head_VxD: jax.Array | None = None,
+                                     chunk: int = 128) -> jax.Array:
+    """:func:`next_token_cross_entropy` of :func:`next_token_logits`, ``[B, T - 1]``, computed
+    ``chunk`` positions at a time (``lax.map``) so only ``[B, chunk, V]`` logits exist at once:
+    the same time ``O(B * T * D * V)``, memory ``O(B * chunk * V)`` instead of ``O(B * T * V)``
+    (the last chunk is padded, at most ``chunk - 1`` positions of extra work). Jit-compatible;
+    ``chunk`` is static."""
+    if chunk < 1:
+        raise ValueError(f"next_token_cross_entropy_chunked: chunk={chunk} must be >= 1")
+    b, t, d = tokens_BxTxD.shape
+    n = t - 1
+    if n <= 0:
+        return jnp.zeros((b, 0), jnp.float32)
+    c = min(chunk, n)
+    k = -(-n // c)
+    x = jnp.pad(tokens_BxTxD[:, :-1], ((0, 0), (0, k * c - n), (0, 0)))
+    y = jnp.pad(_target_ids(ids_BxT), ((0, 0), (0, k * c - n)))
+    w = _output_matrix(params, head_VxD)
+
+    def one(xy):
+        x_BxCxD, y_BxC = xy
+        logits = next_token_logits(None, x_BxCxD, w)
+        target = jnp.take_along_axis(logits, y_BxC[..., None], axis=-1)[..., 0]
+        return jax.nn.logsumexp(logits, axis=-1) - target
+
+    ce = jax.lax.map(one, (x.reshape(b, k, c, d).swapaxes(0, 1), y.reshape(b, k, c).swapaxes(0, 1)))
+    ce = ce.swapaxes(0, 1).reshape(b, k * c)[:, :n]
+    return jnp.where(next_token_mask(ids_BxT, valid_BxT), ce, 0.0)
 
 
 class DecoderBlock(nn.Module):

@@ -40,11 +40,15 @@ def _unpermute(w: np.ndarray, heads: int) -> np.ndarray:
     return w.reshape(heads, dim, 2, *w.shape[1:]).swapaxes(2, 1).reshape(w.shape)
 
 
-def _gguf_tensors(reader, header: DecoderHeader, path: Path) -> dict[str, np.ndarray]:
-    """``{gguf name: float32 array in the [out, in] layout}``, every tensor dequantised."""
+def _gguf_tensors(reader, header: DecoderHeader, path: Path,
+                  only: set[str] | None = None) -> dict[str, np.ndarray]:
+    """``{gguf name: float32 array in the [out, in] layout}``, every tensor (or those named in
+    ``only``) dequantised."""
     import gguf
     out = {}
     for t in reader.tensors:
+        if only is not None and t.name not in only:
+            continue
         try:
             kind = gguf.GGMLQuantizationType(t.tensor_type)
             w = gguf.quants.dequantize(np.asarray(t.data), kind)
@@ -78,7 +82,8 @@ _HF_BLOCK = {"input_layernorm.weight": "input_layernorm/scale",
 def _params(tensors: dict[str, np.ndarray], header: DecoderHeader, *, embed: str, norm: str,
             block: str, names: dict[str, str], path: Path) -> dict:
     """Maps a checkpoint's tensors (``[out, in]`` weights) onto DecoderLM's parameter tree; the
-    output head (tied or not) is not an embedder's and is skipped."""
+    output head (tied or not) is not an embedder's and is skipped (:func:`output_head` reads an
+    untied one)."""
     used, params = set(), {}
     d, dh = header.width, header.width // header.num_heads
     shapes = {"q_proj": (header.num_heads * dh, d), "k_proj": (header.num_kv_heads * dh, d),
@@ -129,13 +134,56 @@ def _hf_tensors(path: Path) -> dict[str, np.ndarray]:
     return out
 
 
+def _hf_output_head(path: Path) -> np.ndarray | None:
+    """``lm_head.weight`` of a Hugging Face folder, None when ``config.json`` ties it
+    (``tie_word_embeddings``) or no shard holds it (nothing to read: the embedding serves)."""
+    config = files.read_json(path / "config.json", fix="replace it with the model's own file")
+    if config.get("tie_word_embeddings") is True:
+        return None
+    from safetensors import safe_open
+    for shard in sorted(path.glob("*.safetensors")):
+        try:
+            with safe_open(str(shard), "numpy") as f:
+                if "lm_head.weight" in f.keys():
+                    return np.asarray(f.get_tensor("lm_head.weight"), np.float32)
+        except Exception as e:  # noqa: BLE001 - safetensors raises its own error types
+            raise ValueError(f"{shard} is not a readable safetensors file "
+                             f"({type(e).__name__}: {files.first_line(e)})") from None
+    return None
+
+
+def output_head(spec: str | Path) -> np.ndarray | None:
+    """The untied output head ``[V, D]`` (float32, dequantised) of a GGUF file (``output.weight``)
+    or Hugging Face folder (``lm_head.weight``, unless ``config.json`` says
+    ``tie_word_embeddings``), or None when the model ties it to its input embedding, as
+    transformers decides on load (SmolLM2's GGUF has no ``output.weight``: None). What
+    :func:`repr_jax.encoders.decoder_lm.next_token_logits` takes as ``head_VxD``; the parameter
+    tree :func:`read_decoder_weights` returns never holds it. Reads that one tensor."""
+    path = resolve(spec)
+    if path.is_dir():
+        header = hf_header(path)
+        head = _hf_output_head(path)
+        name = "lm_head.weight"
+    else:
+        reader = gguf_reader(path)
+        header = gguf_header(reader, path)
+        name = "output.weight"
+        head = _gguf_tensors(reader, header, path, only={name}).get(name)
+    if head is not None and head.shape != (header.vocab_size, header.width):
+        raise ValueError(f"{path}: tensor {name!r} has shape {head.shape}; the header's sizes "
+                         f"need {(header.vocab_size, header.width)}")
+    return head
+
+
 # ------------------------------------------------------------------------------------ the model
 @dataclasses.dataclass(frozen=True)
 class LoadedDecoderLM:
-    """What :func:`load_decoder_lm` returns; unpacks as ``(header, params, tokenizer)``."""
+    """What :func:`load_decoder_lm` returns; unpacks as ``(header, params, tokenizer)``.
+    ``head``: the untied output head ``[V, D]`` (:func:`output_head`), None when tied."""
     header: DecoderHeader
     params: dict
     tokenizer: object
+    head: jax.Array | None = None
 
     def __iter__(self):
         return iter((self.header, self.params, self.tokenizer))
@@ -163,14 +211,17 @@ def read_decoder_weights(spec: str | Path) -> tuple[DecoderHeader, dict]:
 
 def load_decoder_lm(spec: str | Path) -> LoadedDecoderLM:
     """A decoder LLM (GGUF file, ``smollm2`` or Hugging Face folder) with its tokenizer:
-    ``(header, params, tokenizer)``. Time ``O(parameters)`` (dequantising)."""
+    ``(header, params, tokenizer)``, and ``head``, its untied output head or None (tied: the
+    embedding is the head). Time ``O(parameters)`` (dequantising)."""
     from repr_jax.data.tokenizer import BPETokenizer
     header, params = read_decoder_weights(spec)
     tokenizer = BPETokenizer.from_weights(resolve(spec))
     if len(tokenizer.vocab) > header.vocab_size:
         raise ValueError(f"{header.source}: the tokenizer has {len(tokenizer.vocab)} tokens, the "
                          f"embedding {header.vocab_size} rows")
-    return LoadedDecoderLM(header, jax.tree.map(jnp.asarray, params), tokenizer)
+    head = output_head(spec)
+    return LoadedDecoderLM(header, jax.tree.map(jnp.asarray, params), tokenizer,
+                           None if head is None else jnp.asarray(head))
 
 
 @functools.lru_cache(maxsize=8)
@@ -203,4 +254,4 @@ def encode(loaded: LoadedDecoderLM, texts: Sequence[str], *, normalize: bool = F
 
 
 __all__ = ["DecoderHeader", "LoadedDecoderLM", "encode", "is_decoder_weights", "load_decoder_lm",
-           "read_decoder_weights", "read_header", "resolve", "smollm2_file"]
+           "output_head", "read_decoder_weights", "read_header", "resolve", "smollm2_file"]

@@ -109,6 +109,11 @@ class Embedder:
     def has_reconstruction(self) -> bool:
         return self._fns["reconstruct"] is not None
 
+    def function(self, which: str) -> PredictFn | None:
+        """The un-jitted function of ``which`` (``x``, ``query``, ``pos``, ``layers``,
+        ``reconstruct``): what an evaluator composes into another model (a spliced SAE)."""
+        return self._fns[which]
+
     def sets(self, kind: str) -> list[Any]:
         return [s for s in self.eval_sets if s.kind == kind]
 

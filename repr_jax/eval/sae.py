@@ -12,12 +12,19 @@ representation: ``embed``) and reconstructions ``x_hat [N, D]`` (the model's ``r
 * ``dead_fraction``: latents that never fire on the ``N`` inputs (a set statistic: no interval).
 * ``dense_fraction``: latents firing on more than ``dense_threshold`` (10%) of the inputs.
 
+And what the SAE keeps downstream, when its inputs are an activation store whose model is at
+hand (``downstream``, given by the run: :mod:`repr_jax.train.splice`): the model's retrieval
+nDCG@10, next-token cross-entropy (a decoder LM) or probe accuracy (a labelled image set) with
+the SAE's reconstruction spliced in at the store's layer, clean, and with the layer zero- and
+mean-ablated, each with its interval, and the share recovered (``ndcg@10_spliced``,
+``ce_recovered``...; ``eval.sae.downstream=False`` leaves them out).
+
 A representation that does not reconstruct (raw inputs, any method but ``sae``) gives no rows.
 """
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import jax
 import jax.numpy as jnp
@@ -58,6 +65,14 @@ class SAEOptions:
     """``eval.sae.*``: the options of :class:`SAE`."""
     dense_threshold: float = static(0.1, "[0,1)", "a latent firing on more than this fraction of "
                                                   "the inputs is dense")
+    downstream: bool = static(True, doc="also splice the SAE into its activations' model: "
+                                        "retrieval, cross-entropy or probe rows, clean / "
+                                        "spliced / ablated")
+    max_queries: int = static(500, ">0", "downstream retrieval: judged queries sampled")
+    max_corpus: int = static(5000, ">0", "downstream retrieval: documents searched (the "
+                                         "queries' relevant ones, then random others)")
+    max_texts: int = static(500, ">0", "downstream cross-entropy: texts; probe: examples of "
+                                       "each split")
 
 
 class SAE(Evaluator):
@@ -72,9 +87,14 @@ class SAE(Evaluator):
     options = SAEOptions
 
     def __init__(self, embedder: Embedder, *, dense_threshold: float = 0.1,
-                 bootstrap: int = 1000):
+                 bootstrap: int = 1000, downstream: bool | Callable = True,
+                 max_queries: int = 500, max_corpus: int = 5000, max_texts: int = 500):
+        """``downstream``: a callable ``(reconstruct_fn, variables) -> rows`` (the run's
+        :class:`repr_jax.train.splice.Host` ``.rows``) or a bool (no host: no downstream rows);
+        the ``max_*`` options are the host's, given to it by the run."""
         super().__init__(embedder)
         self.dense_threshold, self.bootstrap = dense_threshold, bootstrap
+        self.downstream = downstream if callable(downstream) else None
 
     def run(self, variables: Any) -> Iterator[tuple[str, float]]:
         if not self.embedder.has_reconstruction:
@@ -89,3 +109,5 @@ class SAE(Evaluator):
         yield "l0", with_ci(s["l0"], bootstrap=self.bootstrap)
         yield "dead_fraction", float(jnp.mean(s["firing_rate"] == 0))
         yield "dense_fraction", float(jnp.mean(s["firing_rate"] > self.dense_threshold))
+        if self.downstream is not None:
+            yield from self.downstream(self.embedder.function("reconstruct"), variables)

@@ -83,6 +83,7 @@ class Model:
     sides: Any = None
     valid: Callable[[np.ndarray], np.ndarray] | None = None
     kept: Callable[[np.ndarray], np.ndarray] | None = None
+    module: Any = None  # the encoder's Flax module (``variables`` are its)
 
     @property
     def length(self) -> int:
@@ -155,7 +156,7 @@ def load_model(*, workdir: str | None = None, init_from: str | None = None, max_
         return Model("text_transformer", module.depth, variables, _layers_fn(module), variables,
                      lambda v, x: module.apply(v, x)[0],
                      dict(model=name, step=None, tokenizer=name), tokenizer,
-                     Sides(length, length), valid, kept), None
+                     Sides(length, length), valid, kept, module), None
     from repr_jax import config as config_lib
     from repr_jax.encoders import FAMILIES as ALL
     from repr_jax.train.mine import check_text_run
@@ -176,7 +177,7 @@ def load_model(*, workdir: str | None = None, init_from: str | None = None, max_
     describe = dict(model=str(Path(workdir).absolute()), step=int(jax.device_get(state.step)),
                     tokenizer=getattr(cfg.data, "tokenizer", None))
     model = Model(cfg.encoder.name, module.depth, tree, _layers_fn(module), state.variables,
-                  method.embed, describe)
+                  method.embed, describe, module=module)
     if ALL[cfg.encoder.name].reads == "tokens":
         model.valid, model.kept = _token_masks(cfg.encoder.name, module.pad_id)
         if isinstance(cfg.data, TextData):
@@ -249,7 +250,7 @@ def _dataset_rows(cfg, data: str, split: str):
 # Writing
 # --------------------------------------------------------------------------------------------------
 
-def _trim(ids: np.ndarray, valid: np.ndarray, bucket: int = 16) -> np.ndarray:
+def trim_columns(ids: np.ndarray, valid: np.ndarray, bucket: int = 16) -> np.ndarray:
     """``ids`` without the trailing columns no row reads, kept to a multiple of ``bucket``."""
     used = np.flatnonzero(valid.any(axis=0))
     width = -(-(int(used[-1]) + 1 if len(used) else 1) // bucket) * bucket
@@ -471,7 +472,7 @@ def _write(out: Path, model: Model, x, *, layer, dtype: str, batch_size: int, id
                 e = min(stop, b + batch_size)
                 batch = np.asarray(x[b:e])
                 if model.valid is not None:
-                    batch = _trim(batch, model.valid(batch))
+                    batch = trim_columns(batch, model.valid(batch))
                 pad = batch_size - len(batch)  # one batch shape: one compilation per length
                 fed = np.concatenate([batch, np.repeat(batch[-1:], pad, 0)]) if pad else batch
                 h = np.asarray(jax.device_get(fn(variables, fed)), np.float32)[:len(batch)]

@@ -106,10 +106,30 @@ def evaluator_options(cfg: Config, name: str) -> dict[str, Any]:
         opts.update(evaluator_options(cfg, opts["protocol"]))
     if name == "matryoshka" and not opts["dims"]:
         opts["dims"] = getattr(cfg.method, "matryoshka_dims", ())
+    if name == "sae" and opts["downstream"]:
+        opts["downstream"] = sae_host(cfg, opts)
     if name == "rerank" and opts["first_stage"] != "bm25":  # a bi-encoder run's top-k
         from repr_jax.train.compare import run_candidates
         opts["first_stage"] = run_candidates(opts["first_stage"])
     return opts
+
+
+_HOSTS: dict[tuple, Any] = {}  # one host model a process per store and options
+
+
+def sae_host(cfg: Config, opts: dict[str, Any]) -> Any:
+    """The ``sae`` evaluator's downstream rows (:class:`repr_jax.train.splice.Host` ``.rows``)
+    of a run on an activation store; False on any other dataset."""
+    from repr_jax.data.activations import PREFIX, folder_of
+    if not cfg.data.name.startswith(PREFIX):
+        return False
+    from repr_jax.train.splice import Host
+    key = (str(folder_of(cfg.data.name)), opts["max_queries"], opts["max_corpus"],
+           opts["max_texts"], opts["bootstrap"])
+    if key not in _HOSTS:
+        _HOSTS[key] = Host(key[0], max_queries=key[1], max_corpus=key[2], max_texts=key[3],
+                           bootstrap=key[4])
+    return _HOSTS[key].rows
 
 
 def eval_splits(dataset: Dataset, max_examples: int) -> dict[str, dict[str, np.ndarray]]:

@@ -265,4 +265,4 @@ def test_a_decoders_instruction_tokens_and_padding_get_no_vector():
     ids = np.asarray([[-2 - 7, -2 - 8, 5, 6, -1, -1], [-2 - 7, 9, -1, -1, -1, -1]])
     np.testing.assert_array_equal(valid(ids), ids != -1)
     np.testing.assert_array_equal(np.argwhere(kept(ids)), [[0, 2], [0, 3], [1, 1]])
-    assert acts._trim(ids, valid(ids), bucket=4).shape == (2, 4)
+    assert acts.trim_columns(ids, valid(ids), bucket=4).shape == (2, 4)

@@ -174,6 +174,12 @@ def check_buildable(cfg: Config) -> None:
         raise ConfigError(str(e)) from None
     methods.check_method(cfg.method, grad_cache_chunk=cfg.train.grad_cache_chunk)
     _check_eval_section(cfg.eval)
+    from repr_jax.data.tokenizer import TextData
+    if cfg.method.name == "sae" and isinstance(cfg.data, TextData):  # known before preparing
+        raise ConfigError(f"method 'sae' trains on activation vectors, and data.name="
+                          f"{cfg.data.name!r} is text: write a layer's vectors first (repr-jax "
+                          f"activations --workdir RUN --layer L --data {cfg.data.name} --out "
+                          f"DIR), then train on data.name=activations:DIR")
 
 
 def check_fits_data(cfg: Config, dataset: data.Dataset) -> None:

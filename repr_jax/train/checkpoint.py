@@ -121,10 +121,14 @@ def _check_shapes(step: int, path: Path, abstract: Any) -> None:
     of another width, say). Metadata that cannot be read is left to the restore, which reports
     damage."""
     try:
-        with ocp.StandardCheckpointer() as reader:
-            meta = reader.metadata(path / "state")
-        saved = _shapes(getattr(getattr(meta, "item_metadata", meta), "tree", meta))
+        handler = ocp.StandardCheckpointHandler()  # the item's own metadata: no step files
+        try:
+            saved = _shapes(getattr(handler.metadata(path / "state"), "tree", None))
+        finally:
+            handler.close()
     except Exception:  # noqa: BLE001 - unreadable metadata: the restore says what is wrong
+        return
+    if not saved:
         return
     wanted = _shapes(abstract)
     where = f"checkpoint step {step} ({path})"

@@ -315,6 +315,12 @@ def table_notes(cfg: Config, dataset: Dataset, rows: Sequence[dict[str, Any]]) -
     if dataset.vocab is not None and raw:
         notes.append(f"{raw}: token counts of each text, no model: the floor a model should "
                      f"clear")
+    spliced = sorted({r["metric"].rsplit("_", 1)[0] for r in rows if r["evaluator"] == "sae"
+                      and r["metric"].endswith("_recovered")})
+    if spliced:
+        notes.append(f"sae/{', '.join(spliced)}: the activations' model with the SAE's "
+                     f"reconstruction spliced in at its layer, clean, and with the layer zeroed "
+                     f"or set to its mean; _recovered = (spliced - zeroed) / (clean - zeroed)")
     from repr_jax.eval.bm25 import NAME
     if any(r["representation"] == NAME for r in rows):
         notes.append(f"{NAME}: the texts' words (lowercased, English stopwords out) scored by "

@@ -176,3 +176,34 @@ def test_a_decoders_cross_entropy_rows(tmp_path):
                 total -= float(logp[b, t, ids[b, t + 1]])
                 count += 1
     assert rows["ce_clean"] == pytest.approx(total / count, rel=1e-5)
+
+
+def test_a_vits_probe_rows_on_its_labelled_images(tmp_path):
+    """A tiny ViT trained 2 steps on digits, block 0 stored over its train split: the probe rows
+    come back with intervals; with an identity SAE the spliced accuracy is the clean one, and the
+    clean one is a logistic probe on the run's own embeddings of the store's examples."""
+    from repr_jax.eval.linear_probe import linear_probe
+    from repr_jax.train.run import load_trained
+    cfg = C.override(C.load("simclr_digits:quick"), [
+        "encoder.name=vit", "encoder.patch_size=4", "encoder.width=32", "encoder.depth=2",
+        "encoder.num_heads=2", "encoder.mlp_dim=64", "train.steps=2", "train.batch_size=32",
+        "train.ckpt_every=0", "train.num_devices=1", "eval.evaluators=('knn',)",
+        "eval.reference_rows=False"])
+    train_and_evaluate(cfg, tmp_path / "run", progress=False, verbose=False)
+    acts.activations(out=tmp_path / "store", layer=0, data="digits", workdir=str(tmp_path / "run"),
+                     progress=False)
+    host = splice.Host(tmp_path / "store", max_texts=200, bootstrap=20)
+    rows = dict(host.rows(_identity, None))
+    for mode in splice.MODES:
+        row = rows[f"probe_accuracy_{mode}"]
+        assert row.low <= row <= row.high and 0 <= row <= 1
+    assert rows["probe_accuracy_spliced"] == rows["probe_accuracy_clean"]
+
+    _, dataset, method, state = load_trained(tmp_path / "run")
+    split = dataset.splits["train"]
+    train, test = splice._split_rows(len(split["label"]), 200)
+    emb = np.asarray(method.embed(state.variables, np.asarray(split["x"])[np.r_[train, test]]))
+    y = np.asarray(split["label"])[np.r_[train, test]]
+    n = len(train)
+    expected = linear_probe(emb[:n], y[:n], emb[n:], y[n:], kind="logistic")["accuracy"]
+    assert float(rows["probe_accuracy_clean"]) == pytest.approx(expected, abs=1e-6)

@@ -36,23 +36,28 @@ from repr_jax.eval.stats import with_ci
 
 
 @jax.jit
-def sae_statistics(x_NxD: jax.Array, x_hat_NxD: jax.Array, z_NxL: jax.Array
+def sae_statistics(x_NxD: jax.Array, x_hat_NxD: jax.Array, z_NxL: jax.Array,
+                   mean_D: jax.Array | None = None, valid_N: jax.Array | None = None
                    ) -> dict[str, jax.Array]:
-    """Per-example ``resid`` ``||x - x_hat||^2``, ``centred`` ``||x - mean x||^2`` and ``l0``
-    ``[N]``, and each latent's ``firing_rate`` ``[L]`` (fraction of rows where it is nonzero).
-    Time O(N·(D + L)), memory O(N·(D + L)).
+    """Per-example ``resid`` ``||x - x_hat||^2``, ``centred`` ``||x - mean||^2`` and ``l0``
+    ``[N]``, and each latent's ``fired`` count ``[L]`` (rows where it is nonzero). ``mean_D``:
+    the centre (default the rows' own mean; a chunk of a set passes the set's); ``valid_N``: the
+    rows ``fired`` counts (default all; a padded batch's padding is not). Time
+    O(N·(D + L)), memory O(N·(D + L)).
 
     >>> x = jnp.array([[1.0, 0.0], [0.0, 2.0]])
     >>> s = sae_statistics(x, x, jnp.array([[1.0, 0.0], [0.0, 0.0]]))
-    >>> s["resid"].tolist(), s["l0"].tolist(), s["firing_rate"].tolist()
-    ([0.0, 0.0], [1.0, 0.0], [0.5, 0.0])
+    >>> s["resid"].tolist(), s["l0"].tolist(), s["fired"].tolist()
+    ([0.0, 0.0], [1.0, 0.0], [1, 0])
     """
     x_NxD = x_NxD.astype(jnp.float32)
+    mean_D = jnp.mean(x_NxD, axis=0) if mean_D is None else mean_D
     fires_NxL = z_NxL != 0
+    counted_NxL = fires_NxL if valid_N is None else fires_NxL & valid_N[:, None]
     return {"resid": jnp.sum((x_NxD - x_hat_NxD.astype(jnp.float32)) ** 2, axis=1),
-            "centred": jnp.sum((x_NxD - jnp.mean(x_NxD, axis=0, keepdims=True)) ** 2, axis=1),
+            "centred": jnp.sum((x_NxD - mean_D[None, :]) ** 2, axis=1),
             "l0": jnp.sum(fires_NxL, axis=1).astype(jnp.float32),
-            "firing_rate": jnp.mean(fires_NxL, axis=0)}
+            "fired": jnp.sum(counted_NxL, axis=0, dtype=jnp.int32)}
 
 
 def variance_ratio(resid_N: jax.Array, centred_N: jax.Array) -> jax.Array:
@@ -80,8 +85,8 @@ class SAE(Evaluator):
     its inputs, on the test split.
 
     Cost (N test inputs of width D, L latents, R resamples): time O(N·D·L) for the latents and
-    the reconstruction (two encoder passes; the latents are the embedder's cached features) plus
-    O(R·N) for the intervals; memory O(N·(D + L))."""
+    the reconstruction (two encoder passes, a batch at a time) plus O(R·N) for the intervals;
+    memory O(B·(D + L) + N + L) for batches of B (:meth:`statistics`)."""
 
     name = "sae"
     options = SAEOptions
@@ -100,14 +105,42 @@ class SAE(Evaluator):
         if not self.embedder.has_reconstruction:
             return
         x = self.embedder.splits["test"]["x"]
-        z_NxL = self.embedder.embed(variables, x)
-        x_hat_NxD = self.embedder.embed(variables, x, which="reconstruct")
-        x_NxD = jnp.asarray(np.asarray(x), jnp.float32).reshape(len(x), -1)
-        s = sae_statistics(x_NxD, x_hat_NxD, z_NxL)
+        s = self.statistics(variables, x)
         yield "fvu", with_ci((s["resid"], s["centred"]), variance_ratio,
                              bootstrap=self.bootstrap)
         yield "l0", with_ci(s["l0"], bootstrap=self.bootstrap)
-        yield "dead_fraction", float(jnp.mean(s["firing_rate"] == 0))
-        yield "dense_fraction", float(jnp.mean(s["firing_rate"] > self.dense_threshold))
+        rate_L = s["fired"] / len(x)
+        yield "dead_fraction", float(np.mean(rate_L == 0))
+        yield "dense_fraction", float(np.mean(rate_L > self.dense_threshold))
         if self.downstream is not None:
             yield from self.downstream(self.embedder.function("reconstruct"), variables)
+
+    def statistics(self, variables: Any, x) -> dict[str, np.ndarray]:
+        """:func:`sae_statistics` of the whole split, a batch at a time: the set's mean first
+        (one pass over ``x``), then each batch's latents and reconstruction, kept only as the
+        per-example numbers ``[N]`` and the firing counts ``[L]`` — memory O(B·(D + L) + N + L),
+        not the ``[N, L]`` latents (1.45 GB for 88,600 vectors of 4,096 latents)."""
+        n, bs = len(x), self.embedder.batch_for(x)
+        chunks = (lambda: x.chunks(bs)) if callable(getattr(x, "chunks", None)) else (
+            lambda: (x[i:i + bs] for i in range(0, n, bs)))
+        total_D = sum(np.asarray(c, np.float64).reshape(len(c), -1).sum(axis=0)
+                      for c in chunks())
+        mean_D = jnp.asarray(total_D / n, jnp.float32)
+        encode = jax.jit(self.embedder.function("x"))
+        decode = jax.jit(self.embedder.function("reconstruct"))
+        out = {k: np.empty(n, np.float32) for k in ("resid", "centred", "l0")}
+        fired_L, start = 0, 0
+        for chunk in chunks():
+            rows = len(chunk)
+            x_BxD = np.asarray(chunk, np.float32).reshape(rows, -1)
+            if rows < bs:  # one shape: one compilation
+                x_BxD = np.concatenate([x_BxD, np.zeros((bs - rows, x_BxD.shape[1]),
+                                                        np.float32)])
+            x_BxD = jnp.asarray(x_BxD)
+            b = sae_statistics(x_BxD, decode(variables, x_BxD), encode(variables, x_BxD), mean_D,
+                               jnp.arange(bs) < rows)
+            for k in out:
+                out[k][start:start + rows] = np.asarray(b[k][:rows])
+            fired_L = fired_L + np.asarray(b["fired"], np.int64)
+            start += rows
+        return dict(out, fired=np.asarray(fired_L))

@@ -58,7 +58,7 @@ def test_per_example_statistics_and_their_intervals():
     np.testing.assert_allclose(s["resid"], [0, 1, 0, 0.25], atol=1e-7)
     np.testing.assert_allclose(s["centred"], [0.5625, 2.5625, 1.5625, 0.0625], rtol=1e-6)
     np.testing.assert_allclose(s["l0"], [1, 1, 1, 2])
-    np.testing.assert_allclose(s["firing_rate"], [0.75, 0.5, 0.0])
+    np.testing.assert_array_equal(s["fired"], [3, 2, 0])
     np.testing.assert_allclose(variance_ratio(s["resid"], s["centred"]), 1.25 / 4.75, rtol=1e-6)
     out = run(embedder(reconstruct_fn=reconstruct), bootstrap=200)
     for name, point in (("fvu", 1.25 / 4.75), ("l0", 1.25)):
@@ -86,3 +86,18 @@ def test_its_budget_follows_its_order():
     assert flops(2000, 64, 512) == pytest.approx(2 * flops(1000, 64, 512))
     assert flops(1000, 128, 512) == pytest.approx(2 * flops(1000, 64, 512))
     assert flops(1000, 64, 1024) == pytest.approx(2 * flops(1000, 64, 512))
+
+
+def test_batches_give_the_whole_sets_numbers_and_padding_fires_nothing():
+    """The evaluator reads the split a batch at a time (3 rows: the last batch is padded with a
+    zero row). A latent that fires only on the zero vector stays dead: padding is not counted;
+    and the per-example numbers are those of the whole set at once."""
+    params = dict(PARAMS, W_enc=PARAMS["W_enc"].at[:, 2].set(-10.0),
+                  b_enc=jnp.array([0.0, 0.0, 1.0]))
+    out = dict(EVALUATORS["sae"](embedder(reconstruct_fn=reconstruct), bootstrap=0).run(params))
+    assert out["dead_fraction"] == pytest.approx(1 / 3)
+    whole = sae_statistics(jnp.asarray(X), reconstruct(params, jnp.asarray(X)),
+                           encode(params, jnp.asarray(X)))
+    np.testing.assert_allclose(out["fvu"], float(jnp.sum(whole["resid"]) /
+                                                 jnp.sum(whole["centred"])), rtol=1e-6)
+    assert float(encode(params, jnp.zeros((1, 2)))[0, 2]) == 1.0  # it does fire on padding

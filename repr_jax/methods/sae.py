@@ -11,8 +11,10 @@ State, in three places by who needs it:
   ``threshold [L]`` for JumpReLU), :func:`~repr_jax.objectives.sae.init_sae`'s tied init.
 * ``batch_stats`` (the non-trained collection the run keeps beside the params, so that ``embed``,
   the evaluators and checkpoints see it): ``scale``, the input scaling factor (1 unless
-  ``scale_inputs``), and for BatchTopK ``threshold``, the running inference threshold that
-  :func:`~repr_jax.objectives.sae.update_batchtopk_threshold` moves after every forward pass.
+  ``scale_inputs``); for BatchTopK ``threshold``, the running inference threshold that
+  :func:`~repr_jax.objectives.sae.update_batchtopk_threshold` moves after every forward pass; for
+  TopK ``k``, the ``method.k`` the latents are taken at (every step writes its ``hp``'s, so a
+  population member's ``embed`` keeps its own ``k``).
 * ``extra["forward_passes_since_fired"] [L]`` (training only): forward passes since each latent
   was last nonzero; a latent is dead for AuxK after more than ``dead_feature_window`` of them
   (sae-lens's counter and window; ``dead_feature_window x train.batch_size`` tokens, a
@@ -23,6 +25,13 @@ and a ``b_dec_init="mean"`` decoder bias are estimated once, when the method is 
 sample of up to ``INIT_SAMPLE`` training examples (seed 0): sae-lens's
 ``estimate_norm_scaling_factor`` before training, not the stream's first batches.
 
+Populations (:mod:`repr_jax.train.population`) vmap members that differ in ``method.k`` too: it
+is an integer hyper leaf, read traced from ``hp`` by the loss, and ``lax.top_k`` is sized by the
+static ``k`` the method is built with (a single run's own; a population's members' largest), the
+ranks past a member's ``k`` zeroed (:func:`~repr_jax.objectives.sae.topk_activation`'s ``k_max``).
+The fields that shape the parameters or the program (``latents``, ``expansion``, ``activation``,
+...) stay static; the population's refusal names them and the sweep that trains them instead.
+
 ``embed(x)`` returns the latent activations ``z [B, L]`` (eval mode; BatchTopK as the JumpReLU
 with its running threshold, so rows do not compete), so the evaluation battery runs on the
 latents; ``reconstruct(x)`` returns ``x_hat [B, D]`` in the input's units (what the ``sae``
@@ -32,7 +41,7 @@ batch.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import flax.linen as nn
 import jax
@@ -59,8 +68,8 @@ class SAEConfig(MethodConfig):
                              "topk | batchtopk | jumprelu | relu (sae-lens's four training SAEs)")
     latents: int = static(0, ">=0", "number of latents L; wins over expansion when > 0")
     expansion: int = static(8, ">0", "L = expansion x the input width D when latents=0")
-    k: int = static(100, ">0", "topk: latents per row; batchtopk: per row on average "
-                               "(0 < k < L)")
+    k: int = hyper(100, ">0", "topk: latents per row; batchtopk: per row on average (0 < k < L); "
+                              "a population may vary it (lax.top_k sized by its largest k)")
     l1_coefficient: float = hyper(1.0, ">=0", "relu: weight of the decoder-norm-weighted L1")
     l0_coefficient: float = hyper(1.0, ">=0", "jumprelu: weight of the L0 penalty (STE)")
     aux_k_coefficient: float = hyper(1.0, ">=0", "topk, batchtopk: weight of the AuxK loss on "
@@ -78,6 +87,14 @@ class SAEConfig(MethodConfig):
                                            "once from the training inputs (sae-lens's "
                                            "normalize_activations='expected_average_only_in')")
 
+    # Why a population's members may not differ in these (repr_jax.train.population says so).
+    _population_refusals: ClassVar[dict[str, str]] = {
+        "latents": "changes the SAE's parameter shapes (W_enc [D, L], W_dec [L, D])",
+        "expansion": "changes the SAE's parameter shapes (L = expansion x D)",
+        "activation": "changes the SAE's function and state (JumpReLU's threshold [L] parameter, "
+                      "BatchTopK's running threshold)",
+    }
+
     def _validate(self):
         if self.activation in _TOPK_KINDS and self.latents and not self.k < self.latents:
             raise ConfigError(f"method.k={self.k} must be below method.latents={self.latents} "
@@ -89,10 +106,12 @@ class SAEConfig(MethodConfig):
 # --------------------------------------------------------------------------------------------------
 
 class SparseAutoencoder(nn.Module):
-    """The SAE as a Flax module: ``params["sae"]`` and ``batch_stats`` ``{"scale"[, "threshold"]}``.
+    """The SAE as a Flax module: ``params["sae"]`` and ``batch_stats`` ``{"scale"[, "threshold"]
+    [, "k"]}``.
 
     ``__call__(batch_or_x)`` and ``embed(x)`` give ``z [B, L]`` (eval mode), ``reconstruct(x)``
-    ``x_hat [B, D]`` in the input's units. O(B·D·L).
+    ``x_hat [B, D]`` in the input's units. ``k``: TopK's static bound (``lax.top_k``'s size); the
+    ``k`` in ``batch_stats`` (initially this one) is the one applied. O(B·D·L).
     """
     d_in: int
     latents: int
@@ -115,6 +134,9 @@ class SparseAutoencoder(nn.Module):
         if self.activation == "batchtopk":
             self.threshold = self.variable("batch_stats", "threshold",
                                            lambda: jnp.zeros((), jnp.float32))
+        if self.activation == "topk":
+            self.k_used = self.variable("batch_stats", "k",
+                                        lambda: jnp.asarray(self.k, jnp.int32))
 
     @property
     def rescale(self) -> bool:
@@ -128,8 +150,11 @@ class SparseAutoencoder(nn.Module):
     def embed(self, x_BxD):
         """Latent activations ``z [B, L]`` of inputs ``x [B, D]``; BatchTopK by its threshold."""
         x_BxD = x_BxD.reshape(x_BxD.shape[0], -1).astype(jnp.float32) * self.scale.value
+        if self.activation == "topk":
+            return sae_lib.encode(self.sae, x_BxD, activation="topk", k=self.k_used.value,
+                                  k_max=self.k)
         if self.activation != "batchtopk":
-            return sae_lib.encode(self.sae, x_BxD, activation=self.activation, k=self.k,
+            return sae_lib.encode(self.sae, x_BxD, activation=self.activation,
                                   bandwidth=self.bandwidth)
         pre_BxL = sae_lib.pre_activations(self.sae, x_BxD, rescale_acts_by_decoder_norm=True)
         return jax.nn.relu(pre_BxL) * (pre_BxL > self.threshold.value)
@@ -152,12 +177,14 @@ def sparse_autoencoder(d_in: int, latents: int, *, activation: str = "topk", k: 
     """The ``sae`` method on inputs of width ``d_in``.
 
     Its loss is ``loss_weight * mean_b objectives.sae.loss(params["sae"], scale * x)`` with the
-    section's coefficients and, for TopK kinds, AuxK on the latents dead before this batch; it
-    also counts forward passes since each latent fired (``extra``) and moves BatchTopK's
-    inference threshold (``batch_stats``). ``normalize_decoder``: after every optimizer step the
-    decoder rows go back to unit norm with the norms folded into the encoder (the function is
-    unchanged); JumpReLU thresholds are clamped at 0 after every step. Time O(B·D·L) per step
-    (the encoder runs twice in the graph, for the loss and the firing counts; XLA shares it).
+    section's coefficients and ``k`` (``hp.k``, traced; this ``k`` is its static bound, the size
+    of ``lax.top_k``) and, for TopK kinds, AuxK on the latents dead before this batch; it also
+    counts forward passes since each latent fired (``extra``), moves BatchTopK's inference
+    threshold and records TopK's ``k`` (``batch_stats``). ``normalize_decoder``: after every
+    optimizer step the decoder rows go back to unit norm with the norms folded into the encoder
+    (the function is unchanged); JumpReLU thresholds are clamped at 0 after every step. Time
+    O(B·D·L) per step (the encoder runs twice in the graph, for the loss and the firing counts;
+    XLA shares it).
     """
     if activation in _TOPK_KINDS and not 0 < k < latents:
         raise ValueError(f"sae: {activation} needs 0 < k < latents; got k={k}, latents={latents}")
@@ -176,17 +203,20 @@ def sparse_autoencoder(d_in: int, latents: int, *, activation: str = "topk", k: 
         x_BxD = batch["x"].reshape(batch["x"].shape[0], -1).astype(jnp.float32) * stats["scale"]
         since_L = extra["forward_passes_since_fired"]
         dead_L = since_L > dead_feature_window
-        loss_B, aux = sae_lib.loss(p, x_BxD, activation=activation, k=k,
+        k_kw = dict(k=hp.k, k_max=k) if topk else {}
+        loss_B, aux = sae_lib.loss(p, x_BxD, activation=activation, **k_kw,
                                    l1_coefficient=hp.l1_coefficient,
                                    l0_coefficient=hp.l0_coefficient, bandwidth=bandwidth,
                                    aux_k_coefficient=hp.aux_k_coefficient,
                                    dead_mask=dead_L if topk else None)
-        z_BxL = jax.lax.stop_gradient(sae_lib.encode(p, x_BxD, activation=activation, k=k,
+        z_BxL = jax.lax.stop_gradient(sae_lib.encode(p, x_BxD, activation=activation, **k_kw,
                                                      bandwidth=bandwidth))
         fired_L = jnp.any(z_BxL != 0, axis=0)
         since_L = jnp.where(fired_L, 0, jnp.minimum(since_L + 1, _NEVER)).astype(jnp.int32)
         if activation == "batchtopk":
             stats["threshold"] = sae_lib.update_batchtopk_threshold(stats["threshold"], z_BxL)
+        if activation == "topk":
+            stats["k"] = jnp.asarray(hp.k, jnp.int32)
         total_var = jnp.sum((x_BxD - jnp.mean(x_BxD, axis=0, keepdims=True)) ** 2)
         metrics = {"mse": aux["mse"].mean(), "sparsity": aux["sparsity"].mean(),
                    "auxk": aux["auxk"].mean(), "l0": aux["l0"].mean(),

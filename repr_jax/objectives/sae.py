@@ -23,6 +23,11 @@ kinds by default measure pre-activations and decode latents as if the decoder ro
 
 Reduction: ``loss`` returns per-example losses ``[B]``; their mean is sae-lens's scalar training
 loss.
+
+``k`` may be traced (a population's members, each with its own ``k``, in one compiled step) when a
+static ``k_max >= k`` sizes the selection: ``lax.top_k`` takes the ``k_max`` largest and the ranks
+from ``k`` on are zeroed, which keeps exactly the ``k`` largest (the same entries, ties included,
+since ``top_k``'s order is the same at every size).
 """
 
 from __future__ import annotations
@@ -43,9 +48,18 @@ def _check_activation(activation: str) -> None:
         raise ValueError(f"unknown SAE activation {activation!r}; valid: {', '.join(ACTIVATIONS)}")
 
 
-def _check_k(activation: str, k, latents: int) -> None:
+def _check_k(activation: str, k, latents: int, k_max: int | None = None) -> None:
     if activation not in _TOPK_KINDS:
         return
+    if k_max is not None:  # k may be traced: its static bound is what is checked
+        if not 0 < k_max < latents:
+            raise ValueError(f"{activation} needs 0 < k_max < latents; got k_max={k_max}, "
+                             f"latents={latents}")
+        if isinstance(k, (int, float)) and not 0 < k <= k_max:
+            raise ValueError(f"{activation} needs 0 < k <= k_max; got k={k}, k_max={k_max}")
+        return
+    if isinstance(k, jax.core.Tracer):
+        raise ValueError(f"{activation}: a traced k needs a static bound k_max (lax.top_k's size)")
     if k is None or not 0 < k < latents:
         raise ValueError(f"{activation} needs 0 < k < latents; got k={k}, latents={latents}")
 
@@ -204,30 +218,40 @@ def _scatter_rows(vals_BxK, idx_BxK, shape):
     return jnp.zeros(shape, vals_BxK.dtype).at[rows_Bx1, idx_BxK].set(vals_BxK)
 
 
-def topk_activation(pre_BxL: jax.Array, k: int) -> jax.Array:
+def topk_activation(pre_BxL: jax.Array, k, *, k_max: int | None = None) -> jax.Array:
     """Keep each row's ``k`` largest entries, ReLU them, zero the rest (sae-lens ``TopK``).
     ``[B, L]``.
 
-    Ties go to the lower index (``lax.top_k``). O(B·L·log k).
+    Ties go to the lower index (``lax.top_k``). ``k_max``: a static bound on ``k``, which may then
+    be traced (the ``k_max`` largest, ranks ``>= k`` zeroed). O(B·L·log k_max).
 
     >>> import jax.numpy as jnp
-    >>> topk_activation(jnp.array([[3.0, -1.0, 2.0, 0.5], [-1.0, -2.0, -3.0, -4.0]]), 2).tolist()
+    >>> pre = jnp.array([[3.0, -1.0, 2.0, 0.5], [-1.0, -2.0, -3.0, -4.0]])
+    >>> topk_activation(pre, 2).tolist()
+    [[3.0, 0.0, 2.0, 0.0], [0.0, 0.0, 0.0, 0.0]]
+    >>> topk_activation(pre, jnp.asarray(2), k_max=3).tolist()
     [[3.0, 0.0, 2.0, 0.0], [0.0, 0.0, 0.0, 0.0]]
     """
-    vals_BxK, idx_BxK = jax.lax.top_k(pre_BxL, k)
+    vals_BxK, idx_BxK = jax.lax.top_k(pre_BxL, k if k_max is None else k_max)
+    if k_max is not None:
+        vals_BxK = jnp.where(jnp.arange(k_max)[None, :] < k, vals_BxK, 0.0)
     return _scatter_rows(jax.nn.relu(vals_BxK), idx_BxK, pre_BxL.shape)
 
 
-def batchtopk_activation(pre_BxL: jax.Array, k: float) -> jax.Array:
+def batchtopk_activation(pre_BxL: jax.Array, k, *, k_max: float | None = None) -> jax.Array:
     """ReLU, then keep the ``int(k * B)`` largest values of the whole batch (sae-lens
     ``BatchTopK``).
 
     ``k`` is the mean number of active latents per row. Ties go to the lower row-major index.
-    ``[B, L]``; O(B·L·log(k·B)).
+    ``k_max``: a static bound on ``k``, which may then be traced (the ``int(k_max * B)`` largest,
+    ranks ``>= floor(k * B)`` zeroed). ``[B, L]``; O(B·L·log(k_max·B)).
     """
     acts_N = jax.nn.relu(pre_BxL).reshape(-1)
-    vals, idx = jax.lax.top_k(acts_N, int(k * pre_BxL.shape[0]))
-    return jnp.zeros_like(acts_N).at[idx].set(vals).reshape(pre_BxL.shape)
+    batch = pre_BxL.shape[0]
+    vals_N, idx_N = jax.lax.top_k(acts_N, int((k if k_max is None else k_max) * batch))
+    if k_max is not None:
+        vals_N = jnp.where(jnp.arange(vals_N.shape[0]) < jnp.floor(k * batch), vals_N, 0.0)
+    return jnp.zeros_like(acts_N).at[idx_N].set(vals_N).reshape(pre_BxL.shape)
 
 
 def pre_activations(params: dict, x_BxD: jax.Array, *,
@@ -242,20 +266,21 @@ def pre_activations(params: dict, x_BxD: jax.Array, *,
     return pre_BxL
 
 
-def _activate(params, pre_BxL, activation, k, bandwidth):
+def _activate(params, pre_BxL, activation, k, bandwidth, k_max=None):
     if activation == "jumprelu" and "threshold" not in params:
         raise ValueError(f"jumprelu needs params['threshold'] [L]; params have {sorted(params)}")
     if activation == "relu":
         return jax.nn.relu(pre_BxL)
     if activation == "topk":
-        return topk_activation(pre_BxL, k)
+        return topk_activation(pre_BxL, k, k_max=k_max)
     if activation == "batchtopk":
-        return batchtopk_activation(pre_BxL, k)
+        return batchtopk_activation(pre_BxL, k, k_max=k_max)
     return jumprelu(pre_BxL, params["threshold"], bandwidth)
 
 
 def encode(params: dict, x_BxD: jax.Array, *, activation: str, k: float | None = None,
-           bandwidth: float = 0.05, rescale_acts_by_decoder_norm: bool | None = None) -> jax.Array:
+           bandwidth: float = 0.05, rescale_acts_by_decoder_norm: bool | None = None,
+           k_max: float | None = None) -> jax.Array:
     """Latent activations ``z`` ``[B, L]`` of inputs ``x [B, D]``. O(B·D·L).
 
     Args:
@@ -266,6 +291,7 @@ def encode(params: dict, x_BxD: jax.Array, *, activation: str, k: float | None =
       bandwidth: JumpReLU's STE kernel width (sae-lens default 0.05); forward value unaffected.
       rescale_acts_by_decoder_norm: TopK kinds only; ``None`` means sae-lens's training default
         (``True`` for ``topk``/``batchtopk``). Irrelevant for unit-norm decoder rows.
+      k_max: TopK kinds: a static bound on ``k``, which may then be traced (module docstring).
 
     ``batchtopk`` couples the rows (pass the global batch); its inference form is JumpReLU with one
     threshold for all latents (see ``update_batchtopk_threshold``). JumpReLU expects
@@ -273,10 +299,10 @@ def encode(params: dict, x_BxD: jax.Array, *, activation: str, k: float | None =
     equals its inference ``relu(pre) * (pre > threshold)``.
     """
     _check_activation(activation)
-    _check_k(activation, k, params["W_enc"].shape[1])
+    _check_k(activation, k, params["W_enc"].shape[1], k_max)
     rescale = _rescale_default(activation, rescale_acts_by_decoder_norm)
     pre_BxL = pre_activations(params, x_BxD, rescale_acts_by_decoder_norm=rescale)
-    return _activate(params, pre_BxL, activation, k, bandwidth)
+    return _activate(params, pre_BxL, activation, k, bandwidth, k_max)
 
 
 def decode(params: dict, z_BxL: jax.Array, *,
@@ -327,7 +353,8 @@ def loss(params: dict, x_BxD: jax.Array, *, activation: str, k: float | None = N
          l1_coefficient: float = 1.0, l0_coefficient: float = 1.0, bandwidth: float = 0.05,
          aux_k: int | None = None, aux_k_coefficient: float = 1.0,
          dead_mask: jax.Array | None = None,
-         rescale_acts_by_decoder_norm: bool | None = None) -> tuple[jax.Array, dict]:
+         rescale_acts_by_decoder_norm: bool | None = None,
+         k_max: float | None = None) -> tuple[jax.Array, dict]:
     """sae-lens 6.x's training loss, per example ``[B]`` (its scalar is the batch mean). O(B·D·L).
 
     Args:
@@ -343,6 +370,7 @@ def loss(params: dict, x_BxD: jax.Array, *, activation: str, k: float | None = N
       dead_mask: TopK kinds: ``[L]`` bool, latents that have not fired for a while; ``None``: no
         AuxK.
       rescale_acts_by_decoder_norm: see ``encode``.
+      k_max: see ``encode``.
 
     Returns ``(loss_B, aux)``: ``loss_B = mse + sparsity + auxk``; ``aux`` holds each part ``[B]``
     (``mse = ||x_hat - x||^2``; ``sparsity`` the weighted L1 or L0 penalty, 0 for TopK kinds;
@@ -351,10 +379,10 @@ def loss(params: dict, x_BxD: jax.Array, *, activation: str, k: float | None = N
     batch-wide selection: padding rows compete for the ``k * B`` places, so drop them before.
     """
     _check_activation(activation)
-    _check_k(activation, k, params["W_enc"].shape[1])
+    _check_k(activation, k, params["W_enc"].shape[1], k_max)
     rescale = _rescale_default(activation, rescale_acts_by_decoder_norm)
     pre_BxL = pre_activations(params, x_BxD, rescale_acts_by_decoder_norm=rescale)
-    z_BxL = _activate(params, pre_BxL, activation, k, bandwidth)
+    z_BxL = _activate(params, pre_BxL, activation, k, bandwidth, k_max)
     x_hat_BxD = decode(params, z_BxL, rescale_acts_by_decoder_norm=rescale)
     x_BxD = x_BxD.astype(jnp.float32)
     mse_B = jnp.sum((x_hat_BxD - x_BxD) ** 2, axis=1)

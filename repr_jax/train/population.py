@@ -10,6 +10,13 @@ each member its own initialisation and augmentation noise. Inside the step the m
 convolutions with per-member weights run slower batched than one by one (its members then cost
 what their separate runs do: ``bench/population_vs_sequential.py``).
 
+An integer hyper leaf is a count the method may size a static shape by (an SAE's ``method.k``,
+the size of its ``lax.top_k``): the population builds its method at the members' largest value
+(:func:`population_base`) and each member reads its own, traced, from its ``hp``. Every other
+structural key (an SAE's ``method.latents``, which shapes its parameters) changes the compiled
+program: :func:`member_differences` refuses it in one line naming the key, why, and the sweep
+that trains those members instead.
+
 Batches are shared (every member sees the batch of the first member's seed) or, with
 ``shared_batches=False``, drawn per member from its own seed. A member is then the same run as
 ``repr-jax train`` of its config (with shared batches: when its seed is the first member's), to float
@@ -53,11 +60,14 @@ from repr_jax.train.step import configured_step, hyperparams
 
 # What members may differ in: the seed, and the numeric leaves the step reads (hyperparams()).
 MEMBER_KEYS = ("seed",)
+NO_ENCODER = ("sae",)  # methods whose model ignores the encoder section
 
 
 def member_differences(configs: Sequence[Config]) -> list[str]:
     """The keys in which members differ; raises ConfigError if any is structural (it would
-    change the compiled program, so those members cannot share one step)."""
+    change the compiled program, so those members cannot share one step): one line naming the
+    key, why (a section's ``_population_refusals``, e.g. an SAE's ``method.latents``), and the
+    sweep that trains them instead."""
     if not configs:
         raise ConfigError("a population needs at least one member")
     first, varying = configs[0], {}
@@ -68,10 +78,48 @@ def member_differences(configs: Sequence[Config]) -> list[str]:
     bad = sorted(k for k in varying if k not in leaves and k not in MEMBER_KEYS
                  and not k.startswith("eval."))
     if bad:
+        flat = [config_lib.flatten(c) for c in configs]
+        shared = [k for k in bad if all(k in f for f in flat)] or bad  # not a switched section's
+        why = {k: _refusal(first, k) for k in shared}
+        key = next((k for k in shared if why[k]), shared[0])
+        values = []
+        for f in flat:  # in member order, once each
+            if key in f and f[key] not in values:
+                values.append(f[key])
+        listed = ", ".join(f'"{v}"' if isinstance(v, str) else repr(v) for v in values)
+        sweep = (f"train them as a sweep: repr-jax sweep --config EXPERIMENT --grid "
+                 f"'{key}=[{listed}]' (not --population; in a sweep file, a grid key outside "
+                 f"population=(...))")
+        if why[key]:
+            raise ConfigError(f"{key} {why[key]}, so population members that differ in it cannot "
+                              f"share one compiled step; {sweep}")
         raise ConfigError(f"population members may differ only in seed and numeric "
                           f"hyperparameters ({', '.join(sorted(leaves))}); they differ in "
-                          f"{', '.join(bad)}: train those as separate runs")
+                          f"{', '.join(bad)}: {sweep}")
     return sorted(varying)
+
+
+def _refusal(cfg: Config, key: str) -> str:
+    """Why members may not differ in ``key``, where its section says (``_population_refusals``);
+    '' otherwise."""
+    section, _, name = key.partition(".")
+    return getattr(getattr(cfg, section, None), "_population_refusals", {}).get(name, "")
+
+
+def population_base(configs: Sequence[Config]) -> Config:
+    """The config the population's method is built from: the first member's, with every integer
+    hyper leaf at the members' largest value (a count that sizes a static shape, such as an SAE's
+    ``method.k``, whose ``lax.top_k`` then fits every member; each member applies its own, read
+    from its ``hp``)."""
+    first, sets = configs[0], []
+    for section in hyperparams(first):
+        for f in dataclasses.fields(getattr(first, section)):
+            value = getattr(getattr(first, section), f.name)
+            if f.metadata.get("hyper") and isinstance(value, int) and not isinstance(value, bool):
+                largest = max(getattr(getattr(c, section), f.name) for c in configs)
+                if largest != value:
+                    sets.append(f"{section}.{f.name}={largest!r}")
+    return config_lib.override(first, sets) if sets else first
 
 
 def stack(trees: Sequence[Any]) -> Any:
@@ -91,10 +139,12 @@ def members_per_chunk(cfg: Config) -> int:
     Auto: one at a time for the cnn where the CPU tricks are on (:func:`repr_jax.backend.cpu_tuned`):
     XLA's CPU convolutions with per-member weights (vmapped: a grouped convolution, or patch
     matmuls) run slower than the same convolutions one by one — and a loop of members keeps the one
-    program, its single dispatch and its stacked state. All at once elsewhere."""
+    program, its single dispatch and its stacked state. All at once elsewhere, and for methods
+    that use no encoder (``sae``: its members' matmuls batch)."""
     n = cfg.train.population_chunk
     if n == 0:
-        return 1 if cpu_tuned() and cfg.encoder.name == "cnn" else 0
+        convolves = cfg.encoder.name == "cnn" and cfg.method.name not in NO_ENCODER
+        return 1 if cpu_tuned() and convolves else 0
     return n
 
 
@@ -133,7 +183,8 @@ def member_names(configs: Sequence[Config], varying: Sequence[str]) -> list[str]
 def _init_population(configs: Sequence[Config], dataset, mesh, *, fresh: bool = True):
     """The population's method and its fresh stacked state (member ``i`` from ``configs[i].seed``;
     every member from ``encoder.init_from`` when ``fresh``, not when a checkpoint follows)."""
-    method = build_method(configs[0], dataset, population=members_per_chunk(configs[0]) != 1)
+    method = build_method(population_base(configs), dataset,
+                          population=members_per_chunk(configs[0]) != 1)
     keys = jnp.stack([jax.random.PRNGKey(c.seed) for c in configs])
     init = jax.vmap(state_init_fn(configs[0], method), in_axes=(0, None, None))
     return method, jax.jit(init, out_shardings=sharding.replicated(mesh))(

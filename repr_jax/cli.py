@@ -76,8 +76,13 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--grid", action="append", default=[], metavar="KEY=[V1,V2,...]",
                    help="instead of a sweep file: a grid axis over --config's experiment, e.g. "
                         "--grid 'optim.lr=[1e-3,3e-3]' (repeatable; the points are the product)")
+    s.add_argument("--population", action="append", default=[], metavar="KEY=[V1,V2,...]",
+                   help="like --grid, but its points train together as one population in one "
+                        "compiled step (seed or numeric hyperparameters, e.g. --population "
+                        "'method.k=[16,32,64]'); one population per point of the --grid axes")
     s.add_argument("--config", default=DEFAULT_EXPERIMENT, metavar="NAME_OR_PATH",
-                   help=f"the experiment --grid varies (default: {DEFAULT_EXPERIMENT})")
+                   help=f"the experiment --grid and --population vary (default: "
+                        f"{DEFAULT_EXPERIMENT})")
     _grid_options(s, "sweep")
     s.add_argument("--dry-run", action="store_true",
                    help="list the points, their steps and an estimate of the time (it compiles "
@@ -227,7 +232,7 @@ def _parser() -> argparse.ArgumentParser:
                        "results CSV; writes fit_<law>.json and fit_<law>.png next to the table.")
     f.add_argument("--table", required=True, help="results CSV (one row per run/evaluation)")
     f.add_argument("--law", required=True,
-                   help="power | chinchilla | saturation | bnsl | log_linear")
+                   help="power | chinchilla | saturation | bnsl | log_linear | sae_topk")
     f.add_argument("--x", required=True, metavar="COLS",
                    help="input column(s), comma-separated in the law's order (chinchilla: N,D)")
     f.add_argument("--y", required=True, metavar="COL",
@@ -371,12 +376,13 @@ def _sweep(args) -> int:
         print(f"{len(rows)} rows -> {Path(args.workdir) / 'results.csv'}")
         return 0
     options = _executor_options(args)  # wrong flags fail before anything loads
-    if (args.sweep is None) == (not args.grid):
-        raise ConfigError("give a sweep file (repr-jax sweep NAME) or --grid KEY=[...] with "
-                          "--config NAME, not both" if args.grid else
+    axes = args.grid + args.population
+    if (args.sweep is None) == (not axes):
+        raise ConfigError("give a sweep file (repr-jax sweep NAME) or --grid/--population "
+                          "KEY=[...] with --config NAME, not both" if axes else
                           "give a sweep file (repr-jax sweep NAME) or --grid KEY=[...]")
     sweep = (sweep_lib.load_sweep(args.sweep) if args.sweep
-             else sweep_lib.grid_sweep(args.config, args.grid))
+             else sweep_lib.grid_sweep(args.config, args.grid, args.population))
     if args.dry_run:
         from repr_jax.scaling.executors import default_jobs
         jobs = args.jobs or default_jobs()

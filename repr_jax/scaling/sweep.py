@@ -163,13 +163,14 @@ def load_sweep(name_or_path: str) -> Sweep:
     return sweep
 
 
-def grid_sweep(config: str, grid: Sequence[str]) -> Sweep:
+def grid_sweep(config: str, grid: Sequence[str], population: Sequence[str] = ()) -> Sweep:
     """A sweep from the command line: ``config`` (an experiment, as ``--config`` takes it) and
     ``KEY=[v1, v2, ...]`` strings (Python literals; the same as ``grid={KEY: [v1, v2]}`` in a
-    sweep file). Bad syntax is a one-line ConfigError."""
+    sweep file); ``population`` more of them, whose points train together as one population
+    (``population=(KEY, ...)`` in a sweep file). Bad syntax is a one-line ConfigError."""
     import ast
     axes: dict[str, list[Any]] = {}
-    for item in grid:
+    for item in [*grid, *population]:
         key, sep, text = item.partition("=")
         key = key.strip()
         try:
@@ -184,7 +185,8 @@ def grid_sweep(config: str, grid: Sequence[str]) -> Sweep:
         axes[key] = list(values)
     if not axes:
         raise ConfigError("a sweep needs a sweep file or at least one --grid KEY=[...]")
-    return Sweep(base=config, grid=axes)
+    members = tuple(item.partition("=")[0].strip() for item in population)
+    return Sweep(base=config, grid=axes, population=members)
 
 
 def dry_run(sweep: Sweep, overrides: Sequence[str] = (), *, jobs: int = 1,

@@ -183,8 +183,8 @@ def sparse_autoencoder(d_in: int, latents: int, *, activation: str = "topk", k: 
     threshold and records TopK's ``k`` (``batch_stats``). ``normalize_decoder``: after every
     optimizer step the decoder rows go back to unit norm with the norms folded into the encoder
     (the function is unchanged); JumpReLU thresholds are clamped at 0 after every step. Time
-    O(B·D·L) per step (the encoder runs twice in the graph, for the loss and the firing counts;
-    XLA shares it).
+    O(B·D·L) per step (the firing counts read the loss's own latents; AuxK is computed only
+    while a latent is dead, as sae-lens does).
     """
     if activation in _TOPK_KINDS and not 0 < k < latents:
         raise ValueError(f"sae: {activation} needs 0 < k < latents; got k={k}, latents={latents}")
@@ -209,8 +209,7 @@ def sparse_autoencoder(d_in: int, latents: int, *, activation: str = "topk", k: 
                                    l0_coefficient=hp.l0_coefficient, bandwidth=bandwidth,
                                    aux_k_coefficient=hp.aux_k_coefficient,
                                    dead_mask=dead_L if topk else None)
-        z_BxL = jax.lax.stop_gradient(sae_lib.encode(p, x_BxD, activation=activation, **k_kw,
-                                                     bandwidth=bandwidth))
+        z_BxL = aux["z"]  # the loss's own latents (no second encoder pass)
         fired_L = jnp.any(z_BxL != 0, axis=0)
         since_L = jnp.where(fired_L, 0, jnp.minimum(since_L + 1, _NEVER)).astype(jnp.int32)
         if activation == "batchtopk":

@@ -374,8 +374,9 @@ def loss(params: dict, x_BxD: jax.Array, *, activation: str, k: float | None = N
 
     Returns ``(loss_B, aux)``: ``loss_B = mse + sparsity + auxk``; ``aux`` holds each part ``[B]``
     (``mse = ||x_hat - x||^2``; ``sparsity`` the weighted L1 or L0 penalty, 0 for TopK kinds;
-    ``auxk``, 0 unless TopK with a ``dead_mask``) and ``l0``, the count of nonzero latents (no
-    gradient). Every kind returns the same keys. For ``batchtopk`` the per-example split follows a
+    ``auxk``, 0 unless TopK with a ``dead_mask`` holding a dead latent: only then is it computed,
+    as sae-lens skips it) and ``l0``, the count of nonzero latents, and ``z [B, L]``, the latents
+    (neither with a gradient). Every kind returns the same keys. For ``batchtopk`` the per-example split follows a
     batch-wide selection: padding rows compete for the ``k * B`` places, so drop them before.
     """
     _check_activation(activation)
@@ -394,11 +395,15 @@ def loss(params: dict, x_BxD: jax.Array, *, activation: str, k: float | None = N
     elif activation == "jumprelu":
         step_BxL = heaviside_step(pre_BxL, params["threshold"], bandwidth)
         sparsity_B = l0_coefficient * jnp.sum(step_BxL, axis=1)
-    elif dead_mask is not None:
-        auxk_B = auxk_loss(params, x_BxD, x_hat_BxD, pre_BxL, dead_mask, aux_k=aux_k,
-                           coefficient=aux_k_coefficient, rescale_acts_by_decoder_norm=rescale)
+    elif dead_mask is not None:  # computed only when a latent is dead, as sae-lens does
+        auxk_B = jax.lax.cond(
+            jnp.any(dead_mask),
+            lambda: auxk_loss(params, x_BxD, x_hat_BxD, pre_BxL, dead_mask, aux_k=aux_k,
+                              coefficient=aux_k_coefficient,
+                              rescale_acts_by_decoder_norm=rescale),
+            lambda: zeros_B)
     aux = {"mse": mse_B, "sparsity": sparsity_B, "auxk": auxk_B,
-           "l0": jax.lax.stop_gradient(l0(z_BxL))}
+           "l0": jax.lax.stop_gradient(l0(z_BxL)), "z": jax.lax.stop_gradient(z_BxL)}
     return mse_B + sparsity_B + auxk_B, aux
 
 

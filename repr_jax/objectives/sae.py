@@ -232,10 +232,18 @@ def topk_activation(pre_BxL: jax.Array, k, *, k_max: int | None = None) -> jax.A
     >>> topk_activation(pre, jnp.asarray(2), k_max=3).tolist()
     [[3.0, 0.0, 2.0, 0.0], [0.0, 0.0, 0.0, 0.0]]
     """
+    vals_BxK, idx_BxK = topk_rows(pre_BxL, k, k_max=k_max)
+    return _scatter_rows(vals_BxK, idx_BxK, pre_BxL.shape)
+
+
+def topk_rows(pre_BxL: jax.Array, k, *, k_max: int | None = None
+              ) -> tuple[jax.Array, jax.Array]:
+    """:func:`topk_activation` as ``(values [B, K], latent indices [B, K])`` (``K = k_max or
+    k``; values ReLU'd, ranks ``>= k`` zero): what :func:`decode_rows` reads. O(B·L·log K)."""
     vals_BxK, idx_BxK = jax.lax.top_k(pre_BxL, k if k_max is None else k_max)
     if k_max is not None:
         vals_BxK = jnp.where(jnp.arange(k_max)[None, :] < k, vals_BxK, 0.0)
-    return _scatter_rows(jax.nn.relu(vals_BxK), idx_BxK, pre_BxL.shape)
+    return jax.nn.relu(vals_BxK), idx_BxK
 
 
 def batchtopk_activation(pre_BxL: jax.Array, k, *, k_max: float | None = None) -> jax.Array:
@@ -318,6 +326,18 @@ def decode(params: dict, z_BxL: jax.Array, *,
     return z_BxL @ params["W_dec"] + params["b_dec"][None, :]
 
 
+def decode_rows(params: dict, vals_BxK: jax.Array, idx_BxK: jax.Array, *,
+                rescale_acts_by_decoder_norm: bool = False) -> jax.Array:
+    """:func:`decode` of latents given as each row's ``K`` values and indices (TopK's): the
+    ``K`` decoder rows gathered, ``[B, D]``. Time and memory O(B·K·D) instead of O(B·L·D), and
+    so is the gradient (a scatter into ``K`` rows of ``W_dec`` per example, not a dense
+    ``[L, D]`` product): the decoder's share of a TopK step, ``L / K`` times less work."""
+    if rescale_acts_by_decoder_norm:
+        vals_BxK = vals_BxK / decoder_norms(params)[idx_BxK]
+    rows_BxKxD = params["W_dec"][idx_BxK]
+    return jnp.einsum("bk,bkd->bd", vals_BxK, rows_BxKxD) + params["b_dec"][None, :]
+
+
 # ----------------------------------------------------------------------------- losses
 def auxk_loss(params: dict, x_BxD: jax.Array, x_hat_BxD: jax.Array, pre_BxL: jax.Array,
               dead_mask_L: jax.Array, *, aux_k: int | None = None, coefficient: float = 1.0,
@@ -383,8 +403,13 @@ def loss(params: dict, x_BxD: jax.Array, *, activation: str, k: float | None = N
     _check_k(activation, k, params["W_enc"].shape[1], k_max)
     rescale = _rescale_default(activation, rescale_acts_by_decoder_norm)
     pre_BxL = pre_activations(params, x_BxD, rescale_acts_by_decoder_norm=rescale)
-    z_BxL = _activate(params, pre_BxL, activation, k, bandwidth, k_max)
-    x_hat_BxD = decode(params, z_BxL, rescale_acts_by_decoder_norm=rescale)
+    if activation == "topk":  # decoded from its k rows: O(B·k·D), gradient included
+        vals_BxK, idx_BxK = topk_rows(pre_BxL, k, k_max=k_max)
+        z_BxL = _scatter_rows(vals_BxK, idx_BxK, pre_BxL.shape)
+        x_hat_BxD = decode_rows(params, vals_BxK, idx_BxK, rescale_acts_by_decoder_norm=rescale)
+    else:
+        z_BxL = _activate(params, pre_BxL, activation, k, bandwidth, k_max)
+        x_hat_BxD = decode(params, z_BxL, rescale_acts_by_decoder_norm=rescale)
     x_BxD = x_BxD.astype(jnp.float32)
     mse_B = jnp.sum((x_hat_BxD - x_BxD) ** 2, axis=1)
     zeros_B = jnp.zeros_like(mse_B)

@@ -139,12 +139,13 @@ def members_per_chunk(cfg: Config) -> int:
     Auto: one at a time for the cnn where the CPU tricks are on (:func:`repr_jax.backend.cpu_tuned`):
     XLA's CPU convolutions with per-member weights (vmapped: a grouped convolution, or patch
     matmuls) run slower than the same convolutions one by one — and a loop of members keeps the one
-    program, its single dispatch and its stacked state. All at once elsewhere, and for methods
-    that use no encoder (``sae``: its members' matmuls batch)."""
+    program, its single dispatch and its stacked state. The same for an SAE there (its decoder
+    gathers each row's k rows: vmapped over members, the gathers and their scatters ran 2.5x
+    slower than one member after another, bench/sae_vs_saelens.py). All at once elsewhere."""
     n = cfg.train.population_chunk
     if n == 0:
         convolves = cfg.encoder.name == "cnn" and cfg.method.name not in NO_ENCODER
-        return 1 if cpu_tuned() and convolves else 0
+        return 1 if cpu_tuned() and (convolves or cfg.method.name == "sae") else 0
     return n
 
 

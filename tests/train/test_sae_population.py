@@ -68,8 +68,9 @@ def assert_members_are_their_runs(pop, configs, tmp_path, which):
 ])
 def test_sparsity_weight_members_equal_their_separate_runs(tmp_path, activation, values, common,
                                                            shared):
-    configs = _members(values, f"method.activation={activation}", *common)
-    assert members_per_chunk(configs[0]) == 0  # vmapped, though encoder.name is the cnn's
+    configs = _members(values, f"method.activation={activation}", *common,
+                       "train.population_chunk=2")
+    assert members_per_chunk(configs[0]) == 2  # vmapped together (on CPU the default maps them)
     pop = train_population(configs, tmp_path / "pop", shared_batches=shared, progress=False)
     assert pop["diverged"] == {}
     assert_members_are_their_runs(pop, configs, tmp_path, range(len(configs)) if shared else [1])
@@ -81,7 +82,8 @@ def test_k_members_share_one_step_and_equal_their_separate_runs(tmp_path, activa
     """``method.k`` is a hyper leaf: the population's ``lax.top_k`` is sized by its largest k (the
     first member's is not), each member keeps its own (TopK records it in batch_stats, so its
     evaluation does too)."""
-    configs = _members([{"method.k": k} for k in (2, 8, 5)], f"method.activation={activation}")
+    configs = _members([{"method.k": k} for k in (2, 8, 5)], f"method.activation={activation}",
+                       "train.population_chunk=3")  # vmapped together
     assert member_differences(configs) == ["method.k"]
     assert population_base(configs).method.k == 8
     pop = train_population(configs, tmp_path / "pop", progress=False)

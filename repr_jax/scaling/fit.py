@@ -129,9 +129,9 @@ def fit_law(law: str | Law | Callable, inputs: Mapping[str, Any], y, *, huber_de
     """Fits ``law`` to ``y`` observed at ``inputs`` (see the module docstring).
 
     Args:
-      law: ``"power"``, ``"chinchilla"``, ``"saturation"``, ``"bnsl"``, ``"log_linear"``, a
-        :class:`~repr_jax.scaling.laws.Law`, or a function ``f(params: dict, inputs: dict) -> y``
-        (then ``init_grid`` names its parameters).
+      law: ``"power"``, ``"chinchilla"``, ``"saturation"``, ``"bnsl"``, ``"log_linear"``,
+        ``"sae_topk"``, a :class:`~repr_jax.scaling.laws.Law`, or a function
+        ``f(params: dict, inputs: dict) -> y`` (then ``init_grid`` names its parameters).
       inputs: named 1-D arrays, e.g. ``{"N": ..., "D": ...}`` for Chinchilla, ``{"x": ...}``.
       y: observed values (positive when ``log_space``).
       huber_delta: the Huber threshold on (log-)residuals.

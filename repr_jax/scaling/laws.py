@@ -142,7 +142,33 @@ LOG_LINEAR = Law(
            "Udandarao et al. 2024)")
 
 
-LAWS = {law.name: law for law in (POWER, CHINCHILLA, SATURATION, BNSL, LOG_LINEAR)}
+# ------------------------------------------------------------------- sparse autoencoders (TopK)
+
+def _sae_topk_log(t, i):
+    """``log L(n, k)``, t = (alpha, beta_k, beta_n, gamma, zeta, eta): the log of
+    ``exp(alpha + beta_k log k + beta_n log n + gamma log k log n) + exp(zeta + eta log k)``."""
+    log_n, log_k = jnp.log(i["n"]), jnp.log(i["k"])
+    return _lse(t[0] + t[1] * log_k + t[2] * log_n + t[3] * log_k * log_n, t[4] + t[5] * log_k)
+
+
+SAE_TOPK = Law(
+    "sae_topk", ("n", "k"), ("alpha", "beta_k", "beta_n", "gamma", "zeta", "eta"),
+    predict=lambda t, i: jnp.exp(_sae_topk_log(t, i)),
+    log_predict=_sae_topk_log,
+    public=lambda t: {"alpha": t[0], "beta_k": t[1], "beta_n": t[2], "gamma": t[3],
+                      "zeta": t[4], "eta": t[5]},
+    init_grid={"alpha": (-1.0, 1.0, 3.0), "beta_k": (-0.5, 0.0, 0.5),
+               "beta_n": (-0.6, -0.3, 0.0), "gamma": (-0.1, -0.03, 0.0),
+               "zeta": (-4.0, -2.0, 0.0), "eta": (-1.0, -0.3, 0.0)},
+    source="normalised MSE of a TopK sparse autoencoder with n latents and k active per input, "
+           "L(n, k) = exp(alpha + beta_k log k + beta_n log n + gamma log k log n) + "
+           "exp(zeta + eta log k) (Gao et al. 2024, 'Scaling and evaluating sparse "
+           "autoencoders', the joint law in n and k; the second term an irreducible loss that "
+           "falls with k). The paper's fitted values are not stated here: they were not found "
+           "in a source this project could check")
+
+
+LAWS = {law.name: law for law in (POWER, CHINCHILLA, SATURATION, BNSL, LOG_LINEAR, SAE_TOPK)}
 
 
 def get_law(law: str | Law) -> Law:

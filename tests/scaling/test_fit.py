@@ -81,7 +81,7 @@ def test_custom_law_function_and_errors():
         fit_law("chinchilla", {"N": x}, x)
     with pytest.raises(ValueError, match="positive y"):
         fit_law("power", {"x": x}, -x)
-    assert set(LAWS) == {"power", "chinchilla", "saturation", "bnsl", "log_linear"}
+    assert set(LAWS) == {"power", "chinchilla", "saturation", "bnsl", "log_linear", "sae_topk"}
 
 
 def test_bootstrap_refits_equal_scipy_minima_and_failures_are_reported():

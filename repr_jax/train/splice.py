@@ -155,15 +155,17 @@ class Host:
             return functools.partial(replaced, kept=kept, mode=mode, mean_D=mean_D,
                                      reconstruct=lambda x: reconstruct(sae_variables, x))
 
-        def f(sae_variables, x, kept):
+        def f(host_variables, sae_variables, x, kept):  # weights are arguments, not constants
             if layer == "embedding":
-                emb = model.embed(model.embed_variables, x)
+                emb = model.embed(host_variables, x)
                 return sub(sae_variables, jnp.ones(emb.shape[:1], bool))(emb)
             with replacing_block(model.family, layer, sub(sae_variables, kept)):
                 if what == "tokens":
-                    return model.module.apply(model.variables, x)[1]["tokens"]
-                return model.embed(model.embed_variables, x)
-        return jax.jit(f)
+                    return model.module.apply(host_variables, x)[1]["tokens"]
+                return model.embed(host_variables, x)
+        jitted = jax.jit(f)
+        host = model.variables if what == "tokens" else model.embed_variables
+        return lambda sae_variables, x, kept: jitted(host, sae_variables, x, kept)
 
     def _batches(self, model, x):
         """``(rows, x[rows] trimmed, kept)`` in batches of ``BATCH``, shortest texts first (a
@@ -218,9 +220,12 @@ class Host:
         per_text = {mode: np.zeros(len(ids), np.float32) for mode in MODES}
 
         @jax.jit
-        def ce(tokens, ids, kept):
+        def summed(params, head_VxD, tokens, ids, kept):
             return jnp.sum(next_token_cross_entropy_chunked(params, tokens, ids, kept,
                                                             head_VxD=head_VxD), axis=1)
+
+        def ce(tokens, ids, kept):
+            return summed(params, head_VxD, tokens, ids, kept)
 
         count = np.zeros(len(ids), np.float32)
         for rows, batch, kept in self._batches(model, ids):

@@ -15,9 +15,10 @@ file is written atomically, through :mod:`repr_jax.files`):
 2. Activation stores (``repr-jax activations``, itself resumable): MiniLM's layer 3
    (``--init-from minilm``) and, with ``--smollm2``, SmolLM2-135M-Instruct's layer
    ``--smollm2-layer`` over the first ``--smollm2-synsets`` synsets (a separate, smaller file: a
-   135M decoder writes 60-120 vectors/s on 2 shared cores). ``--init-from`` takes only
-   sentence-transformers models, so SmolLM2's store reads a ``repr-jax train`` run of it whose one
-   step changes nothing (``optim.freeze=('*',)``): ``stores/smollm2_host``.
+   135M decoder writes 60-120 vectors/s on 2 shared cores). SmolLM2's store reads a ``repr-jax
+   train`` run of it whose one step changes nothing (``optim.freeze=('*',)``):
+   ``stores/smollm2_host`` (written before ``--init-from smollm2`` existed; kept so that the
+   recorded run resumes).
 3. Per model, a sweep (:func:`repr_jax.scaling.run_sweep`: one process a point; a failed point is
    recorded and the others go on, and ``--retry-failed`` reruns it from its last checkpoint) of
    TopK SAEs over ``--latents`` x ``--k``, AuxK on at Gao et al.'s weight 1/32. The largest

@@ -187,6 +187,10 @@ def _parser() -> argparse.ArgumentParser:
                         "max_seq_length, or 512 for a decoder LLM)")
     a.add_argument("--batch-size", type=_at_least(1), default=64,
                    help="examples encoded at once (default 64)")
+    a.add_argument("--skip-first", type=_at_least(0), default=None, metavar="N",
+                   help="leave out each text's first N tokens (default 1 for a decoder LLM, "
+                        "whose first token is an attention sink with a norm ~100x the "
+                        "others', as sae-lens leaves out BOS; 0 otherwise)")
     a.add_argument("--no-progress", action="store_true", help="no progress bars")
 
     s = sub.add_parser("score", help="a cross-encoder's scores for a pairs: file (distillation)",
@@ -521,7 +525,7 @@ def _activations(args) -> int:
     activations(out=args.out, layer=args.layer, data=args.data, workdir=args.workdir,
                 init_from=args.init_from, dtype=args.dtype, split=args.split,
                 max_len=args.max_len, batch_size=args.batch_size,
-                progress=not args.no_progress)
+                progress=not args.no_progress, skip_first=args.skip_first)
     return 0
 
 

@@ -13,7 +13,9 @@ The format (version 1), a folder holding:
   ``beir:DIR`` or a ``data.name``), ``split`` (a ``data.name`` source's split; None for text
   sources), ``max_len`` (tokens per text; 0 for images), ``tokenizer`` (what turns the texts
   into the ids the positions index; None for images), ``kept`` (which tokens have a vector, in
-  words), ``test_rule``, ``created_by`` (``repr_jax <version>``) and ``identity`` (a digest of
+  words), ``skip_first`` (the first tokens of each text given no vector: 1 by default for a
+  decoder LLM, whose first token is an attention sink; absent in stores older than it, 0),
+  ``test_rule``, ``created_by`` (``repr_jax <version>``) and ``identity`` (a digest of
   all that decided the bytes: a rerun with other settings is told apart).
 * ``vectors.npy`` — ``[N, D]`` in ``np.save`` format (``np.load(path, mmap_mode="r")`` maps
   it), ``float32`` or ``bfloat16`` (``ml_dtypes.bfloat16``; numpy records it as ``V2`` and

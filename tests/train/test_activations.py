@@ -261,8 +261,22 @@ def test_the_command_line_writes_resumes_and_refuses(run, tmp_path):
 
 def test_a_decoders_instruction_tokens_and_padding_get_no_vector():
     # decoder_lm ids: -1 padding, -2 - id an instruction token (read, not content)
-    valid, kept = acts._token_masks("decoder_lm", -1)
+    valid, kept, text = acts._token_masks("decoder_lm", -1)
     ids = np.asarray([[-2 - 7, -2 - 8, 5, 6, -1, -1], [-2 - 7, 9, -1, -1, -1, -1]])
     np.testing.assert_array_equal(valid(ids), ids != -1)
     np.testing.assert_array_equal(np.argwhere(kept(ids)), [[0, 2], [0, 3], [1, 1]])
+    np.testing.assert_array_equal(text(ids), kept(ids))
     assert acts.trim_columns(ids, valid(ids), bucket=4).shape == (2, 4)
+
+
+def test_skip_first_leaves_out_the_first_tokens_each_row_reads():
+    # counted over the tokens the model reads (instruction tokens too), so a row without an
+    # instruction loses its first text token and a row behind an instruction loses nothing more
+    valid, kept, text = acts._token_masks("decoder_lm", 0, skip_first=1)
+    ids = np.asarray([[4, 5, 6, 0, -1], [-2 - 7, 9, 3, 0, 0], [8, -1, -1, -1, -1]])
+    np.testing.assert_array_equal(np.argwhere(kept(ids)), [[0, 1], [0, 2], [1, 1], [1, 2]])
+    np.testing.assert_array_equal(np.argwhere(text(ids)),
+                                  [[0, 0], [0, 1], [0, 2], [1, 1], [1, 2], [2, 0]])
+    _, kept2, _ = acts._token_masks("text_transformer", 0, skip_first=2)
+    np.testing.assert_array_equal(np.argwhere(kept2(np.asarray([[101, 7, 8, 102, 0]]))),
+                                  [[0, 2], [0, 3]])

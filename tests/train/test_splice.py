@@ -168,7 +168,8 @@ def test_a_decoders_cross_entropy_rows(tmp_path):
     ids = model.sides.encode(model.tokenizer, [texts[i] for i in range(0, 50, 10)], "doc")
     tokens = model.module.apply(model.variables, jnp.asarray(ids))[1]["tokens"]
     logp = jax.nn.log_softmax(next_token_logits(model.variables["params"], tokens), axis=-1)
-    kept = np.asarray(model.kept(ids))
+    assert model.skip_first == 1  # a decoder's default: its first token is not spliced
+    kept = np.asarray(model.text(ids))  # but it is predicted, and predicts the second
     total, count = 0.0, 0
     for b in range(len(ids)):
         for t in range(ids.shape[1] - 1):
@@ -232,8 +233,26 @@ def test_a_decoder_read_from_its_weights_writes_and_splices(tmp_path):
     for e in range(3):
         rows = index[:, 0] == e
         np.testing.assert_allclose(store[rows], layer1[e][index[rows, 1]], rtol=1e-5, atol=1e-5)
+        # the first token (the attention sink) is left out by default: every other text token
+        np.testing.assert_array_equal(index[rows, 1], np.arange(1, int((x[e] >= 0).sum())))
+    assert meta["skip_first"] == 1
     host = splice.Host(tmp_path / "store", max_texts=4, max_queries=6, max_corpus=20,
                        bootstrap=0)
     rows = dict(host.rows(_identity, None))
     assert rows["ce_spliced"] == pytest.approx(rows["ce_clean"], rel=1e-6)
     assert rows["ce_zero_ablation"] != pytest.approx(rows["ce_clean"], rel=1e-3)
+    # zero-ablating the stored tokens leaves the first token's states as they are (causal: it
+    # reads only itself) and changes every later one's
+    model = host.model()
+    kept = np.asarray(model.kept(x))
+    clean, zero = (np.asarray(host._pass(model, mode, _identity, "tokens")(None, x, kept))
+                   for mode in ("clean", "zero_ablation"))
+    np.testing.assert_allclose(zero[:, 0], clean[:, 0], rtol=1e-6, atol=1e-6)
+    assert np.all(np.abs(zero[:, 1] - clean[:, 1]).max(axis=-1) > 1e-3)
+
+    whole = acts.activations(out=tmp_path / "whole", layer=1, data=f"beir:{coll}",
+                             init_from=str(gguf), max_len=32, progress=False, skip_first=0)
+    assert whole["vectors"] == meta["vectors"] + len(texts) and whole["skip_first"] == 0
+    with pytest.raises(ValueError, match="--skip-first 2: .*one vector per example"):
+        acts.activations(out=tmp_path / "emb", layer="embedding", data=f"beir:{coll}",
+                         init_from=str(gguf), max_len=32, progress=False, skip_first=2)

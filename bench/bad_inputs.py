@@ -125,6 +125,10 @@ def sae_cases(tmp: Path) -> list[Case]:
         Case("data.name=activations: a folder that is not there", sae(str(tmp / "nowhere"))),
         Case("activations --out the pairs file it reads", [*acts, "--layer", "0", "--out",
                                                            str(tmp / "pairs.jsonl")]),
+        Case("activations --skip-first 1 of the pooled embedding",
+             [*acts, "--layer", "embedding", "--skip-first", "1", "--out", str(tmp / "w")]),
+        Case("activations --skip-first -1", [*acts, "--layer", "0", "--skip-first", "-1",
+                                             "--out", str(tmp / "w")]),
     ]
     for r in rows:
         r.battery = 50

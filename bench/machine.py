@@ -10,6 +10,7 @@ started: the 1-minute load average and the cores other work kept busy in the 3 s
     print(m.line())            # CPU model, cores, load
     print(m.ratio("repr_jax / faiss time", 0.71))   # "busy" instead of a number when not idle
     best = take_turns({"ours": ours, "theirs": theirs}, repeats=3)   # best times, alternating
+    run = timed_steps(step_fn, state, hp, stream, mesh)   # run(n): n train steps' times
 """
 
 from __future__ import annotations
@@ -101,3 +102,30 @@ def take_turns(fns: dict, repeats: int) -> dict:
             fn()
             times[name] = min(times[name], time.perf_counter() - t)
     return times
+
+
+def timed_steps(fn, state, hp, stream, mesh):
+    """``run(n)``: the times (seconds) of the next ``n`` calls ``state, metrics = fn(state,
+    batch, hp)`` on ``stream``'s batches, after two (the first compiles, the second settles)."""
+    import jax
+    import numpy as np
+
+    from repr_jax.train import sharding
+    step = 0
+
+    def run(n: int) -> list[float]:
+        nonlocal state, step
+        times = []
+        for _ in range(n):
+            batch = sharding.global_batch(stream.batch(step), mesh)
+            t = time.perf_counter()
+            state, metrics = fn(state, batch, hp)
+            jax.block_until_ready(metrics)
+            times.append(time.perf_counter() - t)
+            step += 1
+        assert np.isfinite(np.asarray(metrics["loss"])).all()
+        return times
+
+    run(2)
+    return run
+

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import time
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
@@ -26,7 +25,6 @@ def stepper(cfg, *, members: int):
     """``run(n)``: the times (seconds) of the next ``n`` train steps of a single run
     (``members=0``) or a ``members``-member population, compiled and warmed up first."""
     import jax
-    import numpy as np
 
     from repr_jax.config import override
     from repr_jax.data import BatchStream
@@ -34,6 +32,7 @@ def stepper(cfg, *, members: int):
     from repr_jax.train.run import init_state, make_step_fn, sample_batch, state_init_fn
     from repr_jax.train.population import make_population_step, members_per_chunk, stack
     from repr_jax.train.step import hyperparams
+    from machine import timed_steps
     dataset = load_dataset(cfg)
     mesh = sharding.make_mesh(1)
     stream = BatchStream(dataset.splits["train"], batch_size=cfg.train.batch_size, seed=0)
@@ -49,23 +48,7 @@ def stepper(cfg, *, members: int):
         hp = stack([hyperparams(override(cfg, [f"optim.lr={1e-3 * (1 + i / members)}"]))
                     for i in range(members)])
         fn = make_population_step(cfg, method, mesh, shared_batches=True)
-    step = 0
-
-    def run(n: int) -> list[float]:
-        nonlocal state, step
-        times = []
-        for _ in range(n):
-            batch = sharding.global_batch(stream.batch(step), mesh)
-            t = time.perf_counter()
-            state, metrics = fn(state, batch, hp)
-            jax.block_until_ready(metrics)
-            times.append(time.perf_counter() - t)
-            step += 1
-        assert np.isfinite(np.asarray(metrics["loss"])).all()
-        return times
-
-    run(2)  # the first compiles, the second settles
-    return run
+    return timed_steps(fn, state, hp, stream, mesh)
 
 
 def main(argv=None) -> None:

@@ -82,7 +82,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--smollm2-layer", type=int, default=15)
     p.add_argument("--smollm2-synsets", type=int, default=1500)
     p.add_argument("--smollm2-steps", type=int, default=100, help="0: --steps")
-    p.add_argument("--smollm2-downstream-k", type=_ints, default=[8, 64],
+    p.add_argument("--smollm2-downstream-k", type=_ints, default=[8, 32, 64],
                    help="the k whose largest dictionary is spliced into SmolLM2 (each splice "
                         "costs ~6-9 min and ~15 GB here)")
     p.add_argument("--only", default="", help="comma-separated models (default: minilm, and "

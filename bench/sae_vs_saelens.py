@@ -73,7 +73,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from machine import Machine  # noqa: E402
+from machine import Machine, timed_steps  # noqa: E402
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
@@ -311,8 +311,6 @@ def throughput(args, machine: Machine, store: Path, rows: Path) -> None:
 
 def population(args, store: Path) -> None:
     """K members in one compiled step vs. the K single runs' steps, interleaved rounds."""
-    import jax
-
     from repr_jax.data import BatchStream
     from repr_jax.train import build_method, load_dataset, sharding
     from repr_jax.train.population import (_init_population, make_population_step,
@@ -331,22 +329,7 @@ def population(args, store: Path) -> None:
     stream = BatchStream(dataset.splits["train"], batch_size=args.batch, seed=0)
 
     def stepper(fn, state, hp):
-        step = 0
-
-        def run(n: int) -> list[float]:
-            nonlocal state, step
-            times = []
-            for _ in range(n):
-                batch = sharding.global_batch(stream.batch(step), mesh)
-                t = time.perf_counter()
-                state, metrics = fn(state, batch, hp)
-                jax.block_until_ready(metrics)
-                times.append(time.perf_counter() - t)
-                step += 1
-            assert np.isfinite(np.asarray(metrics["loss"])).all()
-            return times
-        run(2)  # the first compiles, the second settles
-        return run
+        return timed_steps(fn, state, hp, stream, mesh)
 
     singles = []
     for c in configs:

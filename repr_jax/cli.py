@@ -191,6 +191,10 @@ def _parser() -> argparse.ArgumentParser:
                    help="leave out each text's first N tokens (default 1 for a decoder LLM, "
                         "whose first token is an attention sink with a norm ~100x the "
                         "others', as sae-lens leaves out BOS; 0 otherwise)")
+    a.add_argument("--max-norm-ratio", type=float, default=None, metavar="R",
+                   help="leave out every vector whose norm is above R x the store's median "
+                        "(default 10 for a decoder LLM's blocks, where later tokens can take "
+                        "the attention sink's role; 0 keeps every vector)")
     a.add_argument("--no-progress", action="store_true", help="no progress bars")
 
     s = sub.add_parser("score", help="a cross-encoder's scores for a pairs: file (distillation)",
@@ -525,7 +529,8 @@ def _activations(args) -> int:
     activations(out=args.out, layer=args.layer, data=args.data, workdir=args.workdir,
                 init_from=args.init_from, dtype=args.dtype, split=args.split,
                 max_len=args.max_len, batch_size=args.batch_size,
-                progress=not args.no_progress, skip_first=args.skip_first)
+                progress=not args.no_progress, skip_first=args.skip_first,
+                max_norm_ratio=args.max_norm_ratio)
     return 0
 
 

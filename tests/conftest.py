@@ -111,6 +111,21 @@ def tiny_config(**sections):
     return Config(**kw)
 
 
+def sae_config(*sets, steps=40, examples=2000, batch_size=64, warmup=5, log_every=5,
+               bootstrap=50):
+    """A TopK SAE (64 latents, k 4, ``sets`` after) on latent_classes' 32-wide vectors."""
+    from repr_jax import config as C
+    cfg = C.Config(
+        seed=0,
+        data=C.DataConfig(name="latent_classes", num_examples=examples),
+        method=C.MethodConfig(name="sae"),
+        optim=C.OptimConfig(lr=3e-3, warmup_steps=warmup, weight_decay=0.0),
+        train=C.TrainConfig(batch_size=batch_size, steps=steps, ckpt_every=0,
+                            log_every=log_every, num_devices=1),
+        eval=C.EvalConfig(evaluators=("sae",), reference_rows=False, bootstrap=bootstrap))
+    return C.override(cfg, ["method.latents=64", "method.k=4", *sets])
+
+
 def collection_vocab(folder):
     """A WordPiece vocab.txt in ``folder`` holding the words of
     :func:`repr_jax.data.beir.synthetic_collection` whole (tiny text models train in seconds)."""

@@ -15,6 +15,9 @@ The format (version 1), a folder holding:
   into the ids the positions index; None for images), ``kept`` (which tokens have a vector, in
   words), ``skip_first`` (the first tokens of each text given no vector: 1 by default for a
   decoder LLM, whose first token is an attention sink; absent in stores older than it, 0),
+  ``max_norm_ratio``, ``max_norm`` and ``dropped`` (vectors whose norm was above the ratio
+  times the median, ``max_norm``, were left out: ``dropped`` of them; 10 for a decoder LLM's
+  blocks, else 0 and None: all kept; absent in older stores),
   ``test_rule``, ``created_by`` (``repr_jax <version>``) and ``identity`` (a digest of
   all that decided the bytes: a rerun with other settings is told apart).
 * ``vectors.npy`` — ``[N, D]`` in ``np.save`` format (``np.load(path, mmap_mode="r")`` maps

@@ -15,6 +15,10 @@ each text, the first N tokens the model reads (default 1 for a decoder_lm, 0 oth
 LLM's first token is its attention sink, whose residual norm is two orders of magnitude above the
 others' (SmolLM2-135M's layer 15: 24,000 against 190, 88% of the store's variance), and an SAE
 trained with it reconstructs little else — sae-lens leaves out the BOS token for the same reason.
+Some later tokens take the sink's role too (SmolLM2: 29 of 23,399 after the first, norms up to
+25,000, 96% of what variance is left), so ``--max-norm-ratio R`` (default 10 for a decoder_lm's
+blocks, 0 — keep all — otherwise) leaves out every vector whose norm is above R times the
+store's median norm; the limit (``max_norm``) and the count left out (``dropped``) are recorded.
 Every ViT token is kept (its CLS token included). Of a two-tower run, the first (query) tower's layers; of a LoRA run, the
 adapters folded into their kernels (as ``repr-jax export`` does).
 
@@ -33,6 +37,10 @@ A killed run, rerun with the same command, checks the chunks recorded there agai
 and computes only the others; at the end the files are renamed into place with their digests,
 ``meta.json`` last, and the progress file and lock are removed: no temporary is left. A finished
 store rerun is verified and left alone; a store of other settings in ``--out`` is refused.
+
+The norm limit is applied when the chunks are all written (the median needs every vector): the
+kept rows are copied into new files that replace the final ones, and the partial files are
+removed after both.
 
 Cost: time ``O(E T model)`` for E examples of T tokens (one forward pass each, blocks past ``L``
 not computed), disk ``O(N D)`` for N kept tokens of width D (4 or 2 bytes a value, plus 8 bytes a
@@ -60,9 +68,11 @@ FAMILIES = ("text_transformer", "decoder_lm", "vit")  # with blocks whose output
 TEXT_SOURCES = ("pairs:", "beir:")
 CHUNK_BATCHES = 16  # batches of examples per chunk: the unit that is resumed
 PARTIAL = ".{}.partial"
+KEPT = ".kept"  # the rows below the norm limit, written before they replace the final files
 PROGRESS = ".progress.jsonl"
 LOCK = ".activations.lock"
 DECODER_SKIP = 1  # first tokens of a decoder's text left out by default (module docstring)
+DECODER_MAX_NORM = 10.0  # a decoder's vectors above this times the median norm are left out
 DECODER_LEN = 512  # tokens per text of a decoder read with --init-from and no --max-len
 
 
@@ -326,7 +336,8 @@ def _check_out_folder(out: Path, identity: str) -> str:
                              f", layer {meta.get('layer')}, {meta.get('data')}, "
                              f"{meta.get('dtype')}); give another folder, or remove it")
     ours = {META, VECTORS, INDEX, VECTORS + ".blake2b", INDEX + ".blake2b", PROGRESS, LOCK,
-            PARTIAL.format(VECTORS), PARTIAL.format(INDEX)}
+            PARTIAL.format(VECTORS), PARTIAL.format(INDEX), PARTIAL.format(VECTORS + KEPT),
+            PARTIAL.format(INDEX + KEPT)}
     other = sorted(p.name for p in out.iterdir() if p.name not in ours
                    and not (p.name.startswith(".") and p.name.endswith(".tmp")))
     if other:
@@ -349,7 +360,8 @@ def _recorded_chunks(out: Path, identity: str) -> dict[int, str]:
 def activations(*, out: str | Path, layer: str | int, data: str, workdir: str | None = None,
                 init_from: str | None = None, dtype: str = "float32", split: str | None = None,
                 max_len: int = 0, batch_size: int = 64, progress: bool = True,
-                skip_first: int | None = None) -> dict[str, Any]:
+                skip_first: int | None = None, max_norm_ratio: float | None = None
+                ) -> dict[str, Any]:
     """Writes the activation store (module docstring) of ``layer`` over ``data`` to ``out``;
     returns its ``meta.json``. Every flag is checked before the model runs (one line each)."""
     from repr_jax import __version__
@@ -364,6 +376,9 @@ def activations(*, out: str | Path, layer: str | int, data: str, workdir: str | 
     text = data.startswith(TEXT_SOURCES)
     if skip_first is not None and skip_first < 0:
         raise ValueError(f"--skip-first must be at least 0, got {skip_first}")
+    if max_norm_ratio is not None and not (max_norm_ratio == 0 or max_norm_ratio > 1):
+        raise ValueError(f"--max-norm-ratio must be above 1 (or 0: keep every vector), got "
+                         f"{max_norm_ratio}")
     if skip_first and (layer == "embedding" or not text):
         what = ("--layer embedding has one vector per example" if text
                 else f"{data} is not text (pairs:, beir:)")
@@ -387,6 +402,9 @@ def activations(*, out: str | Path, layer: str | int, data: str, workdir: str | 
     model, cfg = load_model(workdir=workdir, init_from=init_from, max_len=max_len, text=text,
                             skip_first=0 if layer == "embedding" else skip_first)
     check_layer(layer, model.depth, model.family)
+    if max_norm_ratio is None:
+        max_norm_ratio = (DECODER_MAX_NORM if model.family == "decoder_lm" and layer != "embedding"
+                          else 0.0)
     if text:
         x = np.asarray(model.sides.encode(model.tokenizer, texts_of(data), "doc"), np.int32)
         kind, path = data.split(":", 1)
@@ -402,7 +420,8 @@ def activations(*, out: str | Path, layer: str | int, data: str, workdir: str | 
         version=store_lib.VERSION, describe=model.describe, family=model.family, layer=layer,
         dtype=dtype, data=data_spec, split=split, stamp=stamp, length=model.length,
         batch=batch_size, chunk=CHUNK_BATCHES,
-        **({"skip_first": model.skip_first} if model.skip_first else {})),
+        **({"skip_first": model.skip_first} if model.skip_first else {}),
+        **({"max_norm_ratio": max_norm_ratio} if max_norm_ratio else {})),
         sort_keys=True, default=str).encode(),
         digest_size=16).hexdigest()
     if _check_out_folder(out, identity) == "done":
@@ -418,23 +437,28 @@ def activations(*, out: str | Path, layer: str | int, data: str, workdir: str | 
     out.mkdir(parents=True, exist_ok=True)
     lock = files.WorkdirLock(out, name=LOCK).acquire()
     try:
-        meta = _write(out, model, x, layer=layer, dtype=dtype, batch_size=batch_size,
-                      identity=identity, progress=progress)
+        written = _write(out, model, x, layer=layer, dtype=dtype, batch_size=batch_size,
+                         identity=identity, progress=progress, max_norm_ratio=max_norm_ratio)
         meta = dict(format=store_lib.FORMAT_NAME, version=store_lib.VERSION,
                     model=model.describe["model"], step=model.describe["step"],
-                    encoder=model.family, layer=layer, width=meta["width"], dtype=dtype,
-                    vectors=meta["vectors"], examples=num_examples, data=data_spec, split=split,
+                    encoder=model.family, layer=layer, width=written["width"], dtype=dtype,
+                    vectors=written["vectors"], examples=num_examples, data=data_spec, split=split,
                     max_len=model.length,
                     tokenizer=model.describe["tokenizer"] if model.tokenizer is not None
                     else None,
                     kept=_kept_words(model.family, layer, model.skip_first),
-                    skip_first=model.skip_first, test_rule=store_lib.TEST_RULE,
+                    skip_first=model.skip_first, max_norm_ratio=max_norm_ratio,
+                    max_norm=written["max_norm"], dropped=written["dropped"],
+                    test_rule=store_lib.TEST_RULE,
                     created_by=f"repr_jax {__version__}", identity=identity)
         files.write_json(out / META, meta)
         (out / PROGRESS).unlink(missing_ok=True)
         (out / LOCK).unlink(missing_ok=True)  # still held: released below
     finally:
         lock.release()
+    if meta["dropped"]:
+        print(f"activations: left out {meta['dropped']:,} vectors whose norm is above "
+              f"{max_norm_ratio:g} x the median ({meta['max_norm']:,.1f})", file=sys.stderr)
     print(f"activations: {meta['vectors']:,} vectors of width {meta['width']} ({dtype}) from "
           f"{num_examples:,} examples -> {out}", file=sys.stderr)
     return meta
@@ -492,9 +516,11 @@ def _open_partial(out: Path, identity: str, shape: tuple[int, int], np_dtype
 
 
 def _write(out: Path, model: Model, x, *, layer, dtype: str, batch_size: int, identity: str,
-           progress: bool) -> dict[str, Any]:
+           progress: bool, max_norm_ratio: float = 0.0) -> dict[str, Any]:
     """Fills the partial files chunk by chunk (the recorded ones that still match their digests
-    are kept), then moves them into place with their digests; returns ``{vectors, width}``."""
+    are kept), then moves them into place with their digests — without the rows whose norm is
+    above ``max_norm_ratio`` times the median (0: every row); returns ``{vectors, width,
+    max_norm, dropped}``."""
     import jax
 
     n = len(x)
@@ -553,11 +579,52 @@ def _write(out: Path, model: Model, x, *, layer, dtype: str, batch_size: int, id
     finally:
         if bar is not None:
             bar.close()
+    limit, keep = None, None
+    if max_norm_ratio:
+        norms = _norms(vectors)
+        limit = float(max_norm_ratio * np.median(norms))
+        keep = norms <= limit
+        if keep.all():
+            keep = None
     del vectors, index  # the maps closed before the files move
+    if keep is None:
+        for name in (VECTORS, INDEX):
+            partial, final = out / PARTIAL.format(name), out / name
+            with open(partial, "rb+") as fh:
+                os.fsync(fh.fileno())
+            os.replace(partial, final)
+            files.record_digest(final)
+    else:
+        _write_kept(out, keep)
+    kept = total if keep is None else int(keep.sum())
+    return {"vectors": kept, "width": width, "max_norm": limit, "dropped": total - kept}
+
+
+def _norms(vectors: np.ndarray, rows: int = 65536) -> np.ndarray:
+    """Each row's L2 norm (float32), read ``rows`` at a time. Time ``O(N D)``."""
+    return np.concatenate([np.linalg.norm(np.asarray(vectors[s:s + rows], np.float32), axis=1)
+                           for s in range(0, len(vectors), rows)])
+
+
+def _write_kept(out: Path, keep: np.ndarray, rows: int = 65536) -> None:
+    """The partial files' ``keep`` rows written to new files moved into place with their
+    digests; the partial files are removed only after both (a kill in between redoes this)."""
     for name in (VECTORS, INDEX):
         partial, final = out / PARTIAL.format(name), out / name
-        with open(partial, "rb+") as fh:
+        source = np.lib.format.open_memmap(partial, mode="r")
+        temp = out / PARTIAL.format(name + KEPT)
+        target = np.lib.format.open_memmap(temp, mode="w+", dtype=source.dtype,
+                                           shape=(int(keep.sum()),) + source.shape[1:])
+        row = 0
+        for start in range(0, len(source), rows):
+            part = np.asarray(source[start:start + rows])[keep[start:start + rows]]
+            target[row:row + len(part)] = part
+            row += len(part)
+        target.flush()
+        del source, target
+        with open(temp, "rb+") as fh:
             os.fsync(fh.fileno())
-        os.replace(partial, final)
+        os.replace(temp, final)
         files.record_digest(final)
-    return {"vectors": total, "width": width}
+    for name in (VECTORS, INDEX):
+        (out / PARTIAL.format(name)).unlink()

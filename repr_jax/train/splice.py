@@ -5,8 +5,9 @@ mean over the store (``mean_ablation``). The ``sae`` evaluator's downstream rows
 
 Splicing replaces the output of block ``layer`` (the module the store read: ``layer_<L>`` of a
 text_transformer or decoder_lm, ``block<L>`` of a vit; a Flax method interceptor, so the model's
-code is not changed) at the tokens the store kept (padding, a decoder's instruction tokens and
-the first tokens the store skipped are left as they are: the SAE never saw them), and every later block reads the replacement. For a
+code is not changed) at the tokens the store kept (padding, a decoder's instruction tokens, the
+first tokens the store skipped and tokens whose norm is above the store's ``max_norm`` are left
+as they are: the SAE never saw them), and every later block reads the replacement. For a
 store of ``--layer embedding``, the pooled embedding itself is replaced.
 
 Tasks, by the store's source (``meta["data"]``):
@@ -72,10 +73,13 @@ def replacing_block(family: str, layer: int, fn: Callable[[jax.Array], jax.Array
     return nn.intercept_methods(interceptor)
 
 
-def replaced(h, kept, mode: str, reconstruct: Callable, mean_D):
-    """``h [..., D]`` with its ``kept`` (``[...]`` bool) vectors replaced as ``mode`` says."""
+def replaced(h, kept, mode: str, reconstruct: Callable, mean_D, max_norm: float | None = None):
+    """``h [..., D]`` with its ``kept`` (``[...]`` bool) vectors replaced as ``mode`` says; of
+    them, those whose norm is above ``max_norm`` (the store's limit) are left as they are."""
     if mode == "clean":
         return h
+    if max_norm is not None:
+        kept = kept & (jnp.linalg.norm(h.astype(jnp.float32), axis=-1) <= max_norm)
     if mode == "spliced":
         new = reconstruct(h.reshape(-1, h.shape[-1])).reshape(h.shape).astype(h.dtype)
     elif mode == "zero_ablation":
@@ -154,6 +158,7 @@ class Host:
 
         def sub(sae_variables, kept):
             return functools.partial(replaced, kept=kept, mode=mode, mean_D=mean_D,
+                                     max_norm=self.meta.get("max_norm"),
                                      reconstruct=lambda x: reconstruct(sae_variables, x))
 
         def f(host_variables, sae_variables, x, kept):  # weights are arguments, not constants

@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import setup_step
+from conftest import sae_config, setup_step
 
 from repr_jax import cli
 from repr_jax import config as C
@@ -22,18 +22,6 @@ from repr_jax.train import global_batch, hyperparams, train_and_evaluate
 @pytest.fixture(scope="module")
 def latent():
     return data.load("latent_classes", num_examples=2000)  # x [32] float vectors
-
-
-def sae_config(*sets, steps=40):
-    cfg = C.Config(
-        seed=0,
-        data=C.DataConfig(name="latent_classes", num_examples=2000),
-        method=C.MethodConfig(name="sae"),
-        optim=C.OptimConfig(lr=3e-3, warmup_steps=5, weight_decay=0.0),
-        train=C.TrainConfig(batch_size=64, steps=steps, ckpt_every=0, log_every=5,
-                            num_devices=1),
-        eval=C.EvalConfig(evaluators=("sae",), reference_rows=False, bootstrap=50))
-    return C.override(cfg, ["method.latents=64", "method.k=4", *sets])
 
 
 def _steps(cfg, dataset, n):

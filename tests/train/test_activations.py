@@ -157,6 +157,56 @@ def test_a_killed_write_resumes_to_the_same_bytes_and_leaves_no_temporary(
     assert (out / "vectors.npy").stat().st_mtime_ns == mtime
 
 
+def test_a_norm_limit_leaves_out_the_large_vectors_and_survives_a_kill(
+        run, stores, tmp_path, monkeypatch):
+    """``max_norm_ratio``: the rows of the full store whose norm is at most the ratio times the
+    median, in order, the limit and the count recorded; a kill while the kept rows replace the
+    files leaves the partial ones, and a rerun writes the same bytes and no temporary."""
+    full = store_lib.open_store(stores["f32"])
+    v, index = np.asarray(full.vectors), np.asarray(full.index)
+    norms = np.linalg.norm(v, axis=1)
+    ratio = float(np.quantile(norms, 0.9) / np.median(norms))  # ~10% left out
+    limit, keep = ratio * np.median(norms), norms <= ratio * np.median(norms)
+    assert ratio > 1 and 0 < (~keep).sum() < len(keep) // 5
+    real, calls = files.record_digest, []
+
+    def dies_once(path):
+        calls.append(path)
+        if len(calls) == 2:  # the vectors are in place, the index is not
+            raise Killed
+        real(path)
+    monkeypatch.setattr(files, "record_digest", dies_once)
+    with pytest.raises(Killed):
+        _write(run, tmp_path / "cut", batch_size=2, max_norm_ratio=ratio)
+    assert (tmp_path / "cut" / ".vectors.npy.partial").exists()
+    monkeypatch.setattr(files, "record_digest", real)
+    meta = _write(run, tmp_path / "cut", batch_size=2, max_norm_ratio=ratio)
+    store = store_lib.open_store(tmp_path / "cut")
+    np.testing.assert_array_equal(np.asarray(store.vectors), v[keep])
+    np.testing.assert_array_equal(np.asarray(store.index), index[keep])
+    assert meta["max_norm"] == pytest.approx(limit, rel=1e-6)
+    assert (meta["dropped"], meta["vectors"], meta["max_norm_ratio"]) == (
+        int((~keep).sum()), int(keep.sum()), ratio)
+    assert sorted(p.name for p in (tmp_path / "cut").iterdir()) == sorted(
+        ["meta.json", "vectors.npy", "index.npy", "vectors.npy.blake2b", "index.npy.blake2b"])
+    assert full.meta["max_norm"] is None and full.meta["dropped"] == 0  # off for a text encoder
+    for bad in (0.5, -1.0):
+        with pytest.raises(ValueError, match="--max-norm-ratio must be above 1"):
+            _write(run, tmp_path / "bad", max_norm_ratio=bad)
+
+
+def test_the_splice_leaves_vectors_above_the_stores_norm_limit():
+    import jax.numpy as jnp
+
+    from repr_jax.train.splice import replaced
+    h = jnp.asarray([[[3.0, 4.0], [30.0, 40.0], [0.3, 0.4]]])  # norms 5, 50, 0.5
+    kept = jnp.asarray([[True, True, False]])
+    out = replaced(h, kept, "zero_ablation", None, jnp.zeros(2), max_norm=10.0)
+    np.testing.assert_array_equal(out, np.where([[[0], [1], [1]]], h, 0))
+    out = replaced(h, kept, "zero_ablation", None, jnp.zeros(2))
+    np.testing.assert_array_equal(out, np.where([[[0], [0], [1]]], h, 0))
+
+
 def test_a_tampered_file_is_refused_in_one_line(stores, tmp_path):
     from repr_jax import data
     copy = tmp_path / "copy"

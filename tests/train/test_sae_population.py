@@ -8,8 +8,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import sae_config as shared_sae_config
 
-from repr_jax import config as C
 from repr_jax.config import ConfigError
 from repr_jax.objectives import sae as S
 from repr_jax.scaling import Sweep
@@ -20,16 +20,9 @@ from repr_jax.train.population import (member, member_differences, members_per_c
 
 def sae_config(*sets, steps=8):
     """A TopK SAE of 48 latents on latent_classes' 32-wide vectors, 8 steps of 32."""
-    cfg = C.Config(
-        seed=0,
-        data=C.DataConfig(name="latent_classes", num_examples=1000),
-        method=C.MethodConfig(name="sae"),
-        optim=C.OptimConfig(lr=3e-3, warmup_steps=2, weight_decay=0.0),
-        train=C.TrainConfig(batch_size=32, steps=steps, ckpt_every=0, log_every=2,
-                            num_devices=1),
-        eval=C.EvalConfig(evaluators=("sae",), reference_rows=False, bootstrap=0))
-    return C.override(cfg, ["method.latents=48", "method.k=4", "method.dead_feature_window=2",
-                            "method.scale_inputs=True", *sets])
+    return shared_sae_config("method.latents=48", "method.dead_feature_window=2",
+                             "method.scale_inputs=True", *sets, steps=steps, examples=1000,
+                             batch_size=32, warmup=2, log_every=2, bootstrap=0)
 
 
 def _members(values, *common):

@@ -235,7 +235,7 @@ def test_a_decoder_read_from_its_weights_writes_and_splices(tmp_path):
         np.testing.assert_allclose(store[rows], layer1[e][index[rows, 1]], rtol=1e-5, atol=1e-5)
         # the first token (the attention sink) is left out by default: every other text token
         np.testing.assert_array_equal(index[rows, 1], np.arange(1, int((x[e] >= 0).sum())))
-    assert meta["skip_first"] == 1
+    assert meta["skip_first"] == 1 and meta["max_norm_ratio"] == acts.DECODER_MAX_NORM
     host = splice.Host(tmp_path / "store", max_texts=4, max_queries=6, max_corpus=20,
                        bootstrap=0)
     rows = dict(host.rows(_identity, None))

@@ -42,35 +42,21 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from repr_jax.data.activations import open_store
 from repr_jax.encoders.decoder_lm import next_token_cross_entropy_chunked
+from repr_jax.encoders.intervene import replacing_block
 from repr_jax.eval.linear_probe import linear_probe
 from repr_jax.eval.retrieval import retrieve, topk_metrics
 from repr_jax.eval.stats import with_ci
 from repr_jax.train.activations import load_model, texts_of, trim_columns
 
 MODES = ("clean", "spliced", "zero_ablation", "mean_ablation")
-BLOCKS = {"text_transformer": "layer_{}", "decoder_lm": "layer_{}", "vit": "block{}"}
 MEAN_SAMPLE = 16384  # store vectors read for the mean-ablation vector (train split, seed 0)
 BATCH = 32  # inputs a model pass
-
-
-def replacing_block(family: str, layer: int, fn: Callable[[jax.Array], jax.Array]):
-    """A context in which the output of block ``layer`` of a ``family`` encoder is ``fn`` of
-    it (every module named as that block is: a two-tower model's towers both are)."""
-    name = BLOCKS[family].format(layer)
-
-    def interceptor(next_fun, args, kwargs, context):
-        out = next_fun(*args, **kwargs)
-        if context.method_name == "__call__" and context.module.name == name:
-            return fn(out)
-        return out
-    return nn.intercept_methods(interceptor)
 
 
 def replaced(h, kept, mode: str, reconstruct: Callable, mean_D, max_norm: float | None = None):

@@ -197,6 +197,65 @@ def _parser() -> argparse.ArgumentParser:
                         "the attention sink's role; 0 keeps every vector)")
     a.add_argument("--no-progress", action="store_true", help="no progress bars")
 
+    fb = sub.add_parser("features", help="a browser of a sparse autoencoder's latents (one page)",
+                        description="Read every vector of an SAE run's activation store twice "
+                        "and write, per latent, its firing frequency, activation histogram, top "
+                        "and randomly sampled contexts (the tokens around the firing token) and, "
+                        "for a decoder LLM's store, the tokens its decoder direction promotes and "
+                        "suppresses: DIR/features.json and DIR/index.html, one static page (no "
+                        "server) with a sortable, searchable table of latents. Cost: time "
+                        "O(2 N D L) for N vectors of width D and L latents, memory "
+                        "O(B (D + L) + L (top + sample + bins)).")
+    fb.add_argument("--workdir", required=True, help="a run trained with method.name=sae on "
+                    "data.name=activations:STORE")
+    fb.add_argument("--out", required=True, metavar="DIR",
+                    help="the folder written (features.json, index.html); not in the run")
+    fb.add_argument("--top", type=_at_least(1), default=20,
+                    help="firings of largest activation kept per latent (default 20)")
+    fb.add_argument("--sample", type=_at_least(0), default=10,
+                    help="other firings sampled uniformly per latent (default 10; seed 0)")
+    fb.add_argument("--bins", type=_at_least(1), default=30,
+                    help="bins of each latent's activation histogram over [0, max] (default 30)")
+    fb.add_argument("--batch-size", type=_at_least(1), default=4096,
+                    help="vectors encoded at once (default 4096)")
+    fb.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+    st = sub.add_parser("steer", help="add alpha x a direction to a decoder's residual stream",
+                        description="Add alpha times a unit direction (a .npy vector, or an SAE "
+                        "latent's decoder row: latent:SAE_RUN:J) after block --layer of a decoder "
+                        "LLM, at every position, and print the change in the next-token "
+                        "log-probability of --words against random directions of the same norm "
+                        "(with bootstrap intervals over the prompts) and greedy continuations. "
+                        "Cost: (1 + random) x alphas forward passes over the prompts.")
+    st.add_argument("--workdir", default=None, help="a decoder_lm run directory")
+    st.add_argument("--init-from", default=None, metavar="MODEL",
+                    help="instead of --workdir: a decoder LLM's weights (smollm2, a .gguf file "
+                         "or a Hugging Face folder)")
+    st.add_argument("--layer", required=True, help="the block after which the direction is "
+                    "added, counted from 0")
+    st.add_argument("--direction", required=True, metavar="FILE.npy|latent:SAE_RUN:J",
+                    help="a vector [D] (used at unit norm), or latent J of an SAE trained on "
+                         "this model's --layer")
+    st.add_argument("--alpha", required=True, type=_floats, metavar="A[,A...]",
+                    help="the multiples added, in the residual stream's units (the command "
+                         "prints the layer's median token norm)")
+    st.add_argument("--prompts", required=True, metavar="FILE",
+                    help="UTF-8 text, one prompt a line")
+    st.add_argument("--words", required=True, type=lambda t: [w for w in t.split(",") if w],
+                    metavar="W[,W...]", help="the concept's words (each one's first token as a "
+                    "continuation)")
+    st.add_argument("--random", type=_at_least(1), default=16,
+                    help="random directions of the same norm to compare with (default 16)")
+    st.add_argument("--new-tokens", type=_at_least(0), default=20,
+                    help="greedy continuation length (default 20)")
+    st.add_argument("--show", type=_at_least(0), default=3,
+                    help="prompts whose continuations are printed (default 3)")
+    st.add_argument("--max-len", type=_at_least(1), default=128, help="tokens per prompt")
+    st.add_argument("--bootstrap", type=_at_least(0), default=1000)
+    st.add_argument("--seed", type=_at_least(0), default=0, help="of the random directions")
+    st.add_argument("--out", default=None, metavar="FILE.json", help="also write the results")
+    st.add_argument("--no-progress", action="store_true", help="no progress bars")
+
     s = sub.add_parser("score", help="a cross-encoder's scores for a pairs: file (distillation)",
                        description="Score each line's query with its positive and negatives by a "
                        "trained cross_encoder run and write the lines with positive_score and "
@@ -534,6 +593,31 @@ def _activations(args) -> int:
     return 0
 
 
+def _features(args) -> int:
+    from repr_jax.train.features import features
+    features(workdir=args.workdir, out=args.out, top=args.top, sample=args.sample,
+             bins=args.bins, batch_size=args.batch_size, progress=not args.no_progress)
+    return 0
+
+
+def _steer(args) -> int:
+    from repr_jax.train.steer import steer
+    steer(workdir=args.workdir, init_from=args.init_from, layer=args.layer,
+          direction=args.direction, alphas=args.alpha, prompts=args.prompts, words=args.words,
+          random=args.random, new_tokens=args.new_tokens, show=args.show,
+          bootstrap=args.bootstrap, seed=args.seed, out=args.out, max_len=args.max_len,
+          progress=not args.no_progress)
+    return 0
+
+
+def _floats(text: str) -> list[float]:
+    """``A[,A...]``: numbers (nan and inf read as such: the command refuses them itself)."""
+    try:
+        return [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give numbers, e.g. 4,8,16") from None
+
+
 def _one_line_warning(message, category, filename, lineno, line=None) -> str:
     """Warnings as the CLI's errors read: one line, no source excerpt."""
     del filename, lineno, line
@@ -585,7 +669,8 @@ def main(argv: list[str] | None = None) -> int:
         return {"train": _train, "eval": _eval, "sweep": _sweep, "study": _study,
                 "fit": _fit, "export": _export, "list": _list, "mine": _mine,
                 "compare": _compare, "score": _score,
-                "activations": _activations}[args.command](args)
+                "activations": _activations, "features": _features,
+                "steer": _steer}[args.command](args)
     except BrokenPipeError:  # `repr-jax ... | head`: the reader left; no traceback for that
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1

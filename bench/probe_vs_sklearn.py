@@ -66,10 +66,10 @@ def main(argv=None) -> None:
     from sklearn.linear_model import LogisticRegression, RidgeClassifier
 
     from repr_jax.eval import linear_probe
-    from repr_jax.eval.linear_probe import LOGISTIC_GRID, _standardize
+    from repr_jax.eval.linear_probe import LOGISTIC_GRID, standardize
 
     (x, y), (tx, ty) = features(args.train, args.test, args.dim, args.classes)
-    xs, txs = (np.asarray(a) for a in _standardize(x, tx))
+    xs, txs = (np.asarray(a) for a in standardize(x, tx))
     print(f"{args.train:,} x {args.dim} train features, {args.test:,} test, {args.classes} classes; "
           f"jax {jax.__version__} on {jax.devices()[0].platform}, {os.cpu_count()} CPUs")
 
@@ -91,7 +91,7 @@ def main(argv=None) -> None:
     # program, largest penalty first, each warm-started; sklearn loops the same way (warm_start).
     # The last tenth of train is the validation split.
     cut = args.train - args.train // 10
-    gx, gtx, gvx = (np.asarray(a) for a in _standardize(x[:cut], tx, x[cut:]))
+    gx, gtx, gvx = (np.asarray(a) for a in standardize(x[:cut], tx, x[cut:]))
 
     def ours_grid():
         return linear_probe(x[:cut], y[:cut], tx, ty, kind="logistic", val_x=x[cut:],

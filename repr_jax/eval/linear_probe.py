@@ -22,7 +22,7 @@ STALLS = 5
 
 
 @jax.jit
-def _standardize(train_x, *others):
+def standardize(train_x, *others):
     mu = train_x.mean(0, keepdims=True)
     sd = train_x.std(0, keepdims=True) + 1e-6
     return [(x - mu) / sd for x in (train_x, *others)]
@@ -90,7 +90,7 @@ def _rotate(x_NxD):
 
 @functools.partial(jax.jit, static_argnames=("max_iters",))
 def _logistic_weights_rotated(xrt_DxN, v_DxD, ev_D, y_NxC, lambdas_L, *, max_iters: int, tol):
-    """The solves of :func:`_logistic_weights` in preconditioned coordinates ``W = V diag(s) U``,
+    """The solves of :func:`logistic_weights` in preconditioned coordinates ``W = V diag(s) U``,
     ``s_d = (ev_d + C lambda)^-1/2``: the Hessian ``~ (x^T x / N) / C + lambda I`` (softmax
     curvature ``1 / C`` at uniform predictions) becomes ``~ I / C``. The penalty is
     ``lambda / 2 ||s U||^2`` (= ``||W||^2``) and the stopping gradient is mapped back
@@ -154,7 +154,7 @@ def _row_space(x_NxD):
     return u_NxN * (s_N * inv_s * s_N)[None, :], v_DxN
 
 
-def _logistic_weights(x_NxD, y_NxC, lambdas_L, *, max_iters: int, tol):
+def logistic_weights(x_NxD, y_NxC, lambdas_L, *, max_iters: int, tol):
     """Multinomial logistic regression for every lambda: ``([L, D, C], [L, C])``.
 
     Minimises ``mean_i CE(x_i W + b, y_i) + lambda / 2 ||W||^2`` (bias unpenalised), which is
@@ -170,7 +170,7 @@ def _logistic_weights(x_NxD, y_NxC, lambdas_L, *, max_iters: int, tol):
     """
     if x_NxD.shape[0] < x_NxD.shape[1]:  # wider than tall: solve in the N-dim row space
         z_NxN, v_DxN = _row_space(x_NxD)
-        w_LxNxC, b_LxC = _logistic_weights(z_NxN, y_NxC, lambdas_L, max_iters=max_iters, tol=tol)
+        w_LxNxC, b_LxC = logistic_weights(z_NxN, y_NxC, lambdas_L, max_iters=max_iters, tol=tol)
         return jnp.einsum("dn,lnc->ldc", v_DxN, w_LxNxC), b_LxC
     xrt, v, ev = _rotate(x_NxD)
     return _logistic_weights_rotated(xrt, v, ev, y_NxC, lambdas_L, max_iters=max_iters, tol=tol)
@@ -212,7 +212,7 @@ def linear_probe(train_x, train_y, test_x, test_y, *, kind: str = "ridge", l2: f
         train_x, train_y = train_x[perm[n_val:]], train_y[perm[n_val:]]
     num_classes = num_classes or int(max(train_y.max(), test_y.max())) + 1
     others = (test_x,) if val_x is None else (test_x, jnp.asarray(val_x, jnp.float32))
-    train_x, test_x, *rest = _standardize(train_x, *others)
+    train_x, test_x, *rest = standardize(train_x, *others)
     y = jax.nn.one_hot(train_y, num_classes)
     grid = RIDGE_GRID if kind == "ridge" else LOGISTIC_GRID
     lambdas = jnp.asarray(grid if l2 is None else (l2,), jnp.float32)
@@ -221,7 +221,7 @@ def linear_probe(train_x, train_y, test_x, test_y, *, kind: str = "ridge", l2: f
         w_LxDxC = ridge_weights(train_x, y - y_mean, lambdas)
         b_LxC = jnp.broadcast_to(y_mean, (len(lambdas), num_classes))
     else:
-        w_LxDxC, b_LxC = _logistic_weights(train_x, y, lambdas, max_iters=max_iters, tol=1e-4)
+        w_LxDxC, b_LxC = logistic_weights(train_x, y, lambdas, max_iters=max_iters, tol=1e-4)
 
     def correct(w, b, x, labels):
         return (jnp.argmax(x @ w + b[None, :], -1) == labels).astype(jnp.float32)

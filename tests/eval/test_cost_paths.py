@@ -174,7 +174,7 @@ def test_logistic_probe_wider_than_tall_solves_in_the_row_space():
     y = np.arange(n) % 3
     x = (RNG.normal(size=(3, d))[y] + RNG.normal(size=(n, d))).astype(np.float32)
     x = (x - x.mean(0)) / (x.std(0) + 1e-6)
-    w, b = lp._logistic_weights(jnp.asarray(x), jax.nn.one_hot(y, 3), jnp.asarray([l2]),
+    w, b = lp.logistic_weights(jnp.asarray(x), jax.nn.one_hot(y, 3), jnp.asarray([l2]),
                                 max_iters=500, tol=1e-6)
     ref = LogisticRegression(C=1 / (l2 * n), tol=1e-10, max_iter=10_000).fit(x, y)
     np.testing.assert_allclose(np.asarray(w[0]).T - np.asarray(w[0]).T.mean(0),

@@ -20,12 +20,12 @@ def test_logistic_probe_within_one_point_of_sklearn():
     from sklearn.datasets import load_digits
     from sklearn.linear_model import LogisticRegression
 
-    from repr_jax.eval.linear_probe import _standardize
+    from repr_jax.eval.linear_probe import standardize
     x, y = load_digits(return_X_y=True)
     x = x.astype(np.float32)
     perm = np.random.default_rng(0).permutation(len(y))
     tr, te = perm[:1200], perm[1200:]
-    xs_tr, xs_te = (np.asarray(a) for a in _standardize(x[tr], x[te]))
+    xs_tr, xs_te = (np.asarray(a) for a in standardize(x[tr], x[te]))
     for l2 in (1e-4, 1e-2):
         ours = E.linear_probe(x[tr], y[tr], x[te], y[te], kind="logistic", l2=l2)["accuracy"]
         ref = LogisticRegression(C=1 / (l2 * len(tr)), max_iter=5000).fit(xs_tr, y[tr]).score(
@@ -41,9 +41,9 @@ def test_logistic_solver_reaches_sklearns_optimum_and_the_warm_started_path_equa
     from sklearn.datasets import load_digits
     from sklearn.linear_model import LogisticRegression
 
-    from repr_jax.eval.linear_probe import _logistic_weights, _standardize
+    from repr_jax.eval.linear_probe import logistic_weights, standardize
     x, y = load_digits(return_X_y=True)
-    xs = np.asarray(_standardize(x[:1000].astype(np.float32))[0])
+    xs = np.asarray(standardize(x[:1000].astype(np.float32))[0])
     onehot = np.eye(10)[y[:1000]]
 
     def objective(w, b, l2):
@@ -52,13 +52,13 @@ def test_logistic_solver_reaches_sklearns_optimum_and_the_warm_started_path_equa
         return np.mean(logz - logits[np.arange(1000), y[:1000]]) + 0.5 * l2 * np.sum(w ** 2)
 
     grid = np.float32([1e-4, 1e-1, 1e-2])  # not sorted: the path sorts, results come back in order
-    w_grid, b_grid = _logistic_weights(xs, onehot, grid, max_iters=2000, tol=1e-6)
+    w_grid, b_grid = logistic_weights(xs, onehot, grid, max_iters=2000, tol=1e-6)
     for i, l2 in enumerate(grid):
         ref = LogisticRegression(C=1 / (l2 * 1000), tol=1e-10, max_iter=20000).fit(xs, y[:1000])
         ours = objective(np.asarray(w_grid[i], np.float64), np.asarray(b_grid[i], np.float64), l2)
         theirs = objective(ref.coef_.T, ref.intercept_, l2)
         assert ours <= theirs * (1 + 1e-4), (l2, ours, theirs)
-        w1, b1 = _logistic_weights(xs, onehot, grid[i:i + 1], max_iters=2000, tol=1e-6)
+        w1, b1 = logistic_weights(xs, onehot, grid[i:i + 1], max_iters=2000, tol=1e-6)
         alone = objective(np.asarray(w1[0], np.float64), np.asarray(b1[0], np.float64), l2)
         assert alone == pytest.approx(ours, rel=1e-4)
     assert jax.tree.leaves(w_grid)[0].shape == (3, 64, 10)

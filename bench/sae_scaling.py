@@ -15,8 +15,11 @@ file is written atomically, through :mod:`repr_jax.files`):
 2. Activation stores (``repr-jax activations``, itself resumable): MiniLM's layer 3
    (``--init-from minilm``) and, with ``--smollm2``, SmolLM2-135M-Instruct's layer
    ``--smollm2-layer`` over the first ``--smollm2-synsets`` synsets (a separate, smaller file: a
-   135M decoder writes 60-120 vectors/s on 2 shared cores). SmolLM2's store reads a ``repr-jax
-   train`` run of it whose one step changes nothing (``optim.freeze=('*',)``):
+   135M decoder writes 60-120 vectors/s on 2 shared cores), without each text's first token
+   and the vectors above 10x the median norm (the command's defaults for a decoder: attention
+   sinks, whose norms of ~25,000 against ~184 would leave an SAE nothing else to fit). SmolLM2's
+   store reads a ``repr-jax train`` run of it whose one step changes nothing
+   (``optim.freeze=('*',)``):
    ``stores/smollm2_host`` (written before ``--init-from smollm2`` existed; kept so that the
    recorded run resumes).
 3. Per model, a sweep (:func:`repr_jax.scaling.run_sweep`: one process a point; a failed point is
@@ -24,8 +27,8 @@ file is written atomically, through :mod:`repr_jax.files`):
    TopK SAEs over ``--latents`` x ``--k``, AuxK on at Gao et al.'s weight 1/32. The largest
    dictionary is also spliced into its model (nDCG@10 of the glosses' definition -> lemma
    retrieval, and for SmolLM2 next-token cross-entropy: clean / spliced / zero-ablated, and the
-   share recovered); for SmolLM2 only at ``--smollm2-downstream-k`` (each splice ~6-9 min and
-   ~15 GB here). A second sweep trains the largest dictionary at every k with AuxK off, for the
+   share recovered); for SmolLM2 only at ``--smollm2-downstream-k`` (each splice a few minutes
+   here). A second sweep trains the largest dictionary at every k with AuxK off, for the
    dead-latent comparison.
 4. The law (``sae_topk``: ``L(n, k) = exp(alpha + beta_k log k + beta_n log n + gamma log k log n)
    + exp(zeta + eta log k)``) fitted to each model's final test-split FVU (normalised MSE) with
@@ -84,7 +87,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--smollm2-steps", type=int, default=100, help="0: --steps")
     p.add_argument("--smollm2-downstream-k", type=_ints, default=[8, 32, 64],
                    help="the k whose largest dictionary is spliced into SmolLM2 (each splice "
-                        "costs ~6-9 min and ~15 GB here)")
+                        "costs ~3-5 min on 2 cores)")
     p.add_argument("--only", default="", help="comma-separated models (default: minilm, and "
                                               "smollm2 with --smollm2)")
     p.add_argument("--jobs", type=int, default=1, help="sweep points trained at once")

@@ -314,14 +314,15 @@ def population(args, store: Path) -> None:
     from repr_jax.data import BatchStream
     from repr_jax.train import build_method, load_dataset, sharding
     from repr_jax.train.population import (_init_population, make_population_step,
-                                           member_differences, stack)
+                                           member_differences, members_per_chunk, stack)
     from repr_jax.train.run import init_state, make_step_fn, sample_batch
     from repr_jax.train.step import hyperparams
     k_of = args.population_k or [args.k] * args.members
     if len(k_of) != args.members:
         raise SystemExit(f"--population-k gives {len(k_of)} values for {args.members} members")
     configs = [sae_config(store, args, f"seed={i}", f"method.k={k_of[i]}",
-                          f"method.aux_k_coefficient={args.aux * 2 ** i}")
+                          f"method.aux_k_coefficient={args.aux * 2 ** i}",
+                          f"train.population_chunk={args.population_chunk}")
                for i in range(args.members)]
     varying = member_differences(configs)
     dataset = load_dataset(configs[0])
@@ -352,7 +353,10 @@ def population(args, store: Path) -> None:
           f"(step time, median of {args.rounds} interleaved rounds x {args.population_steps})\n")
     print("| how | ms per step of all members | member-tokens/s |")
     print("| --- | ---: | ---: |")
-    print(f"| population (vmapped, one step) | {whole * 1e3:.1f} | {tokens / whole:,.0f} |")
+    chunk = members_per_chunk(configs[0]) or args.members
+    how = "vmapped" if chunk == args.members else f"{chunk} vmapped at a time, mapped"
+    print(f"| population (one compiled step, {how}) | {whole * 1e3:.1f} | "
+          f"{tokens / whole:,.0f} |")
     print(f"| sequential ({' + '.join(f'{t * 1e3:.1f}' for t in one)} ms) | {sum(one) * 1e3:.1f} "
           f"| {tokens / sum(one):,.0f} |")
     return sum(one) / whole
@@ -406,6 +410,8 @@ def main(argv=None) -> None:
     p.add_argument("--population-k", type=lambda s: [int(v) for v in s.split(",")], default=None,
                    help="the members' method.k, comma-separated (default: all --k)")
     p.add_argument("--population-steps", type=int, default=5)
+    p.add_argument("--population-chunk", type=int, default=0,
+                   help="train.population_chunk of the population (0: the auto choice)")
     p.add_argument("--memory-steps", type=int, default=10)
     p.add_argument("--only", default="throughput,population,memory",
                    help="comma-separated parts to run")

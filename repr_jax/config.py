@@ -46,8 +46,7 @@ __all__ = [
     "EncoderConfig", "MethodConfig", "OptimConfig", "TrainConfig", "EvalConfig", "LogConfig",
     "load", "override", "to_dict", "from_dict", "save_json", "load_json", "flatten", "diff",
     "experiments_dir", "list_experiments", "describe_experiments", "load_from", "point_name",
-    "config", "unknown_choice", "SIMILARITIES",
-]
+    "config", "unknown_choice", "SIMILARITIES"]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -236,8 +235,9 @@ class EvalConfig:
     _key: typing.ClassVar[str] = "eval"
     evaluators: tuple[str, ...] = static(
         ("linear_probe", "knn", "fewshot", "retrieval", "sts", "clustering", "geometry"),
-        doc="linear_probe | knn | fewshot | retrieval | quantization | sts | clustering | geometry | "
-            "layerwise | matryoshka | rerank | late_interaction | sae (searches: pairs or sets)")
+        doc="linear_probe | knn | fewshot | retrieval | quantization | sts | clustering | geometry "
+            "| layerwise | matryoshka | rerank | late_interaction | sae | concepts (searches: pairs "
+            "or sets)")
     sets: tuple[str, ...] = static((), doc="extra evaluation sets: lee | wordsim353 | simlex999 | "
                                            "polarity | wordnet_retrieval | latent_retrieval | "
                                            "latent_sts | beir:DIR (its test qrels)")

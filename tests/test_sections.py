@@ -106,7 +106,9 @@ ADDED_SINCE = {"data.query_max_len": 0, "data.doc_max_len": 0, "data.query_prefi
                "eval.late_interaction.tile": 256, "eval.late_interaction.max_queries": 2000,
                "eval.sae.dense_threshold": 0.1, "eval.sae.downstream": True,
                "eval.sae.max_queries": 500, "eval.sae.max_corpus": 5000,
-               "eval.sae.max_texts": 500}
+               "eval.sae.max_texts": 500, "eval.concepts.max_concepts": 32,
+               "eval.concepts.min_examples": 2, "eval.concepts.probe": True,
+               "eval.concepts.seed": 0}
 
 
 def _write(folder: Path, config: dict) -> Path:

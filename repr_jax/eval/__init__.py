@@ -12,6 +12,7 @@ one per module, named like it.
 
 from repr_jax.eval.base import Embedder, EmbedderView, Evaluator, NoOptions
 from repr_jax.eval.clustering import Clustering, ami, kmeans, nmi, v_measure
+from repr_jax.eval.concepts import Concepts
 from repr_jax.eval.fewshot import FewShot, fewshot
 from repr_jax.eval.geometry import (Geometry, alignment, anisotropy, coding_rate, effective_rank,
                                     feature_std, linear_cka, uniformity)
@@ -30,12 +31,13 @@ from repr_jax.eval.sts import STS, sts_correlation
 
 EVALUATORS = {e.name: e for e in (LinearProbe, KNN, FewShot, Retrieval, Quantization, STS,
                                   Clustering, Geometry, Layerwise, Matryoshka, Rerank,
-                                  LateInteraction, SAE)}
+                                  LateInteraction, SAE, Concepts)}
 # What layerwise and matryoshka can run per layer / prefix: every evaluator but themselves (and
 # rerank, late_interaction and sae, which use the whole model's pair scores, token vectors or
-# reconstruction).
+# reconstruction, and concepts, which runs on every layer itself).
 PROTOCOLS = tuple(name for name in EVALUATORS
-                  if name not in ("layerwise", "matryoshka", "rerank", "late_interaction", "sae"))
+                  if name not in ("layerwise", "matryoshka", "rerank", "late_interaction", "sae",
+                                   "concepts"))
 
 
 def option_classes() -> dict[str, type]:

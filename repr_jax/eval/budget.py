@@ -76,6 +76,12 @@ def estimate(name: str, s: Shape, options: dict[str, Any]) -> tuple[float, float
     if name == "sae":  # the latents and the reconstruction of the test split, bootstrap
         latents, width = d, max(s.input_dim, 1)
         return 2 * 2 * q * width * latents + 3 * boot * q, 4 * q * (latents + 2 * width)
+    if name == "concepts":  # per layer and concept: a projection each way, a logistic probe
+        k = min(options.get("max_concepts", 32), c)
+        f_mean = 2 * k * (n + q) * d * 2  # the direction and its shuffled control
+        f_probe, m_probe = _probe(Shape(n, q, d, 2), "logistic", 0) if options.get(
+            "probe", True) else (0.0, 0.0)
+        return LAYERS * (f_mean + 2 * k * f_probe) + 3 * boot * q, max(4 * (n + q) * d, m_probe)
     if name in ("layerwise", "matryoshka"):
         inner = {k: v for k, v in options.items() if k not in ("protocol", "dims")}
         f, m = estimate(options.get("protocol", "linear_probe"), s, inner)

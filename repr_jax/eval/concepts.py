@@ -6,7 +6,9 @@ Two families of quantities, both pure functions of arrays:
   the one-vs-rest difference of class means (:func:`difference_of_means`), a one-vs-rest logistic
   probe's weight vector (:func:`probe_directions`, the project's
   :mod:`~repr_jax.eval.linear_probe` solver), the held-out accuracy of thresholding a projection
-  (:func:`held_out_accuracy`) and its shuffled-label control (:func:`shuffled_accuracy`).
+  (:func:`held_out_accuracy`) and its shuffled-label control (:func:`shuffled_accuracy`). The
+  evaluator :class:`Concepts` (``eval.evaluators=('concepts',)``) reports them for every class of
+  a labelled dataset on every layer (:func:`concept_accuracies`).
 
 * **Vector representations in the unembedding space** (Park, Choe & Veitch 2023, "The Linear
   Representation Hypothesis and the Geometry of Large Language Models", arXiv 2311.03658; Park,
@@ -34,12 +36,14 @@ from __future__ import annotations
 
 import functools
 import warnings
-from typing import Sequence
+from typing import Any, Iterator, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from repr_jax.config import config, static
+from repr_jax.eval.base import Embedder, Evaluator
 from repr_jax.eval.linear_probe import LOGISTIC_GRID, logistic_weights, standardize
 from repr_jax.eval.stats import Estimate, _interval, with_ci
 
@@ -211,9 +215,15 @@ def shuffled_accuracy(x_train_NxD, y_train_N, x_test_MxD, y_test_M, *, method: s
         correct, accuracy = out["correct_CxM"][1], out["accuracy"][1]
     else:
         raise ValueError(f"shuffled_accuracy method={method!r}; choose from ('mean', 'probe')")
-    predicted = np.where(correct > 0, y_test, ~y_test)
-    q, p = predicted.mean(), y_test.mean()
-    return {"accuracy": accuracy, "chance": float(q * p + (1 - q) * (1 - p)), "correct": correct}
+    return {"accuracy": accuracy, "chance": _chance(correct, y_test), "correct": correct}
+
+
+def _chance(correct_M, y_test_M) -> float:
+    """The accuracy of predictions independent of the labels ``y_test_M`` (bool) at the rates of
+    those that scored ``correct_M``: ``q p + (1 - q)(1 - p)``. Time ``O(M)``."""
+    predicted = np.where(np.asarray(correct_M) > 0, y_test_M, ~y_test_M)
+    q, p = predicted.mean(), y_test_M.mean()
+    return float(q * p + (1 - q) * (1 - p))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -451,3 +461,193 @@ def simplex_test(g_categories: Sequence, *, bootstrap: int = 1000, level: float 
     control_ratio, control_spread = _group_bootstrap(_simplex_stats, shuffled, **kw)
     return {"ratio": ratio, "spread": spread, "control_ratio": control_ratio,
             "control_spread": control_spread}
+
+
+# ----------------------------------------------------------------------------------------------
+# The evaluator: concept directions on every layer (eval.evaluators=('concepts',))
+# ----------------------------------------------------------------------------------------------
+
+def _concept_codes(labels_N, concepts: Sequence) -> np.ndarray:
+    """``[N]`` int32: ``k`` where the label is ``concepts[k]``, ``len(concepts)`` elsewhere (the
+    examples of no chosen concept, which stay in every concept's "rest"). Time ``O(C N)``."""
+    labels = np.asarray(labels_N).reshape(-1)
+    codes = np.full(labels.shape, len(concepts), np.int32)
+    for k, value in enumerate(concepts):
+        codes[labels == value] = k
+    return codes
+
+
+def _concept_correct(method: str, x_train_NxD, codes_train_N, x_test_MxD, codes_test_M, c: int,
+                     seed: int) -> np.ndarray:
+    """``[M, C]`` 0/1: whether each of the C concepts' one-vs-rest direction (``"mean"``:
+    :func:`difference_of_means` thresholded by :func:`held_out_accuracy`; ``"probe"``:
+    :func:`probe_directions`) classifies each test example right. Code ``c`` (no concept) is
+    only ever "rest". One call of each function serves every concept, and gives concept k's
+    numbers exactly as a binary call on ``labels == concept k`` does (up to float summation
+    order in the class means)."""
+    if method == "probe":
+        return probe_directions(x_train_NxD, codes_train_N, x_test_MxD, codes_test_M,
+                                num_classes=c, seed=seed, bootstrap=0)["correct_CxM"].T
+    others = int(np.any(codes_train_N == c))
+    means_CxD = difference_of_means(x_train_NxD, codes_train_N, num_classes=c + others)
+    return np.stack([held_out_accuracy(means_CxD[k], x_train_NxD, codes_train_N == k,
+                                       x_test_MxD, codes_test_M == k, bootstrap=0)["correct"]
+                     for k in range(c)], axis=1)
+
+
+CONCEPT_ROWS = {"mean": ("concept_accuracy_mean", "concept_accuracy_shuffled", "concept_chance"),
+                "probe": ("concept_accuracy_probe", "concept_accuracy_probe_shuffled",
+                          "concept_chance_probe")}
+
+
+def concept_accuracies(x_train_NxD, labels_train_N, x_test_MxD, labels_test_M,
+                       concepts: Sequence, *, probe: bool = True, seed: int = 0,
+                       bootstrap: int = 1000, level: float = 0.95) -> dict[str, float]:
+    """The mean over ``concepts`` (label values, each one-vs-rest against every other example)
+    of the held-out accuracy of each concept's direction, and of its shuffled-label control:
+    :class:`Concepts`'s rows for one layer's features.
+
+    ``concept_accuracy_mean``: the difference of means thresholded at the midpoint
+    (:func:`held_out_accuracy`); ``concept_accuracy_probe`` (with ``probe``): the logistic probe
+    (:func:`probe_directions`, penalty chosen on 10% of train, ``default_rng(seed)``). Each
+    interval is a bootstrap over test examples, all concepts jointly: the statistic is the mean
+    of the ``[M, C]`` correctness matrix, bootstrapped as the mean of its row means (the same
+    resamples, ``O(R M)`` rather than ``O(R M C)``). ``concept_accuracy_shuffled`` /
+    ``..._probe_shuffled``: :func:`shuffled_accuracy`'s control for every concept at once (the
+    train and the test labels each permuted within their split by ``default_rng(seed)``, train
+    first; as every concept's binary labels are its labels' indicator, concept k's control is
+    ``shuffled_accuracy(..., labels == k, seed=seed)``'s), with its chance level
+    ``concept_chance`` / ``concept_chance_probe`` (the mean over concepts of
+    :func:`shuffled_accuracy`'s ``chance``, a plain float).
+
+    Every concept needs examples in and out of it in train. Time ``O(C (N + M) D)`` for the
+    means, and with ``probe`` twice (real and control) C one-vs-rest probes,
+    ``O(C (N D min(N, D) + min(N, D)^3 + G iters N min(N, D)))`` (G = ``len(LOGISTIC_GRID)``);
+    memory ``O((N + M) D + min(N, D)^2 + M C)``; the intervals ``O(R M)`` each.
+    """
+    concepts = list(concepts)
+    c = len(concepts)
+    x_train = np.asarray(x_train_NxD, np.float32)
+    x_test = np.asarray(x_test_MxD, np.float32)
+    codes_train, codes_test = _concept_codes(labels_train_N, concepts), _concept_codes(
+        labels_test_M, concepts)
+    rng = np.random.default_rng(seed)  # as shuffled_accuracy draws: train, then test
+    shuffled_train, shuffled_test = rng.permutation(codes_train), rng.permutation(codes_test)
+    rows: dict[str, float] = {}
+    for method in ("mean", "probe") if probe else ("mean",):
+        real = _concept_correct(method, x_train, codes_train, x_test, codes_test, c, seed)
+        control = _concept_correct(method, x_train, shuffled_train, x_test, shuffled_test, c,
+                                   seed)
+        accuracy, shuffled, chance = CONCEPT_ROWS[method]
+        rows[accuracy] = with_ci(real.mean(1), bootstrap=bootstrap, level=level)
+        rows[shuffled] = with_ci(control.mean(1), bootstrap=bootstrap, level=level)
+        rows[chance] = float(np.mean([_chance(control[:, k], shuffled_test == k)
+                                      for k in range(c)]))
+    return rows
+
+
+@config
+class ConceptsOptions:
+    """``eval.concepts.*``: the options of :class:`Concepts` (its keyword arguments)."""
+    max_concepts: int = static(32, ">0", "classes read as concepts (one-vs-rest), the most "
+                                         "frequent in train first")
+    min_examples: int = static(2, ">0", "a class with fewer examples in train or in test (or "
+                                        "fewer outside it in train) is skipped")
+    probe: bool = static(True, doc="also the logistic probe's directions and their control "
+                                   "(most of the cost)")
+    seed: int = static(0, ">=0", "the control's label permutations and the probe's validation "
+                                 "split")
+
+
+class Concepts(Evaluator):
+    """Concept directions on every encoder layer's pooled features and on the final embedding:
+    for each class (a concept, one-vs-rest) the held-out accuracy of its difference-of-means
+    direction and of its logistic probe's, and the shuffled-label control of each.
+
+    The concepts are the ``max_concepts`` classes most frequent in train (ties: the smaller
+    label) among those with ``min_examples`` in train, in test and outside the class in train.
+    Rows ``{where}/{metric}``, ``where`` = ``layer_{i}`` or ``embedding`` as
+    :class:`~repr_jax.eval.layerwise.Layerwise` names them (only ``embedding`` when the
+    embedder has no layers): ``concept_accuracy_mean``, ``concept_accuracy_shuffled``,
+    ``concept_chance``, and with ``probe`` ``concept_accuracy_probe``,
+    ``concept_accuracy_probe_shuffled``, ``concept_chance_probe``
+    (:func:`concept_accuracies`). A dataset without labels, with one class, or with no class
+    that has ``min_examples`` gives no rows and a one-line warning.
+
+    Cost (N train and M test examples, width D of a layer, C concepts, L layers with the
+    embedding, G = 7 probe penalties, R resamples): time ``O(L C (N + M) D)`` for the means;
+    the probes (``probe=True``, most of it) ``O(L C (N D min(N, D) + min(N, D)^3
+    + G iters N min(N, D)))``, twice (real and control); the intervals ``O(L R M)``. Memory:
+    every layer's features, cached by the embedder, ``O(L (N + M) D)``, plus
+    ``O(N D + min(N, D)^2 + M C)`` for one layer's solve.
+    """
+
+    name = "concepts"
+    options = ConceptsOptions
+
+    def __init__(self, embedder: Embedder, *, max_concepts: int = 32, min_examples: int = 2,
+                 probe: bool = True, seed: int = 0, bootstrap: int = 1000):
+        super().__init__(embedder)
+        self.max_concepts, self.min_examples = max_concepts, min_examples
+        self.probe, self.seed, self.bootstrap = probe, seed, bootstrap
+
+    def concepts(self, labels_train_N, labels_test_M) -> list:
+        """The label values read as concepts (see the class); ``[]``, with a one-line warning
+        saying why, when there are none. Time ``O((N + M) log(N + M))``."""
+        y_train, y_test = np.asarray(labels_train_N), np.asarray(labels_test_M)
+        if y_train.ndim != 1 or y_test.ndim != 1:
+            warnings.warn(f"concepts: labels must be one class per example; got shapes "
+                          f"{y_train.shape} and {y_test.shape}: no rows", stacklevel=2)
+            return []
+        values, n_train = np.unique(y_train, return_counts=True)
+        if len(np.unique(np.concatenate([values, np.unique(y_test)]))) < 2:
+            warnings.warn(f"concepts: the labels hold one class ({values[:1].tolist()}): no "
+                          f"concept to tell from the rest, no rows", stacklevel=2)
+            return []
+        test_values, test_counts = np.unique(y_test, return_counts=True)
+        at = np.clip(np.searchsorted(test_values, values), 0, max(len(test_values) - 1, 0))
+        n_test = (np.where(test_values[at] == values, test_counts[at], 0) if len(test_values)
+                  else np.zeros_like(n_train))
+        m = self.min_examples
+        ok = (n_train >= m) & (n_test >= m) & (len(y_train) - n_train >= m)
+        order = np.lexsort((values, -n_train))  # most frequent in train first, then by label
+        chosen = [values[i].item() for i in order if ok[i]][:self.max_concepts]
+        if not chosen:
+            shown = ", ".join(f"{values[i].item()}: {n_train[i]}/{n_test[i]}" for i in order[:8])
+            warnings.warn(f"concepts: no class has eval.concepts.min_examples={m} examples in "
+                          f"train, in test and outside it in train; examples per class "
+                          f"(train/test) {shown}{', ...' if len(values) > 8 else ''} of "
+                          f"{len(values)} classes, {len(y_train)} train examples: no rows",
+                          stacklevel=2)
+        return chosen
+
+    def features(self, variables) -> Iterator[tuple[str, Any, Any]]:
+        """``(where, train features, test features)``: each layer's (the view
+        :class:`~repr_jax.eval.layerwise.Layerwise` runs on, named as it names them) or, without
+        layers, the embedding's."""
+        x_train, x_test = self.embedder.splits["train"]["x"], self.embedder.splits["test"]["x"]
+        if not self.embedder.has_layers:
+            yield ("embedding", self.embedder.embed(variables, x_train),
+                   self.embedder.embed(variables, x_test))
+            return
+        n = len(self.embedder.embed(variables, x_test, "layers"))
+        for i in range(n):
+            view = self.embedder.view(lambda t, i=i: t[i], which="layers")
+            yield ("embedding" if i == n - 1 else f"layer_{i}", view.embed(variables, x_train),
+                   view.embed(variables, x_test))
+
+    def run(self, variables) -> Iterator[tuple[str, float]]:
+        splits = self.embedder.splits
+        if any("label" not in splits.get(s, {}) for s in ("train", "test")):
+            warnings.warn("concepts: the dataset has no labels (its train and test splits need "
+                          "'label'): no rows", stacklevel=2)
+            return
+        y_train, y_test = (np.asarray(splits[s]["label"][:]) for s in ("train", "test"))
+        chosen = self.concepts(y_train, y_test)
+        if not chosen:
+            return
+        for where, f_train, f_test in self.features(variables):
+            rows = concept_accuracies(f_train, y_train, f_test, y_test, chosen, probe=self.probe,
+                                      seed=self.seed, bootstrap=self.bootstrap)
+            for metric, value in rows.items():
+                yield f"{where}/{metric}", value

@@ -276,7 +276,8 @@ def evaluate(cfg: Config, dataset: Dataset, representations: dict[str, Represent
     return rows
 
 
-NEEDS_CLASSES = ("linear_probe", "knn", "fewshot", "clustering", "layerwise", "matryoshka")
+NEEDS_CLASSES = ("linear_probe", "knn", "fewshot", "clustering", "layerwise", "matryoshka",
+                 "concepts")
 SAID_EMPTY: set[tuple[Any, str]] = set()  # (evaluator(s), dataset) with no rows: said once
 
 _NEEDS = {"retrieval": "it needs a paired test split (x, x_pos) or a retrieval set in eval.sets",

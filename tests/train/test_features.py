@@ -202,14 +202,7 @@ def sae_run(tmp_path_factory):
     train_and_evaluate(cfg, root / "run", progress=False, verbose=False)
     acts.activations(out=root / "store", layer=1, data=f"pairs:{pairs}",
                      workdir=str(root / "run"), progress=False)
-    sae = C.override(C.Config(
-        seed=0, data=C.DataConfig(name=f"activations:{root / 'store'}"),
-        method=C.MethodConfig(name="sae"),
-        optim=C.OptimConfig(lr=3e-3, warmup_steps=0, weight_decay=0.0),
-        train=C.TrainConfig(batch_size=64, steps=10, ckpt_every=0, num_devices=1),
-        eval=C.EvalConfig(evaluators=(), reference_rows=False)),
-        ["method.latents=32", "method.k=4"])
-    train_and_evaluate(sae, root / "sae", progress=False, verbose=False)
+    _train_sae(root / "store", root / "sae", latents=32, steps=10)
     out = root / "browser"
     proc = subprocess.run([sys.executable, "-m", "repr_jax.cli", "features", "--workdir",
                            str(root / "sae"), "--out", str(out), "--top", "5", "--sample", "3",
@@ -310,11 +303,9 @@ def test_a_decoder_stores_features_name_the_tokens_its_latents_promote(tmp_path)
     an SAE on it: each latent's promoted and suppressed tokens are the brute-force argsort of
     ``W_dec @ E.T``, and each context's marked token is the re-tokenised text's (byte-level BPE,
     the first token of each text left out of the store)."""
-    from repr_jax import config as C
     from repr_jax.data import beir
     from repr_jax.data.tokenizer import Sides, make_tokenizer
     from repr_jax.train import activations as acts
-    from repr_jax.train import train_and_evaluate
     from repr_jax.train.run import load_trained
     from tiny_llm import tiny_params, write_gguf
     coll = beir.synthetic_collection(tmp_path / "coll", num_docs=40, num_queries=6, num_train=20,
@@ -324,14 +315,7 @@ def test_a_decoder_stores_features_name_the_tokens_its_latents_promote(tmp_path)
     write_gguf(gguf, params)
     acts.activations(out=tmp_path / "store", layer=1, data=f"beir:{coll}", init_from=str(gguf),
                      max_len=32, progress=False)
-    sae = C.override(C.Config(
-        seed=0, data=C.DataConfig(name=f"activations:{tmp_path / 'store'}"),
-        method=C.MethodConfig(name="sae"),
-        optim=C.OptimConfig(lr=3e-3, warmup_steps=0, weight_decay=0.0),
-        train=C.TrainConfig(batch_size=64, steps=5, ckpt_every=0, num_devices=1),
-        eval=C.EvalConfig(evaluators=(), reference_rows=False)),
-        ["method.latents=24", "method.k=4"])
-    train_and_evaluate(sae, tmp_path / "sae", progress=False, verbose=False)
+    _train_sae(tmp_path / "store", tmp_path / "sae", latents=24, steps=5)
     data = feat.features(workdir=tmp_path / "sae", out=tmp_path / "out", top=4, sample=2,
                          bins=6, progress=False)
     assert data["encoder"] == "decoder_lm" and data["latents"] == 24
@@ -414,3 +398,13 @@ def test_the_page_lists_filters_and_opens_latents_in_a_browser(sae_run):
         assert len(browser.find_elements(By.CSS_SELECTOR, "#detail svg rect")) == data["bins"]
     finally:
         browser.quit()
+
+
+def _train_sae(store, workdir, *, latents: int, steps: int) -> None:
+    """A TopK SAE (k 4) trained ``steps`` steps of 64 on ``store``, no evaluation."""
+    from conftest import sae_config
+
+    from repr_jax.train import train_and_evaluate
+    cfg = sae_config(f"data.name=activations:{store}", f"method.latents={latents}",
+                     "eval.evaluators=()", steps=steps, warmup=0, bootstrap=0)
+    train_and_evaluate(cfg, workdir, progress=False, verbose=False)

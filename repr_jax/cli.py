@@ -256,6 +256,42 @@ def _parser() -> argparse.ArgumentParser:
     st.add_argument("--out", default=None, metavar="FILE.json", help="also write the results")
     st.add_argument("--no-progress", action="store_true", help="no progress bars")
 
+    co = sub.add_parser("concepts", help="concept directions over WordNet categories (steer)",
+                        description="Read WordNet noun categories' words through a model (each "
+                        "word in --template, its last token's state for a decoder LLM, the mean "
+                        "over its tokens otherwise) and, per layer, fit each category's "
+                        "one-vs-rest difference of means and logistic probe with held-out "
+                        "accuracies (bootstrap intervals) and a shuffled-label control; write "
+                        "each unit direction as DIR/directions/layer_L/CATEGORY.npy (what steer "
+                        "--direction reads) and DIR/concepts.json; for a decoder LLM also the "
+                        "categories' hierarchical orthogonality and simplices in its "
+                        "unembedding space (Park et al. 2024). Cost: one forward pass over the "
+                        "words, then per layer C probes of W words.")
+    co.add_argument("--workdir", default=None, help="a text_transformer or decoder_lm run "
+                    "directory")
+    co.add_argument("--init-from", default=None, metavar="MODEL",
+                    help="instead of --workdir: a local sentence-transformers model directory, "
+                         "minilm, or a decoder LLM (smollm2, a .gguf file or a Hugging Face "
+                         "folder)")
+    co.add_argument("--out", required=True, metavar="DIR",
+                    help="the folder written (new, empty, or one this command wrote)")
+    co.add_argument("--categories", default="lexfile", metavar="lexfile|SYNSET[,SYNSET...]",
+                    help="lexfile (default): WordNet's 26 noun lexicographer files; or synsets, "
+                         "e.g. animal.n.01,mammal.n.01,plant.n.02 (each with everything below "
+                         "it)")
+    co.add_argument("--layers", default="all", metavar="all|L[,L...]",
+                    help="blocks counted from 0 (default all)")
+    co.add_argument("--template", default="{}",
+                    help="the text each word is read in, {} for the word (default \"{}\"; "
+                         "e.g. \"a picture of a {}\")")
+    co.add_argument("--max-words", type=_at_least(2), default=200,
+                    help="words sampled per category at most (default 200; seeded)")
+    co.add_argument("--bootstrap", type=_at_least(0), default=1000,
+                    help="resamples of each interval (default 1000; 0: none)")
+    co.add_argument("--seed", type=_at_least(0), default=0,
+                    help="of the word samples, the train/test split and the controls")
+    co.add_argument("--no-progress", action="store_true", help="no progress bars")
+
     s = sub.add_parser("score", help="a cross-encoder's scores for a pairs: file (distillation)",
                        description="Score each line's query with its positive and negatives by a "
                        "trained cross_encoder run and write the lines with positive_score and "
@@ -610,6 +646,15 @@ def _steer(args) -> int:
     return 0
 
 
+def _concepts(args) -> int:
+    from repr_jax.train.concepts import concepts
+    concepts(out=args.out, workdir=args.workdir, init_from=args.init_from,
+             categories=args.categories, layers=args.layers, template=args.template,
+             max_words=args.max_words, bootstrap=args.bootstrap, seed=args.seed,
+             progress=not args.no_progress)
+    return 0
+
+
 def _floats(text: str) -> list[float]:
     """``A[,A...]``: numbers (nan and inf read as such: the command refuses them itself)."""
     try:
@@ -670,7 +715,7 @@ def main(argv: list[str] | None = None) -> int:
                 "fit": _fit, "export": _export, "list": _list, "mine": _mine,
                 "compare": _compare, "score": _score,
                 "activations": _activations, "features": _features,
-                "steer": _steer}[args.command](args)
+                "steer": _steer, "concepts": _concepts}[args.command](args)
     except BrokenPipeError:  # `repr-jax ... | head`: the reader left; no traceback for that
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1

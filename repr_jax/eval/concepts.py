@@ -47,7 +47,6 @@ from repr_jax.eval.base import Embedder, Evaluator
 from repr_jax.eval.linear_probe import LOGISTIC_GRID, logistic_weights, standardize
 from repr_jax.eval.stats import Estimate, _interval, with_ci
 
-BOOTSTRAP_ELEMENTS = 1 << 24  # floats gathered per vectorised batch of word-set resamples
 
 
 # ----------------------------------------------------------------------------------------------
@@ -114,7 +113,7 @@ def held_out_accuracy(direction_D, x_train_NxD, y_train_N, x_test_MxD, y_test_M,
 def probe_directions(x_train_NxD, labels_train_N, x_test_MxD, labels_test_M, *,
                      l2: float | None = None, num_classes: int | None = None,
                      max_iters: int = 500, seed: int = 0, bootstrap: int = 1000,
-                     level: float = 0.95) -> dict:
+                     level: float = 0.95, balanced: bool = False) -> dict:
     """One-vs-rest logistic probes: each class's weight vector in the input coordinates and its
     held-out accuracy.
 
@@ -125,6 +124,9 @@ def probe_directions(x_train_NxD, labels_train_N, x_test_MxD, labels_test_M, *,
     keeps the weights; with ``l2`` given the numbers are ``linear_probe``'s exactly. With
     ``l2=None`` the penalty is chosen from ``LOGISTIC_GRID`` by accuracy on 10% of train held out
     (``default_rng(seed)``), as ``linear_probe`` does, and the probe is fit on the rest.
+    ``balanced=True`` weighs each fit example by ``n / (2 n_class)`` (scikit-learn's
+    ``class_weight="balanced"``) and chooses the penalty by balanced accuracy: a one-vs-rest
+    probe of one concept among 25 otherwise learns the majority class.
 
     The direction of class c is ``(w_1 - w_0) / sd`` (the two-class softmax's logit difference,
     mapped back from standardised features), with bias ``b_1 - b_0 - mu . direction``: the
@@ -159,13 +161,26 @@ def probe_directions(x_train_NxD, labels_train_N, x_test_MxD, labels_test_M, *,
     directions, biases, chosen, accuracies, corrects = [], [], [], [], []
     for k in range(c):
         y_Nx2 = jax.nn.one_hot(jnp.asarray(labels_fit == k, jnp.int32), 2)
+        if balanced:  # rows scaled by their class weight: softmax CE is linear in the targets
+            counts_2 = y_Nx2.sum(0)
+            y_Nx2 = y_Nx2 * (len(labels_fit) / (2 * jnp.maximum(counts_2, 1)))[None, :]
         w_LxDx2, b_Lx2 = logistic_weights(xs_fit, y_Nx2, lambdas, max_iters=max_iters, tol=1e-4)
         dir_LxD = w_LxDx2[:, :, 1] - w_LxDx2[:, :, 0]
         bias_L = b_Lx2[:, 1] - b_Lx2[:, 0]
         best = 0
         if l2 is None:
             pred_LxV = xs_val @ dir_LxD.T + bias_L[None, :] > 0
-            val_acc_L = jnp.mean(pred_LxV == jnp.asarray(labels_val == k)[:, None], axis=0)
+            truth_Vx1 = jnp.asarray(labels_val == k)[:, None]
+            right_LxV = pred_LxV == truth_Vx1
+            if balanced:  # the mean of the two classes' recalls (a class absent counts 0.5)
+                pos = jnp.sum(truth_Vx1)
+                val_acc_L = 0.5 * (jnp.where(pos > 0, jnp.sum(right_LxV & truth_Vx1, 0)
+                                             / jnp.maximum(pos, 1), 0.5)
+                                   + jnp.where(pos < len(labels_val),
+                                               jnp.sum(right_LxV & ~truth_Vx1, 0)
+                                               / jnp.maximum(len(labels_val) - pos, 1), 0.5))
+            else:
+                val_acc_L = jnp.mean(right_LxV, axis=0)
             best = int(jnp.argmax(val_acc_L))
         correct = np.asarray((xs_test @ dir_LxD[best] + bias_L[best] > 0)
                              == jnp.asarray(labels_test == k), np.float32)
@@ -182,7 +197,7 @@ def probe_directions(x_train_NxD, labels_train_N, x_test_MxD, labels_test_M, *,
 
 def shuffled_accuracy(x_train_NxD, y_train_N, x_test_MxD, y_test_M, *, method: str = "mean",
                       seed: int = 0, l2: float | None = None, bootstrap: int = 1000,
-                      level: float = 0.95) -> dict:
+                      level: float = 0.95, balanced: bool = False) -> dict:
     """The shuffled-label control of a binary concept's held-out accuracy: a permutation test's
     null run, as scikit-learn's ``permutation_test_score`` permutes the labels before it
     cross-validates. The train labels and the test labels are each permuted within their split
@@ -194,7 +209,9 @@ def shuffled_accuracy(x_train_NxD, y_train_N, x_test_MxD, y_test_M, *, method: s
     one seed can land far from chance in either direction.)
 
     Returns ``{"accuracy"`` (an :class:`Estimate` over test examples), ``"chance"``,
-    ``"correct"}``. ``chance`` is the accuracy of predictions independent of the labels at the
+    ``"correct"``, ``"labels"`` (the permuted test labels ``correct`` is scored against)``}``;
+    ``balanced`` is passed to :func:`probe_directions`. ``chance`` is the accuracy of predictions
+    independent of the labels at the
     same rates, ``q p + (1 - q)(1 - p)`` (q: predicted-positive rate, p: positive rate on test):
     ~0.5 for the midpoint threshold, the majority rate for a probe that learned nothing. Costs as
     the method's.
@@ -211,11 +228,12 @@ def shuffled_accuracy(x_train_NxD, y_train_N, x_test_MxD, y_test_M, *, method: s
     elif method == "probe":
         out = probe_directions(x_train_NxD, shuffled.astype(np.int32), x_test_MxD,
                                y_test.astype(np.int32), l2=l2, num_classes=2, seed=seed,
-                               bootstrap=bootstrap, level=level)
+                               bootstrap=bootstrap, level=level, balanced=balanced)
         correct, accuracy = out["correct_CxM"][1], out["accuracy"][1]
     else:
         raise ValueError(f"shuffled_accuracy method={method!r}; choose from ('mean', 'probe')")
-    return {"accuracy": accuracy, "chance": _chance(correct, y_test), "correct": correct}
+    return {"accuracy": accuracy, "chance": _chance(correct, y_test), "correct": correct,
+            "labels": y_test}
 
 
 def _chance(correct_M, y_test_M) -> float:
@@ -332,32 +350,32 @@ def lda_direction(g_WxD) -> np.ndarray:
     return np.asarray(_lda_jit(g))
 
 
-@functools.partial(jax.jit, static_argnames=("statistic", "num_resamples", "batch"))
-def _resampled_groups(statistic, groups, num_resamples: int, seed, batch: int) -> jax.Array:
+@functools.partial(jax.jit, static_argnames=("statistic", "num_resamples"))
+def _resampled_groups(statistic, groups, num_resamples: int, seed) -> jax.Array:
     """``statistic(*groups)`` on ``num_resamples`` stratified resamples: each group (word set)
-    drawn with replacement from itself, independently, keys ``fold_in(PRNGKey(seed), r)``."""
+    drawn with replacement from itself, independently, keys ``fold_in(PRNGKey(seed), r)``.
+    One resample at a time (a scan): XLA's CPU runtime deadlocked on the same statistic
+    vectorised over resamples (the eigendecompositions of 8 or more at once; jaxlib 0.10.2),
+    and the scan is as fast there."""
     key = jax.random.PRNGKey(seed)
 
     def one(r):
         keys = jax.random.split(jax.random.fold_in(key, r), len(groups))
         return statistic(*(g[jax.random.randint(k, (g.shape[0],), 0, g.shape[0])]
                            for g, k in zip(groups, keys)))
-    return jax.lax.map(one, jnp.arange(num_resamples), batch_size=batch)
+    return jax.lax.map(one, jnp.arange(num_resamples))
 
 
 def _group_bootstrap(statistic, groups, *, bootstrap: int, level: float,
                      seed: int) -> list[Estimate]:
     """Point estimates of a vector-valued ``statistic`` with percentile intervals from word-set
     resamples (:func:`_resampled_groups`; ``nan`` bounds when ``bootstrap=0``). Time
-    ``O(R x the statistic's)``, memory the statistic's times a batch of resamples holding at most
-    ``BOOTSTRAP_ELEMENTS`` gathered floats."""
+    ``O(R x the statistic's)``, memory the statistic's."""
     groups = tuple(jnp.asarray(g, jnp.float32) for g in groups)
     point = np.atleast_1d(np.asarray(jax.jit(statistic)(*groups)))
     if not bootstrap:
         return [Estimate(p) for p in point]
-    per_resample = sum(g.size for g in groups) + groups[0].shape[1] ** 2
-    batch = max(1, min(bootstrap, 32, BOOTSTRAP_ELEMENTS // per_resample))
-    samples = _resampled_groups(statistic, groups, bootstrap, seed, batch).reshape(bootstrap, -1)
+    samples = _resampled_groups(statistic, groups, bootstrap, seed).reshape(bootstrap, -1)
     return [Estimate(p, *_interval(samples[:, i], level)) for i, p in enumerate(point)]
 
 
@@ -389,7 +407,7 @@ def hierarchy_cosine(g_parent_WxD, g_child_UxD, g_vocab_VxD, *, bootstrap: int =
     sits near -1 rather than 0.
 
     Time ``O(R (W D min(W, D) + U D min(U, D) + min(W, D)^3 + min(U, D)^3))`` for R resamples,
-    memory ``O((W + U) D + min(W, D)^2)`` per resample in the batch.
+    memory ``O((W + U) D + min(W, D)^2)``.
     """
     parent = np.asarray(g_parent_WxD, np.float32)
     child = np.asarray(g_child_UxD, np.float32)
@@ -443,7 +461,7 @@ def simplex_test(g_categories: Sequence, *, bootstrap: int = 1000, level: float 
       vectors in high D can stay large, so read the ratio beside the spread.
 
     Time ``O(R sum_i (W_i D min(W_i, D) + min(W_i, D)^3) + R k^2 D)``, memory
-    ``O(sum_i W_i D + max_i min(W_i, D)^2)`` per resample in the batch.
+    ``O(sum_i W_i D + max_i min(W_i, D)^2)``.
     """
     groups = [np.asarray(g, np.float32) for g in g_categories]
     k = len(groups)

@@ -43,11 +43,12 @@ category keeps at least one word on each side), and for each category, one-vs-re
   mean projections: its test accuracy with a percentile bootstrap interval over test words
   (:func:`~repr_jax.eval.concepts.held_out_accuracy`) and its balanced accuracy (the mean of the
   two classes' recalls: one category against 25 is ~96% negatives);
-* the logistic probe's direction (:func:`~repr_jax.eval.concepts.probe_directions`: L2 penalty
-  chosen on 10% of train): its test accuracy with interval, balanced accuracy and penalty;
+* the logistic probe's direction (:func:`~repr_jax.eval.concepts.probe_directions` with
+  ``balanced=True``: the two classes weighed equally, the L2 penalty chosen by balanced accuracy
+  on 10% of train): its test accuracy with interval, balanced accuracy and penalty;
 * the shuffled-label control of the difference of means
   (:func:`~repr_jax.eval.concepts.shuffled_accuracy`, ``method="mean"``): its accuracy with
-  interval and the chance level of its prediction rates.
+  interval, its balanced accuracy (~0.5) and the chance level of its prediction rates.
 
 Each category's difference of means fit on **all** its labelled words against all the others,
 scaled to unit norm, is written as float32 ``[D]`` to ``DIR/directions/layer_{L}/{category}.npy``
@@ -86,12 +87,13 @@ are replaced; every file written atomically, ``concepts.json`` last): the direct
     left_out: {ambiguous: [sampled words in two categories neither containing the other]}
     per_layer: [{layer, directions ("directions/layer_L"),
                  summary: {accuracy, balanced_accuracy, probe_accuracy,
-                           probe_balanced_accuracy, control_accuracy, control_chance}
+                           probe_balanced_accuracy, control_accuracy,
+                           control_balanced_accuracy, control_chance}
                           (means over the categories of the point values),
                  categories: {name: {
                     mean: {accuracy: INTERVAL, balanced_accuracy, threshold, sign, norm},
                     probe: {accuracy: INTERVAL, balanced_accuracy, l2},
-                    control: {accuracy: INTERVAL, chance}}}}]
+                    control: {accuracy: INTERVAL, balanced_accuracy, chance}}}}]
     unembedding: null (not a decoder) | {vocab (V), width, head ("tied" | "untied"),
                  categories: {name: {words, tokens (distinct first tokens kept), dropped
                                      (tokens shared with a category neither containing it)}},
@@ -115,11 +117,6 @@ min(W, D)^3 + iters W min(W, D)))`` (:func:`~repr_jax.eval.concepts.probe_direct
 dominant term), the bootstraps ``O(C R W)``. The unembedding analysis: ``O(V D^2 + D^3)``
 (whitening) plus ``O(R (W_c D min(W_c, D) + min(W_c, D)^3))`` per category in each pair or
 simplex (W_c: its tokens), memory ``O(V D)``.
-
-On a CPU, XLA's concurrency-optimised scheduler deadlocks on the simplex bootstrap of ~10 or more
-categories (the default ``lexfile``'s 26); :func:`concepts` turns it off
-(:data:`CPU_SCHEDULER_FLAG` in ``XLA_FLAGS``) when it runs before JAX's backends start, as the
-command line does, and warns where it cannot.
 """
 
 from __future__ import annotations
@@ -128,10 +125,8 @@ import dataclasses
 import functools
 import io
 import math
-import os
 import re
 import sys
-import warnings
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -145,12 +140,6 @@ DIRECTIONS = "directions"
 TEST_FRACTION = 0.2
 LEVEL = 0.95
 BATCH = 64  # words encoded at once (one compilation)
-# XLA's concurrency-optimised CPU scheduler deadlocks (every worker idle, the result never ready)
-# on simplex_test's bootstrap program once it holds ~10 or more categories (jaxlib 0.10.2, 2 cores:
-# 10 categories x 20 resamples hangs, 8 x 32 does not); without it, 26 categories x 1,000
-# resamples take ~8 s.
-CPU_SCHEDULER_FLAG = "--xla_cpu_enable_concurrency_optimized_scheduler=false"
-LARGE_SIMPLEX = 8
 NAMING = ("name a synset as LEMMA.n.NN (e.g. animal.n.01, dog.n.01; a bare lemma is its first "
           "sense), or give lexfile")
 
@@ -449,7 +438,7 @@ def layer_analysis(x_WxD, labels_W, train, test, names: Sequence[str], *, bootst
     x_train, x_test, y_train, y_test = x[train], x[test], labels[train], labels[test]
     mean_CxD = difference_of_means(x_train, y_train, num_classes=c)
     probe = probe_directions(x_train, y_train, x_test, y_test, num_classes=c, seed=seed,
-                             bootstrap=bootstrap, level=LEVEL)
+                             bootstrap=bootstrap, level=LEVEL, balanced=True)
     directions, norms = unit_directions(x, labels, c)
     rows = {}
     for k, name in enumerate(names):
@@ -467,7 +456,11 @@ def layer_analysis(x_WxD, labels_W, train, test, names: Sequence[str], *, bootst
                        balanced_accuracy=_balanced(np.where(probe_correct, positive_test,
                                                             ~positive_test), positive_test),
                        l2=float(probe["l2_C"][k])),
-            control=dict(accuracy=_interval(control["accuracy"]), chance=control["chance"]))
+            control=dict(accuracy=_interval(control["accuracy"]),
+                         balanced_accuracy=_balanced(
+                             np.where(control["correct"] > 0, control["labels"],
+                                      ~control["labels"]), control["labels"]),
+                         chance=control["chance"]))
 
     def average(part, key):
         values = [r[part][key] for r in rows.values()]
@@ -477,6 +470,7 @@ def layer_analysis(x_WxD, labels_W, train, test, names: Sequence[str], *, bootst
                    probe_accuracy=average("probe", "accuracy"),
                    probe_balanced_accuracy=average("probe", "balanced_accuracy"),
                    control_accuracy=average("control", "accuracy"),
+                   control_balanced_accuracy=average("control", "balanced_accuracy"),
                    control_chance=average("control", "chance"))
     return dict(summary=summary, categories=rows, _directions=directions)
 
@@ -572,10 +566,6 @@ def unembedding_analysis(gamma_VxD: np.ndarray, tokenizer, concepts: Categories,
             out["skipped"].append(f"simplex {where}: {len(kept)} categories; the test takes 3 "
                                   f"to D + 1 = {d + 1}")
             continue
-        if len(kept) > LARGE_SIMPLEX and not _scheduler_flag_set():
-            warnings.warn(f"simplex {where}: {len(kept)} categories; XLA's CPU scheduler can "
-                          f"deadlock on this bootstrap: if it hangs, rerun with "
-                          f"XLA_FLAGS={CPU_SCHEDULER_FLAG}", stacklevel=2)
         r = simplex_test([g_VxD[tokens[i]] for i in kept], **kw)
         out["simplex"].append(dict(under=under, categories=[names[i] for i in kept],
                                    **{k: _interval(r[k]) for k in
@@ -586,22 +576,6 @@ def unembedding_analysis(gamma_VxD: np.ndarray, tokenizer, concepts: Categories,
 # --------------------------------------------------------------------------------------------------
 # The command
 # --------------------------------------------------------------------------------------------------
-
-def _scheduler_flag_set() -> bool:
-    """Whether :data:`CPU_SCHEDULER_FLAG` is in effect, or the backend is not a CPU."""
-    import jax
-    return CPU_SCHEDULER_FLAG in os.environ.get("XLA_FLAGS", "") or jax.default_backend() != "cpu"
-
-
-def avoid_cpu_scheduler_deadlock() -> None:
-    """Adds :data:`CPU_SCHEDULER_FLAG` to ``XLA_FLAGS`` while JAX's backends have not started
-    (XLA reads its flags once, when they do); a no-op after. It changes how XLA orders a CPU
-    program's operations, not what they compute."""
-    from jax._src import xla_bridge
-    flags = os.environ.get("XLA_FLAGS", "")
-    if CPU_SCHEDULER_FLAG.split("=")[0] not in flags and not xla_bridge.backends_are_initialized():
-        os.environ["XLA_FLAGS"] = f"{flags} {CPU_SCHEDULER_FLAG}".strip()
-
 
 def parse_layers(layers) -> list[int] | None:
     """``--layers``: None for ``all``, else the blocks (counted from 0, duplicates once); anything
@@ -678,7 +652,6 @@ def concepts(*, out: str | Path, workdir: str | None = None, init_from: str | No
     model runs (the layers' range right after it loads), one line each."""
     from repr_jax import __version__
     from repr_jax.train.activations import load_model
-    avoid_cpu_scheduler_deadlock()  # before anything starts JAX's backends
     if bool(workdir) == bool(init_from):
         raise ValueError("give one of --workdir RUN or --init-from MODEL")
     check_template(template)
@@ -776,13 +749,14 @@ def print_table(result: dict, out: Path | None = None) -> None:
     print(f"\nheld-out one-vs-rest accuracy, mean over the {len(cats)} categories (intervals per "
           f"category in {RESULT}):\n")
     print("| layer | difference of means | balanced | probe | probe balanced | shuffled control "
-          "| chance |")
-    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+          "| control balanced | chance |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for row in result["per_layer"]:
         s = row["summary"]
         print(f"| {row['layer']} | {s['accuracy']:.3f} | {s['balanced_accuracy']:.3f} | "
               f"{s['probe_accuracy']:.3f} | {s['probe_balanced_accuracy']:.3f} | "
-              f"{s['control_accuracy']:.3f} | {s['control_chance']:.3f} |")
+              f"{s['control_accuracy']:.3f} | {s['control_balanced_accuracy']:.3f} | "
+              f"{s['control_chance']:.3f} |")
     if out is not None:
         print(f"\ndirections (unit, fit on all words) -> {out}/{DIRECTIONS}/layer_L/CATEGORY.npy")
     u = result.get("unembedding")

@@ -71,6 +71,36 @@ def test_probe_directions_are_linear_probes_weights():
     assert min(map(float, chosen["accuracy"])) > 0.85
 
 
+def test_a_balanced_probe_is_sklearns_class_weighted_logistic_regression():
+    """balanced=True: scikit-learn's class_weight="balanced" on the same standardised features
+    (C = 1 / (l2 N)); on 1-in-20 positives with a weak signal it finds the rare class, where
+    the unweighted probe's balanced accuracy stays near 0.5."""
+    from sklearn.linear_model import LogisticRegression
+    rng = np.random.default_rng(5)
+    d, n, l2 = 6, 4000, 1e-3
+    y = (rng.random(2 * n) < 0.05).astype(np.int32)
+    x = (rng.normal(size=(2 * n, d)) + 1.2 * y[:, None] * np.eye(d)[0]).astype(np.float32)
+    out = C.probe_directions(x[:n], y[:n], x[n:], y[n:], l2=l2, num_classes=2, bootstrap=0,
+                             balanced=True)
+    mu, sd = x[:n].mean(0), x[:n].std(0) + 1e-6
+    ref = LogisticRegression(C=1 / (l2 * n), class_weight="balanced", tol=1e-8,
+                             max_iter=10_000).fit((x[:n] - mu) / sd, y[:n])
+    ours = out["directions_CxD"][1] * sd
+    cos = ours @ ref.coef_[0] / np.linalg.norm(ours) / np.linalg.norm(ref.coef_[0])
+    assert cos > 0.999
+    np.testing.assert_allclose(np.linalg.norm(ours), np.linalg.norm(ref.coef_[0]), rtol=1e-2)
+    decide = x[n:] @ out["directions_CxD"][1] + out["bias_C"][1] > 0
+    assert np.mean(decide == ref.predict((x[n:] - mu) / sd).astype(bool)) > 0.995
+
+    def balanced(correct, truth):
+        return np.mean([correct[truth == t].mean() for t in (0, 1)])
+    plain = C.probe_directions(x[:n], y[:n], x[n:], y[n:], num_classes=2, bootstrap=0)
+    chosen = C.probe_directions(x[:n], y[:n], x[n:], y[n:], num_classes=2, bootstrap=0,
+                                balanced=True)
+    assert balanced(plain["correct_CxM"][1], y[n:]) < 0.6
+    assert balanced(chosen["correct_CxM"][1], y[n:]) > 0.65
+
+
 def test_shuffled_labels_sit_at_chance_and_real_ones_do_not():
     d = 8
     x_train, y_train = _blobs(2000, d, [np.zeros(d), 2.5 * np.eye(d)[0]], RNG)

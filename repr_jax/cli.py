@@ -220,17 +220,25 @@ def _parser() -> argparse.ArgumentParser:
                     help="vectors encoded at once (default 4096)")
     fb.add_argument("--no-progress", action="store_true", help="no progress bars")
 
-    st = sub.add_parser("steer", help="add alpha x a direction to a decoder's residual stream",
+    st = sub.add_parser("steer", help="add alpha x a direction to a block's output: a "
+                        "decoder's next token, an embedder's retrieval ranking",
                         description="Add alpha times a unit direction (a .npy vector, or an SAE "
-                        "latent's decoder row: latent:SAE_RUN:J) after block --layer of a decoder "
-                        "LLM, at every position, and print the change in the next-token "
+                        "latent's decoder row: latent:SAE_RUN:J) to the output of block --layer. "
+                        "A decoder LLM, at every position: print the change in the next-token "
                         "log-probability of --words against random directions of the same norm "
                         "(with bootstrap intervals over the prompts) and greedy continuations. "
-                        "Cost: (1 + random) x alphas forward passes over the prompts.")
-    st.add_argument("--workdir", default=None, help="a decoder_lm run directory")
+                        "A text embedder (text_transformer run, minilm or a sentence-transformers "
+                        "folder), at every token of each query (the --prompts lines): rank "
+                        "--documents (encoded once, un-steered) and print the change in nDCG@10 "
+                        "and mean rank of the documents holding one of --words (whole word, any "
+                        "case) against random directions, and each shown query's top 5. Cost: "
+                        "(1 + random) x alphas forward passes over the prompts (an embedder: "
+                        "plus one over the documents, and a ranking of them per pass).")
+    st.add_argument("--workdir", default=None, help="a decoder_lm or text_transformer run "
+                    "directory")
     st.add_argument("--init-from", default=None, metavar="MODEL",
                     help="instead of --workdir: a decoder LLM's weights (smollm2, a .gguf file "
-                         "or a Hugging Face folder)")
+                         "or a Hugging Face folder), minilm or a sentence-transformers folder")
     st.add_argument("--layer", required=True, help="the block after which the direction is "
                     "added, counted from 0")
     st.add_argument("--direction", required=True, metavar="FILE.npy|latent:SAE_RUN:J",
@@ -240,17 +248,24 @@ def _parser() -> argparse.ArgumentParser:
                     help="the multiples added, in the residual stream's units (the command "
                          "prints the layer's median token norm)")
     st.add_argument("--prompts", required=True, metavar="FILE",
-                    help="UTF-8 text, one prompt a line")
+                    help="UTF-8 text, one prompt (an embedder: one query) a line")
     st.add_argument("--words", required=True, type=lambda t: [w for w in t.split(",") if w],
-                    metavar="W[,W...]", help="the concept's words (each one's first token as a "
-                    "continuation)")
+                    metavar="W[,W...]", help="the concept's words (a decoder: each one's first "
+                    "token as a continuation; an embedder: the documents holding one)")
+    st.add_argument("--documents", default=None, metavar="FILE",
+                    help="an embedder's collection (required for one; not for a decoder): "
+                         "UTF-8 text, one document a line")
     st.add_argument("--random", type=_at_least(1), default=16,
                     help="random directions of the same norm to compare with (default 16)")
-    st.add_argument("--new-tokens", type=_at_least(0), default=20,
-                    help="greedy continuation length (default 20)")
+    st.add_argument("--new-tokens", type=_at_least(0), default=None,
+                    help="a decoder's greedy continuation length (default 20; not for an "
+                         "embedder)")
     st.add_argument("--show", type=_at_least(0), default=3,
-                    help="prompts whose continuations are printed (default 3)")
-    st.add_argument("--max-len", type=_at_least(1), default=128, help="tokens per prompt")
+                    help="prompts whose continuations (an embedder: top 5 documents) are "
+                         "printed (default 3)")
+    st.add_argument("--max-len", type=_at_least(1), default=None,
+                    help="tokens per prompt of a decoder (default 128); of an embedder, per "
+                         "document and, --init-from, per query (default the model's own)")
     st.add_argument("--bootstrap", type=_at_least(0), default=1000)
     st.add_argument("--seed", type=_at_least(0), default=0, help="of the random directions")
     st.add_argument("--out", default=None, metavar="FILE.json", help="also write the results")
@@ -265,7 +280,8 @@ def _parser() -> argparse.ArgumentParser:
                         "each unit direction as DIR/directions/layer_L/CATEGORY.npy (what steer "
                         "--direction reads) and DIR/concepts.json; for a decoder LLM also the "
                         "categories' hierarchical orthogonality and simplices in its "
-                        "unembedding space (Park et al. 2024). Cost: one forward pass over the "
+                        "unembedding space (Park et al. 2024); with --sae, per category the SAE "
+                        "latent that best separates it. Cost: one forward pass over the "
                         "words, then per layer C probes of W words.")
     co.add_argument("--workdir", default=None, help="a text_transformer or decoder_lm run "
                     "directory")
@@ -290,6 +306,13 @@ def _parser() -> argparse.ArgumentParser:
                     help="resamples of each interval (default 1000; 0: none)")
     co.add_argument("--seed", type=_at_least(0), default=0,
                     help="of the word samples, the train/test split and the controls")
+    co.add_argument("--sae", nargs="+", default=(), metavar="SAE_RUN",
+                    help="SAE runs (method.name=sae) on activation stores of this model at one "
+                         "of --layers: per category the latent that best separates it, its "
+                         "held-out balanced accuracy beside a shuffled control and the probe")
+    co.add_argument("--sae-rule", choices=("fires", "threshold"), default="fires",
+                    help="a latent predicts the category where it fires (> 0; default, for "
+                         "TopK SAEs), or above its best threshold on train")
     co.add_argument("--no-progress", action="store_true", help="no progress bars")
 
     s = sub.add_parser("score", help="a cross-encoder's scores for a pairs: file (distillation)",
@@ -640,7 +663,7 @@ def _steer(args) -> int:
     from repr_jax.train.steer import steer
     steer(workdir=args.workdir, init_from=args.init_from, layer=args.layer,
           direction=args.direction, alphas=args.alpha, prompts=args.prompts, words=args.words,
-          random=args.random, new_tokens=args.new_tokens, show=args.show,
+          documents=args.documents, random=args.random, new_tokens=args.new_tokens, show=args.show,
           bootstrap=args.bootstrap, seed=args.seed, out=args.out, max_len=args.max_len,
           progress=not args.no_progress)
     return 0
@@ -651,7 +674,7 @@ def _concepts(args) -> int:
     concepts(out=args.out, workdir=args.workdir, init_from=args.init_from,
              categories=args.categories, layers=args.layers, template=args.template,
              max_words=args.max_words, bootstrap=args.bootstrap, seed=args.seed,
-             progress=not args.no_progress)
+             progress=not args.no_progress, sae=args.sae, sae_rule=args.sae_rule)
     return 0
 
 

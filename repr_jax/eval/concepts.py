@@ -35,6 +35,7 @@ words) and D (width); nothing forms an N x N matrix.
 from __future__ import annotations
 
 import functools
+import math
 import warnings
 from typing import Any, Iterator, Sequence
 
@@ -45,7 +46,7 @@ import numpy as np
 from repr_jax.config import config, static
 from repr_jax.eval.base import Embedder, Evaluator
 from repr_jax.eval.linear_probe import LOGISTIC_GRID, logistic_weights, standardize
-from repr_jax.eval.stats import Estimate, _interval, with_ci
+from repr_jax.eval.stats import Estimate, bias_corrected_interval, with_ci
 
 
 
@@ -244,6 +245,103 @@ def _chance(correct_M, y_test_M) -> float:
     return float(q * p + (1 - q) * (1 - p))
 
 
+def balanced_accuracy(predicted_M, truth_M) -> jax.Array:
+    """The mean of the recalls of the classes present in ``truth_M`` (0/1 or bool, ``[M]``; a
+    class absent from a bootstrap resample is left out, as scikit-learn's
+    ``balanced_accuracy_score`` averages the classes it sees). A JAX statistic for
+    :func:`~repr_jax.eval.stats.with_ci`. Time ``O(M)``.
+
+    >>> float(balanced_accuracy(np.array([1, 0, 0, 0]), np.array([1, 1, 0, 0])))
+    0.75
+    """
+    fired, positive = jnp.asarray(predicted_M) > 0, jnp.asarray(truth_M) > 0
+    n_pos, n_neg = positive.sum(), (~positive).sum()
+    recall_pos = jnp.sum(fired & positive) / jnp.maximum(n_pos, 1)
+    recall_neg = jnp.sum(~fired & ~positive) / jnp.maximum(n_neg, 1)
+    return jnp.where(n_pos == 0, recall_neg,
+                     jnp.where(n_neg == 0, recall_pos, (recall_pos + recall_neg) / 2))
+
+
+LATENT_RULES = ("fires", "threshold")
+LATENT_CHUNK = 512  # latents searched at once by the threshold rule (memory O(N x chunk))
+
+
+def best_latent(z_train_NxL, y_train_N, z_test_MxL, y_test_M, *, rule: str = "fires",
+                bootstrap: int = 1000, level: float = 0.95) -> dict:
+    """The single latent (a column of ``z``, e.g. an SAE's activations) that best separates a
+    binary concept as a one-number classifier, chosen on train and scored on test.
+
+    Each latent predicts positive where its activation is above a threshold: with ``"fires"``
+    (the default) the threshold is 0, i.e. where it fires (natural for TopK SAEs, whose latents
+    are 0 unless among a row's k largest); with ``"threshold"`` each latent's own threshold is its
+    best on train (the midpoint between two consecutive distinct train activations, the highest
+    one among ties). The latent with the highest train balanced accuracy is chosen (the lowest
+    index among ties), then its threshold's balanced accuracy on test is reported with a
+    percentile bootstrap interval over test examples (:func:`balanced_accuracy`).
+
+    Returns ``{"latent", "threshold", "train_balanced_accuracy", "balanced_accuracy"`` (an
+    :class:`Estimate` when ``bootstrap``), ``"predicted"`` (``[M]`` bool), ``"rates"``
+    (``(positives, negatives)``: the fraction of test positives and of test negatives above the
+    threshold)``}``. Time ``O(N L)`` for ``"fires"`` (one count per latent), ``O(N L log N)`` for
+    ``"threshold"`` (a sort per latent), plus ``O(M + R M)``; memory ``O(N L)`` (the input) and
+    ``O(N LATENT_CHUNK)``.
+
+    >>> z = np.array([[0., 2.], [0., 1.], [3., 0.], [1., 0.]])
+    >>> r = best_latent(z, [1, 1, 0, 0], z, [1, 1, 0, 0], bootstrap=0)
+    >>> r["latent"], r["train_balanced_accuracy"], r["balanced_accuracy"]
+    (1, 1.0, 1.0)
+    """
+    if rule not in LATENT_RULES:
+        raise ValueError(f"best_latent rule={rule!r}; choose from {LATENT_RULES}")
+    z_train, z_test = np.asarray(z_train_NxL, np.float32), np.asarray(z_test_MxL, np.float32)
+    y_train, y_test = np.asarray(y_train_N).astype(bool), np.asarray(y_test_M).astype(bool)
+    if (z_train.ndim != 2 or z_test.ndim != 2 or z_train.shape[1] != z_test.shape[1]
+            or y_train.shape != z_train.shape[:1] or y_test.shape != z_test.shape[:1]):
+        raise ValueError(f"best_latent expects z [N, L], y [N], z [M, L], y [M]; got "
+                         f"{z_train.shape}, {y_train.shape}, {z_test.shape}, {y_test.shape}")
+    if y_train.all() or not y_train.any():
+        raise ValueError("best_latent needs both classes in y_train")
+    n_pos, n_neg = int(y_train.sum()), int((~y_train).sum())
+    if rule == "fires":
+        fires_NxL = (z_train > 0).astype(np.float32)
+        tp_L = (y_train.astype(np.float32) @ fires_NxL).astype(np.int64)  # counts < 2^24: exact
+        score_L = tp_L * n_neg + (n_neg - (fires_NxL.sum(0).astype(np.int64) - tp_L)) * n_pos
+        latent = int(np.argmax(score_L))
+        threshold, train_ba = 0.0, float(score_L[latent] / (2 * n_pos * n_neg))
+    else:
+        chance = n_pos * n_neg  # the score of predicting all, or nothing, positive
+        best = (-1, 0, 0.0)  # (train score, latent, threshold)
+        n = len(z_train)
+        for start in range(0, z_train.shape[1], LATENT_CHUNK):
+            z_NxC = z_train[:, start:start + LATENT_CHUNK].astype(np.float64)
+            order_NxC = np.argsort(-z_NxC, axis=0, kind="stable")
+            sorted_NxC = np.take_along_axis(z_NxC, order_NxC, axis=0)
+            tp_NxC = np.cumsum(y_train[order_NxC], axis=0)  # positives among the top j + 1
+            fp_NxC = np.arange(1, n + 1)[:, None] - tp_NxC
+            score_NxC = tp_NxC * n_neg + (n_neg - fp_NxC) * n_pos
+            score_NxC[:-1][sorted_NxC[:-1] == sorted_NxC[1:]] = -1  # no cut inside a tie
+            score_NxC[-1] = chance  # everything above
+            cut_C = np.argmax(score_NxC, axis=0)  # the highest threshold among a latent's ties
+            score_C = np.maximum(score_NxC[cut_C, np.arange(len(cut_C))], chance)
+            k = int(np.argmax(score_C))
+            if score_C[k] > best[0]:
+                j = cut_C[k]
+                threshold = ((sorted_NxC[j, k] + sorted_NxC[j + 1, k]) / 2
+                             if score_NxC[j, k] > chance
+                             else sorted_NxC[0, k])  # none better than chance: nothing above
+                best = (int(score_C[k]), start + k, float(threshold))
+        score, latent, threshold = best
+        train_ba = float(score / (2 * n_pos * n_neg))
+    predicted = z_test[:, latent].astype(np.float64) > threshold
+    rates = tuple(float(predicted[y_test == t].mean()) if (y_test == t).any() else math.nan
+                  for t in (True, False))
+    return {"latent": latent, "threshold": threshold, "train_balanced_accuracy": train_ba,
+            "balanced_accuracy": with_ci((predicted.astype(np.float32),
+                                          y_test.astype(np.float32)), balanced_accuracy,
+                                         bootstrap=bootstrap, level=level),
+            "predicted": predicted, "rates": rates}
+
+
 # ----------------------------------------------------------------------------------------------
 # The causal inner product and vector representations (Park et al. 2023, 2024)
 # ----------------------------------------------------------------------------------------------
@@ -368,15 +466,20 @@ def _resampled_groups(statistic, groups, num_resamples: int, seed) -> jax.Array:
 
 def _group_bootstrap(statistic, groups, *, bootstrap: int, level: float,
                      seed: int) -> list[Estimate]:
-    """Point estimates of a vector-valued ``statistic`` with percentile intervals from word-set
-    resamples (:func:`_resampled_groups`; ``nan`` bounds when ``bootstrap=0``). Time
+    """Point estimates of a vector-valued ``statistic`` with bias-corrected percentile intervals
+    (:func:`~repr_jax.eval.stats.bias_corrected_interval`) from word-set resamples
+    (:func:`_resampled_groups`; ``nan`` bounds when ``bootstrap=0``): resampled word sets hold
+    duplicates, which bias these covariance-whitened statistics, so that the plain percentile
+    interval of SmolLM2's hierarchy cosines could miss its own point. Time
     ``O(R x the statistic's)``, memory the statistic's."""
     groups = tuple(jnp.asarray(g, jnp.float32) for g in groups)
     point = np.atleast_1d(np.asarray(jax.jit(statistic)(*groups)))
     if not bootstrap:
         return [Estimate(p) for p in point]
     samples = _resampled_groups(statistic, groups, bootstrap, seed).reshape(bootstrap, -1)
-    return [Estimate(p, *_interval(samples[:, i], level)) for i, p in enumerate(point)]
+    samples = np.asarray(samples)
+    return [Estimate(p, *bias_corrected_interval(samples[:, i], float(p), level))
+            for i, p in enumerate(point)]
 
 
 def _hierarchy_cos(g_parent_WxD, g_child_UxD):
@@ -399,8 +502,8 @@ def hierarchy_cosine(g_parent_WxD, g_child_UxD, g_vocab_VxD, *, bootstrap: int =
     a ``-l_parent`` part in ``l_child - l_parent`` (-0.1 with 400 and 300 words in D = 16;
     -0.02 with 2,000 and 1,500).
 
-    ``"cosine"``: that cosine with a percentile interval over words (the parent's and the child's
-    word sets resampled independently, ``bootstrap`` times). ``"control"``: the same with the
+    ``"cosine"``: that cosine with a bias-corrected percentile interval over words (the
+    parent's and the child's word sets resampled independently, ``bootstrap`` times). ``"control"``: the same with the
     child's words replaced by a random set of as many words drawn without replacement from
     ``g_vocab_VxD`` (``default_rng(seed)``; the set is drawn once, then resampled as the child's
     is). A random set's ``l`` is short (``E[g] ~ 0`` over the vocabulary), so its control cosine

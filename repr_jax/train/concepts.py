@@ -55,12 +55,34 @@ scaled to unit norm, is written as float32 ``[D]`` to ``DIR/directions/layer_{L}
 (the category's name with characters other than letters, digits, ``.``, ``_`` and ``-`` as
 ``_``): exactly what ``repr-jax steer --layer L --direction FILE`` reads.
 
+**SAE latents matched to concepts** (``--sae SAE_RUN ...``: runs trained with ``method.name=sae``
+on ``data.name=activations:STORE``, each store written from this model — its ``meta.json``'s
+``model`` equal to this one's name, a run's absolute path or the ``--init-from`` name — at one of
+``--layers``). The words' vectors at the SAE's layer (those above) are encoded by the SAE's own
+``embed`` (:class:`~repr_jax.methods.sae.SparseAutoencoder`: its input scale, ``x - b_dec``, the
+encoder and activation, eval mode) to latent activations ``[W, S]``, columns in latent order:
+the ids ``repr-jax features`` shows. Each latent is a one-number classifier of a category,
+one-vs-rest on the same split (:func:`~repr_jax.eval.concepts.best_latent`): positive where it
+fires (activation > 0: ``--sae-rule fires``, the default, natural for TopK SAEs whose latents are
+0 unless among a vector's k largest), or where it is above its own best threshold on train
+(``--sae-rule threshold``: for ReLU or JumpReLU SAEs, whose latents may fire widely). The
+latent with the best train balanced accuracy is chosen (the lowest id among ties) and scored on
+test: its balanced accuracy with a percentile bootstrap interval over test words
+(:func:`~repr_jax.eval.concepts.balanced_accuracy`), its train balanced accuracy, and the
+fractions of the category's test words and of the others' on which it fires. Controls: the same
+choice on the train and test labels each permuted within their split as the difference of
+means' control permutes them (its train balanced accuracy shows how far choosing among S latents
+overfits; its test one is ~0.5), and the category's probe balanced accuracy at that layer. A
+template that puts the word first makes a decoder read a one-token word at position 0, its
+attention sink, which stores leave out (``skip_first``): the command warns.
+
 **The unembedding space** (a decoder LLM only; not per layer): Park, Choe, Jiang & Veitch 2024
 ("The Geometry of Categorical and Hierarchical Concepts in Large Language Models", arXiv
 2406.01506). The output head ``gamma`` ``[V, D]`` (the tied input embedding, or the checkpoint's
 own head) is whitened by :func:`~repr_jax.eval.concepts.causal_transform` (the causal inner
-product); each word stands for its first token as a continuation (``" " + word``, as
-``repr-jax steer --words`` reads words), a category for the distinct first tokens of its sample;
+product); a category stands for the distinct tokens of the words of its whole set (not only the
+sample) that are a single token as a continuation (``" " + word``, as ``repr-jax steer --words``
+reads words; Park et al. keep the words the vocabulary holds whole);
 a token shared by two categories neither of which contains the other is dropped from both. Each
 category's vector representation is :func:`~repr_jax.eval.concepts.lda_direction` of its tokens'
 transformed vectors. Then :func:`~repr_jax.eval.concepts.hierarchy_cosine` for every parent/child
@@ -93,10 +115,24 @@ are replaced; every file written atomically, ``concepts.json`` last): the direct
                  categories: {name: {
                     mean: {accuracy: INTERVAL, balanced_accuracy, threshold, sign, norm},
                     probe: {accuracy: INTERVAL, balanced_accuracy, l2},
-                    control: {accuracy: INTERVAL, balanced_accuracy, chance}}}}]
+                    control: {accuracy: INTERVAL, balanced_accuracy, chance}}},
+                 sae: [one entry per --sae run of this layer ([] if none): {
+                    run (absolute path), step, activation, latents (S),
+                    rule ("fires" | "threshold"),
+                    summary: {balanced_accuracy, control_balanced_accuracy,
+                              probe_balanced_accuracy (means over the categories),
+                              latents_chosen (distinct latents among the categories')},
+                    categories: {name: {
+                       latent (its id, as repr-jax features numbers it), threshold (0 for
+                       "fires"), train_balanced_accuracy, balanced_accuracy: INTERVAL (test),
+                       fires: {category, rest} (fraction of its test words, of the others',
+                              above the threshold),
+                       control: {latent, train_balanced_accuracy, balanced_accuracy: INTERVAL},
+                       probe_balanced_accuracy}}}]}]
     unembedding: null (not a decoder) | {vocab (V), width, head ("tied" | "untied"),
-                 categories: {name: {words, tokens (distinct first tokens kept), dropped
-                                     (tokens shared with a category neither containing it)}},
+                 categories: {name: {words (in its whole set), tokens (distinct
+                                     single-token words kept), dropped (tokens shared with a
+                                     category neither containing it)}},
                  hierarchy: [{parent, child, cosine: INTERVAL, control: INTERVAL}],
                  simplex: [{under: [the siblings' nearest named ancestors; [] at the top],
                             categories: [names], ratio, spread, control_ratio,
@@ -116,7 +152,11 @@ layer the differences of means ``O(W D)``, the C probes ``O(C x 7 penalties x (W
 min(W, D)^3 + iters W min(W, D)))`` (:func:`~repr_jax.eval.concepts.probe_directions`: the
 dominant term), the bootstraps ``O(C R W)``. The unembedding analysis: ``O(V D^2 + D^3)``
 (whitening) plus ``O(R (W_c D min(W_c, D) + min(W_c, D)^3))`` per category in each pair or
-simplex (W_c: its tokens), memory ``O(V D)``.
+simplex (W_c: its tokens), memory ``O(V D)``. Each ``--sae`` run of S latents: its checkpoint
+and store opened once (:func:`~repr_jax.train.run.load_trained` checks the store's digests:
+``O(N D)`` for its N vectors), the encoding ``O(W D S)``, the choice of latent ``O(C W S)``
+(``fires``: one count per latent) or ``O(C W S log W)`` (``threshold``: a sort per latent), each
+twice (real and control), the bootstraps ``O(2 C R W)``; memory ``O(W S)``.
 """
 
 from __future__ import annotations
@@ -165,6 +205,7 @@ class Categories:
     labels: np.ndarray
     ambiguous: list[str]
     kind: str = "lexfile"
+    everything: list[list[str]] = dataclasses.field(default_factory=list)  # each full set, sorted
 
     def contains(self, i: int, j: int) -> bool:
         return j in self.below[i]
@@ -273,7 +314,8 @@ def concept_words(categories: str | Sequence[str] = "lexfile", *, max_words: int
                              f"--max-words or name other synsets")
     labelled = sorted(label, key=lambda w: (label[w], w))
     return Categories(names, sources, offsets, [len(f) for f in full], samples, below, labelled,
-                    np.asarray([label[w] for w in labelled], np.int32), sorted(ambiguous), kind)
+                    np.asarray([label[w] for w in labelled], np.int32), sorted(ambiguous), kind,
+                    [sorted(f) for f in full])
 
 
 def split_words(labels: np.ndarray, seed: int = 0, test_fraction: float = TEST_FRACTION
@@ -475,6 +517,135 @@ def layer_analysis(x_WxD, labels_W, train, test, names: Sequence[str], *, bootst
     return dict(summary=summary, categories=rows, _directions=directions)
 
 
+# --------------------------------------------------------------------------------------------------
+# Sparse autoencoders' latents as one-latent classifiers (--sae)
+# --------------------------------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class SAE:
+    """An ``--sae`` run: its absolute path, config and store's ``meta.json``; ``method`` and
+    ``state`` once loaded (:func:`load_sae`)."""
+    run: Path
+    cfg: Any
+    meta: dict
+    method: Any = None
+    state: Any = None
+
+
+def check_sae_runs(runs: Sequence[str | Path]) -> list[SAE]:
+    """Each ``--sae`` run's config and store metadata (no checkpoint read): a run given twice,
+    a folder that is not a run, a run that is not an SAE on an activation store, or a store
+    that cannot be read is one line. Time ``O(runs)`` small file reads."""
+    from repr_jax import config as config_lib
+    from repr_jax.data.activations import PREFIX, folder_of, read_meta
+    from repr_jax.train.run import run_config_path
+    out: list[SAE] = []
+    for given in runs:
+        run = Path(given).expanduser().absolute()
+        if any(s.run == run for s in out):
+            raise ValueError(f"--sae {given}: given twice; give each SAE run once")
+        if not run.is_dir():
+            raise ValueError(f"--sae {given}: no such folder (give an SAE run directory)")
+        try:
+            cfg = config_lib.load_json(run_config_path(run))
+        except ValueError as e:
+            raise ValueError(f"--sae {given}: {e}") from None
+        if cfg.method.name != "sae" or not cfg.data.name.startswith(PREFIX):
+            what = (f"a {cfg.method.name} run" if cfg.method.name != "sae"
+                    else f"an SAE trained on {cfg.data.name}")
+            raise ValueError(f"--sae {given}: {what}, not a sparse autoencoder on an activation "
+                             f"store (method.name=sae, data.name=activations:DIR)")
+        try:
+            meta = read_meta(folder_of(cfg.data.name))
+        except ValueError as e:
+            raise ValueError(f"--sae {given}: its store is not readable: {e}") from None
+        out.append(SAE(run, cfg, meta))
+    return out
+
+
+def check_sae_layers(saes: Sequence[SAE], *, model_name: str, layers: Sequence[int]) -> None:
+    """Each SAE's store must be of the model read and one of the layers analysed; else one line
+    naming both."""
+    for s in saes:
+        layer, model = s.meta["layer"], s.meta["model"]
+        if model != model_name:
+            raise ValueError(f"--sae {s.run}: the SAE read layer {layer} of {model}; this is "
+                             f"{model_name}")
+        if layer not in layers:
+            raise ValueError(f"--sae {s.run}: the SAE read layer {layer} of {model}; --layers "
+                             f"are {','.join(map(str, layers))}")
+
+
+def load_sae(s: SAE) -> SAE:
+    """``s`` with its method and latest checkpoint (:func:`repr_jax.train.run.load_trained`,
+    which opens and verifies its store: ``O(N D)`` once)."""
+    from repr_jax.train.run import load_trained
+    _, _, s.method, s.state = load_trained(s.run)
+    return s
+
+
+def sae_latents(s: SAE, x_WxD: np.ndarray, *, batch_size: int = 1024) -> np.ndarray:
+    """``[W, L]`` float32: the SAE's latent activations of ``x`` (its own ``embed``: the input
+    scale, ``x - b_dec``, the encoder and its activation, eval mode; the columns are the latent
+    ids ``repr-jax features`` shows), a batch at a time, the last padded with repeats (one
+    compilation). Time ``O(W D L)``, memory ``O(B (D + L) + W L)``."""
+    import jax
+    embed = jax.jit(s.method.embed)  # the SAE's weights an argument, as features does
+    x = np.asarray(x_WxD, np.float32)
+    b = max(1, min(batch_size, len(x)))
+    parts = []
+    for start in range(0, len(x), b):
+        chunk = x[start:start + b]
+        pad = b - len(chunk)
+        if pad:
+            chunk = np.concatenate([chunk, np.repeat(chunk[-1:], pad, 0)])
+        parts.append(np.asarray(jax.device_get(embed(s.state.variables, chunk)),
+                                np.float32)[:b - pad])
+    return np.concatenate(parts)
+
+
+def sae_analysis(z_WxL, labels_W, train, test, names: Sequence[str], probe_balanced, *,
+                 rule: str = "fires", bootstrap: int = 1000, seed: int = 0) -> dict[str, Any]:
+    """The ``summary`` and ``categories`` of one SAE's entry (module docstring): per category
+    one-vs-rest :func:`~repr_jax.eval.concepts.best_latent` on the split, and the same on the
+    train and test labels each permuted within their split as
+    :func:`~repr_jax.eval.concepts.shuffled_accuracy` permutes them (``default_rng(seed)``,
+    train first; one permutation of the labels serves every category, as it does there);
+    ``probe_balanced[name]`` is the category's probe balanced accuracy at the layer. Time
+    ``O(C W L)`` (``"fires"``) or ``O(C W L log W)`` (``"threshold"``), plus ``O(C R W)``."""
+    from repr_jax.eval.concepts import best_latent
+    z = np.asarray(z_WxL, np.float32)
+    labels = np.asarray(labels_W)
+    z_train, z_test, y_train, y_test = z[train], z[test], labels[train], labels[test]
+    rng = np.random.default_rng(seed)
+    shuffled_train, shuffled_test = rng.permutation(y_train), rng.permutation(y_test)
+    kw = dict(rule=rule, bootstrap=bootstrap, level=LEVEL)
+
+    def clean(x):
+        return None if math.isnan(x) else float(x)
+    rows = {}
+    for k, name in enumerate(names):
+        real = best_latent(z_train, y_train == k, z_test, y_test == k, **kw)
+        control = best_latent(z_train, shuffled_train == k, z_test, shuffled_test == k, **kw)
+        rows[name] = dict(
+            latent=real["latent"], threshold=real["threshold"],
+            train_balanced_accuracy=real["train_balanced_accuracy"],
+            balanced_accuracy=_interval(real["balanced_accuracy"]),
+            fires=dict(category=clean(real["rates"][0]), rest=clean(real["rates"][1])),
+            control=dict(latent=control["latent"],
+                         train_balanced_accuracy=control["train_balanced_accuracy"],
+                         balanced_accuracy=_interval(control["balanced_accuracy"])),
+            probe_balanced_accuracy=float(probe_balanced[name]))
+    summary = dict(
+        balanced_accuracy=float(np.mean([r["balanced_accuracy"]["value"] for r in rows.values()])),
+        control_balanced_accuracy=float(np.mean([r["control"]["balanced_accuracy"]["value"]
+                                                 for r in rows.values()])),
+        probe_balanced_accuracy=float(np.mean([r["probe_balanced_accuracy"]
+                                               for r in rows.values()])),
+        latents_chosen=len({r["latent"] for r in rows.values()}))
+    return dict(summary=summary, categories=rows)
+
+
 def unembedding_matrix(model, cfg) -> tuple[np.ndarray, str]:
     """``(gamma [V, D] float32, "tied" | "untied")``: a decoder's output head, as
     :func:`repr_jax.train.steer.steer` reads it (the weights' own head where untied)."""
@@ -487,15 +658,17 @@ def unembedding_matrix(model, cfg) -> tuple[np.ndarray, str]:
 
 
 def category_tokens(tokenizer, concepts: Categories) -> tuple[list[list[int]], list[int]]:
-    """``(tokens per category, dropped per category)``: the distinct first tokens of
-    ``" " + word`` over each sample, less those shared with a category neither containing the
-    other. Time ``O(W)`` tokenisations."""
+    """``(tokens per category, dropped per category)``: the distinct tokens of the words of each
+    category's whole set (``everything``; the sample where it is not kept) that are one token as
+    a continuation (``" " + word``), as Park et al. keep the words the vocabulary holds whole (a
+    longer word's first token is a fragment such as `` aard``), less those shared with a
+    category neither containing the other. Time ``O(sum of set sizes)`` tokenisations."""
     tokens = []
-    for sample in concepts.words:
+    for words in concepts.everything or concepts.words:
         ids = []
-        for w in sample:
+        for w in words:
             t = tokenizer.tokenize(" " + w)
-            if t and t[0] not in ids:
+            if len(t) == 1 and int(t[0]) not in ids:
                 ids.append(int(t[0]))
         tokens.append(ids)
     owners: dict[int, set[int]] = {}
@@ -539,7 +712,8 @@ def unembedding_analysis(gamma_VxD: np.ndarray, tokenizer, concepts: Categories,
     out: dict[str, Any] = dict(
         vocab=int(v), width=int(d),
         categories={n: dict(words=len(w), tokens=len(t), dropped=k)
-                    for n, w, t, k in zip(names, concepts.words, tokens, dropped)},
+                    for n, w, t, k in zip(names, concepts.everything or concepts.words, tokens,
+                                          dropped)},
         hierarchy=[], simplex=[], skipped=[])
     kw = dict(bootstrap=bootstrap, level=LEVEL, seed=seed)
     few = [i for i in range(len(names)) if len(tokens[i]) < 2]
@@ -646,10 +820,12 @@ def _save_npy(path: Path, array: np.ndarray) -> None:
 def concepts(*, out: str | Path, workdir: str | None = None, init_from: str | None = None,
              categories: str | Sequence[str] = "lexfile", layers="all", template: str = "{}",
              max_words: int = 200, bootstrap: int = 1000, seed: int = 0, progress: bool = True,
-             batch_size: int = BATCH, wordnet_dir: str | None = None) -> dict[str, Any]:
+             batch_size: int = BATCH, wordnet_dir: str | None = None,
+             sae: Sequence[str | Path] = (), sae_rule: str = "fires") -> dict[str, Any]:
     """Runs the analysis (module docstring), writes the directions and ``concepts.json`` to
     ``out``, prints the table and returns the JSON's content. Every input is checked before the
-    model runs (the layers' range right after it loads), one line each."""
+    model runs (the layers' range and the ``sae`` runs' model and layer right after it loads),
+    one line each."""
     from repr_jax import __version__
     from repr_jax.train.activations import load_model
     if bool(workdir) == bool(init_from):
@@ -662,7 +838,12 @@ def concepts(*, out: str | Path, workdir: str | None = None, init_from: str | No
     if seed < 0:
         raise ValueError(f"--seed must be at least 0, got {seed}")
     chosen = parse_layers(layers)
+    from repr_jax.eval.concepts import LATENT_RULES
+    if sae_rule not in LATENT_RULES:
+        raise ValueError(f"--sae-rule {sae_rule!r}; choose from {', '.join(LATENT_RULES)}")
+    saes = check_sae_runs(sae or ())
     inputs = [Path(p) for p in (workdir, init_from) if p and Path(p).exists()]
+    inputs += [s.run for s in saes]
     out = files.check_output(out, flag="--out", inputs=inputs, folder=True)
     files.check_writable(out, flag="--out")
     _check_out_folder(out)
@@ -674,7 +855,15 @@ def concepts(*, out: str | Path, workdir: str | None = None, init_from: str | No
                          f"decoder_lm, not a {model.family}")
     chosen = list(range(model.depth)) if chosen is None else chosen
     _check_layers(chosen, model.depth, model.family)
+    check_sae_layers(saes, model_name=model.describe["model"], layers=chosen)
     ids, weights = word_positions(model, concept.labelled, template)
+    saes = [load_sae(s) for s in saes]
+    if model.family == "decoder_lm" and not check_template(template)[0] and any(
+            s.meta.get("skip_first", 0) for s in saes):
+        print(f"repr-jax: warning: concepts: template {template!r} puts each word first, so a "
+              f"one-token word is read at position 0 (the attention sink), which the SAEs' "
+              f"stores left out (skip_first); give words before {{}}, e.g. \"a {{}}\"",
+              file=sys.stderr)
     train, test = split_words(concept.labels, seed)
 
     from tqdm.auto import tqdm
@@ -695,6 +884,15 @@ def concepts(*, out: str | Path, workdir: str | None = None, init_from: str | No
             path = out / folder / file_name(name)
             _save_npy(path, direction)
             written.add(path)
+        probe = {n: r["probe"]["balanced_accuracy"] for n, r in row["categories"].items()}
+        row["sae"] = []
+        for s in (s for s in saes if s.meta["layer"] == layer):
+            z_WxL = sae_latents(s, features[k])
+            row["sae"].append(dict(
+                run=str(s.run), step=int(s.state.step), activation=s.cfg.method.activation,
+                latents=int(z_WxL.shape[1]), rule=sae_rule,
+                **sae_analysis(z_WxL, concept.labels, train, test, names, probe, rule=sae_rule,
+                               bootstrap=bootstrap, seed=seed)))
         per_layer.append(dict(layer=layer, directions=folder, **row))
 
     unembedding = None
@@ -737,6 +935,35 @@ def _fmt(v: dict) -> str:
     return text + (f" [{v['low']:+.3f}, {v['high']:+.3f}]" if v["low"] is not None else "")
 
 
+def _ba(v: dict) -> str:
+    if v["value"] is None:
+        return "—"
+    return f"{v['value']:.3f}" + (f" [{v['low']:.3f}, {v['high']:.3f}]"
+                                  if v["low"] is not None else "")
+
+
+def print_sae_table(entry: dict, layer: int) -> None:
+    """One ``--sae`` entry of a layer: per category the chosen latent and its held-out balanced
+    accuracy, beside the shuffled-label control's and the probe's (module docstring)."""
+    s = entry["summary"]
+    rule = ("fires (activation > 0)" if entry["rule"] == "fires"
+            else "above its best threshold on train")
+    print(f"\nSAE {entry['run']} (layer {layer}, {entry['latents']:,} {entry['activation']} "
+          f"latents): per category the latent whose rule, {rule}, best separates it on train "
+          f"(balanced accuracy), scored on test; mean {s['balanced_accuracy']:.3f}, control "
+          f"{s['control_balanced_accuracy']:.3f}, probe {s['probe_balanced_accuracy']:.3f}; "
+          f"{s['latents_chosen']} distinct latents\n")
+    print("| category | latent | held-out balanced | train | fires on category / rest "
+          "| shuffled control | probe |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for name, r in entry["categories"].items():
+        f = r["fires"]
+        rates = " / ".join("—" if v is None else f"{v:.2f}" for v in (f["category"], f["rest"]))
+        print(f"| {name} | {r['latent']} | {_ba(r['balanced_accuracy'])} | "
+              f"{r['train_balanced_accuracy']:.3f} | {rates} | "
+              f"{_ba(r['control']['balanced_accuracy'])} | {r['probe_balanced_accuracy']:.3f} |")
+
+
 def print_table(result: dict, out: Path | None = None) -> None:
     """The readable summary of a ``concepts.json`` (module docstring), to stdout."""
     cats = result["categories"]
@@ -757,6 +984,9 @@ def print_table(result: dict, out: Path | None = None) -> None:
               f"{s['probe_accuracy']:.3f} | {s['probe_balanced_accuracy']:.3f} | "
               f"{s['control_accuracy']:.3f} | {s['control_balanced_accuracy']:.3f} | "
               f"{s['control_chance']:.3f} |")
+    for row in result["per_layer"]:
+        for entry in row.get("sae", ()):
+            print_sae_table(entry, row["layer"])
     if out is not None:
         print(f"\ndirections (unit, fit on all words) -> {out}/{DIRECTIONS}/layer_L/CATEGORY.npy")
     u = result.get("unembedding")

@@ -264,3 +264,21 @@ def test_large_inputs_run_in_memory_linear_in_n():
     assert all(np.isfinite([float(v), v.low, v.high]).all() for v in h.values())
     s = C.simplex_test([g[labels == k] for k in range(3)], bootstrap=10)
     assert all(np.isfinite([float(v), v.low, v.high]).all() for v in s.values())
+
+
+def test_the_bias_corrected_interval_moves_by_the_resamples_bias():
+    """Resamples centred c above the point: z0 = -c, so the BC interval is the point's own
+    normal interval shifted down by c, [point - c -+ 1.96]; centred on the point: percentile."""
+    from repr_jax.eval.stats import _interval, bias_corrected_interval
+    rng = np.random.default_rng(0)
+    point, c = 1.0, 0.5
+    shifted = point + c + rng.standard_normal(200_000)
+    lo, hi = bias_corrected_interval(shifted, point, 0.95)
+    assert lo == pytest.approx(point - c - 1.95996, abs=0.08)  # a 0.15% quantile: sd ~0.02
+    assert hi == pytest.approx(point - c + 1.95996, abs=0.08)
+    centred = point + rng.standard_normal(200_000)
+    np.testing.assert_allclose(bias_corrected_interval(centred, point, 0.95),
+                               _interval(centred, 0.95), atol=0.02)
+    assert all(np.isnan(bias_corrected_interval([np.nan], 0.0)))
+    with pytest.raises(ValueError, match="level"):
+        bias_corrected_interval(centred, point, 1.0)

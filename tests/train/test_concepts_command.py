@@ -3,7 +3,11 @@ token (`` word``): the directions written are the unit differences of means of t
 read off by hand (the word's last token), the accuracy rows are the maths called directly on those
 states, the files load in ``steer``, the unembedding-space numbers are the maths on the output
 embedding, a bidirectional model's word is the mean over its own tokens, the bad inputs are one
-line each, and the command line writes hierarchy and simplex entries with intervals."""
+line each, and the command line writes hierarchy and simplex entries with intervals. With
+``--sae``: a latent planted to fire on one category is chosen with balanced accuracy 1, the choice
+is the brute-force best on train, the command's rows are the choice called on the SAE's own
+encoding of the word vectors, and an SAE of another model or layer, or a run that is no SAE on a
+store, is one line."""
 
 import json
 import subprocess
@@ -163,13 +167,14 @@ def test_the_unembedding_numbers_are_the_maths_on_the_output_embedding(tiny):
     assert u["vocab"] == len(gamma)
     mean, a = E.causal_transform(gamma)
     g = E.causal_coordinates(gamma, mean, a)
-    first = {}  # each category's distinct first tokens, in its words' order
-    for c in result["categories"]:
-        ids = [model.tokenizer.tokenize(" " + w)[0] for w in c["words"]]
-        first[c["name"]] = list(dict.fromkeys(ids))
+    first = {}  # each category's distinct single-token words of its whole set, in order
+    for c, everything in zip(result["categories"], tiny["cats"].everything):
+        ids = [model.tokenizer.tokenize(" " + w) for w in everything]
+        first[c["name"]] = list(dict.fromkeys(t[0] for t in ids if len(t) == 1))
     for c in result["categories"]:  # the sampled words are whole tokens of this vocabulary
         assert all(len(model.tokenizer.tokenize(" " + w)) == 1 for w in c["words"]
                    if w.isalpha())
+        assert u["categories"][c["name"]]["words"] == c["size"]
     siblings = names[1:]  # mammal, bird, fish: none contains another
     own = {s: list(first[s]) for s in siblings}
     for s in siblings:
@@ -355,3 +360,217 @@ def test_a_simplex_of_many_categories_finishes_on_a_cpu():
                           timeout=300, env=env)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split()[-1] == "True"
+
+
+# --------------------------------------------------------------------------------------------------
+# --sae: SAE latents matched to concepts
+# --------------------------------------------------------------------------------------------------
+
+def _planted_latents(rng, labels, latents=8, planted=3, category=0):
+    """``[W, latents]`` TopK-like activations: latent ``planted`` fires (2 + noise) exactly on
+    ``category``'s words; every other latent fires at random on 30% of all words."""
+    z = np.where(rng.random((len(labels), latents)) < 0.3,
+                 rng.random((len(labels), latents)) + 0.1, 0.0).astype(np.float32)
+    z[:, planted] = np.where(labels == category, 2 + rng.random(len(labels)), 0.0)
+    return z
+
+
+@pytest.mark.parametrize("rule", ["fires", "threshold"])
+def test_a_latent_firing_exactly_on_a_category_is_chosen_with_balanced_accuracy_one(rule):
+    rng = np.random.default_rng(0)
+    labels = np.repeat(np.arange(4), [30, 20, 25, 25])
+    train, test = K.split_words(labels, 0)
+    z = _planted_latents(rng, labels)
+    r = E.best_latent(z[train], labels[train] == 0, z[test], labels[test] == 0, rule=rule,
+                      bootstrap=BOOT)
+    assert r["latent"] == 3 and r["train_balanced_accuracy"] == 1.0
+    assert float(r["balanced_accuracy"]) == 1.0 and r["balanced_accuracy"].low == 1.0
+    assert r["rates"] == (1.0, 0.0)
+    assert r["threshold"] == 0.0 if rule == "fires" else 0.0 < r["threshold"] < 2.0
+    rows = K.sae_analysis(z, labels, train, test, ["a", "b", "c", "d"],
+                          dict(a=0.9, b=0.8, c=0.7, d=0.6), rule=rule, bootstrap=BOOT)
+    a = rows["categories"]["a"]
+    assert a["latent"] == 3 and a["balanced_accuracy"]["value"] == 1.0
+    assert a["fires"] == dict(category=1.0, rest=0.0) and a["probe_balanced_accuracy"] == 0.9
+    assert a["control"]["balanced_accuracy"]["value"] < 0.8  # the labels shuffled: no latent
+    assert rows["summary"]["probe_balanced_accuracy"] == pytest.approx(0.75)
+
+
+def _brute_best(z, y, rule):
+    """(train balanced accuracy, latent, threshold) by trying every latent and threshold."""
+    best = (-1.0, None, None)
+    for latent in range(z.shape[1]):
+        values = np.unique(z[:, latent].astype(np.float64))
+        cuts = [0.0] if rule == "fires" else [values[-1], *((values[1:] + values[:-1]) / 2)[::-1]]
+        for t in cuts:
+            p = z[:, latent] > t
+            ba = (p[y].mean() + (~p[~y]).mean()) / 2
+            if ba > best[0] + 1e-12:
+                best = (ba, latent, t)
+    return best
+
+
+@pytest.mark.parametrize("rule", ["fires", "threshold"])
+def test_the_chosen_latent_is_the_brute_force_best_on_train(rule):
+    rng = np.random.default_rng(1)
+    for _ in range(40):
+        n, latents = int(rng.choice([9, 30])), int(rng.integers(1, 10))  # two compilations
+        z = np.round(np.maximum(rng.normal(size=(n, latents)), 0), 1).astype(np.float32)
+        y = rng.random(n) < 0.3
+        y[:2] = True, False
+        r = E.best_latent(z, y, z, y, rule=rule, bootstrap=0)
+        ba, latent, threshold = _brute_best(z, y, rule)
+        assert (r["latent"], r["train_balanced_accuracy"]) == (latent, pytest.approx(ba))
+        if rule == "threshold" and ba > 0.5:
+            assert r["threshold"] == pytest.approx(threshold)
+        # scored on its own train set, the held-out number is the train one (or chance)
+        assert float(r["balanced_accuracy"]) == pytest.approx(max(ba, 0.5) if rule ==
+                                                              "threshold" else ba)
+
+
+def test_balanced_accuracy_averages_the_classes_a_resample_holds():
+    assert float(E.balanced_accuracy(np.array([1, 0, 1]), np.array([1, 1, 0]))) == 0.25
+    assert float(E.balanced_accuracy(np.array([1, 0]), np.array([1, 1]))) == 0.5
+    assert float(E.balanced_accuracy(np.array([0, 0]), np.array([0, 0]))) == 1.0
+    with pytest.raises(ValueError, match="both classes in y_train"):
+        E.best_latent(np.ones((3, 2)), [1, 1, 1], np.ones((3, 2)), [1, 0, 0])
+    with pytest.raises(ValueError, match="rule='top'"):
+        E.best_latent(np.ones((3, 2)), [1, 0, 1], np.ones((3, 2)), [1, 0, 0], rule="top")
+
+
+def _fake_sae(root, *, model, layer, method="sae", data=None):
+    """A run folder holding only an SAE config on a store folder holding only its meta.json:
+    what ``--sae`` checks before it reads a checkpoint."""
+    from conftest import sae_config
+
+    from repr_jax import config as C
+    store = root / "store"
+    store.mkdir(parents=True)
+    (store / "meta.json").write_text(json.dumps(dict(format="repr_jax.activations", version=1,
+                                                     model=model, layer=layer)))
+    cfg = sae_config(f"data.name={data or f'activations:{store}'}")
+    if method != "sae":
+        cfg = C.Config(seed=0, data=C.DataConfig(name=f"activations:{store}"),
+                       method=C.MethodConfig(name=method))
+    (root / "run").mkdir()
+    C.save_json(cfg, root / "run" / "config.json")
+    return root / "run"
+
+
+def test_an_sae_of_another_model_or_layer_or_not_an_sae_is_one_line(tiny, tmp_path):
+    name = tiny["model"].describe["model"]
+    kw = dict(out=tmp_path / "out", init_from=str(tiny["gguf"]), categories=SYNSETS,
+              max_words=MAX_WORDS, bootstrap=0, progress=False, layers="0")
+    cases = [
+        (_fake_sae(tmp_path / "a", model=name, layer=1),
+         r"^--sae .*/a/run: the SAE read layer 1 of .*tiny\.gguf; --layers are 0$"),
+        (_fake_sae(tmp_path / "b", model="/elsewhere/other.gguf", layer=0),
+         r"^--sae .*/b/run: the SAE read layer 0 of /elsewhere/other\.gguf; this is .*tiny\.gguf$"),
+        (_fake_sae(tmp_path / "c", model=name, layer=0, data="latent_classes"),
+         r"^--sae .*: an SAE trained on latent_classes, not a sparse autoencoder on an activation "
+         r"store \(method.name=sae, data.name=activations:DIR\)$"),
+        (_fake_sae(tmp_path / "d", model=name, layer=0, method="biencoder"),
+         r"^--sae .*: a biencoder run, not a sparse autoencoder"),
+        (tmp_path / "a" / "store", r"^--sae .*/a/store: .*has no config.json"),
+        (tmp_path / "nowhere", r"^--sae .*nowhere: no such folder"),
+    ]
+    for run, message in cases:
+        with pytest.raises(ValueError, match=message) as e:
+            K.concepts(**kw, sae=[str(run)])
+        assert "\n" not in str(e.value)
+    run = tmp_path / "a" / "run"
+    with pytest.raises(ValueError, match="given twice"):
+        K.concepts(**kw, sae=[str(run), str(run)])
+    with pytest.raises(ValueError, match="--sae-rule 'top'; choose from fires, threshold"):
+        K.concepts(**kw, sae_rule="top")
+    assert not (tmp_path / "out" / "concepts.json").exists()
+
+
+def test_the_command_line_passes_the_sae_runs_and_rule(monkeypatch):
+    from repr_jax import cli
+    seen = {}
+    monkeypatch.setattr(K, "concepts", lambda **kw: seen.update(kw))
+    args = cli._parser().parse_args(["concepts", "--init-from", "m", "--out", "o", "--sae", "a",
+                                     "b", "--sae-rule", "threshold"])
+    assert cli._concepts(args) == 0
+    assert seen["sae"] == ["a", "b"] and seen["sae_rule"] == "threshold"
+    cli._concepts(cli._parser().parse_args(["concepts", "--init-from", "m", "--out", "o"]))
+    assert not seen["sae"] and seen["sae_rule"] == "fires"
+
+
+@pytest.fixture(scope="module")
+def sae_run(tiny):
+    """The tiny model's layer-1 store over a pairs file, a TopK SAE (48 latents, k 4) trained 3
+    steps on it, and the command with it (layers 0 and 1, template ``"{}"``: the warning)."""
+    from conftest import sae_config
+
+    from repr_jax.train import activations as acts
+    from repr_jax.train import train_and_evaluate
+    root = tiny["root"] / "sae"
+    pairs = root / "pairs.jsonl"
+    root.mkdir()
+    pairs.write_text("".join(json.dumps({"query": f"a {w} and the thing",
+                                         "positive": f"then {w} there"}) + "\n"
+                             for w in tiny["cats"].labelled))
+    acts.activations(out=root / "store", layer=1, data=f"pairs:{pairs}",
+                     init_from=str(tiny["gguf"]), max_len=16, progress=False)
+    cfg = sae_config(f"data.name=activations:{root / 'store'}", "method.latents=48",
+                     "eval.evaluators=()", steps=3, warmup=0, bootstrap=0)
+    train_and_evaluate(cfg, root / "run", progress=False, verbose=False)
+    return dict(root=root, run=root / "run")
+
+
+def _assert_close(a, b, where="entry"):
+    """Nested dicts and lists equal, their floats to 1e-6."""
+    if isinstance(a, dict):
+        assert isinstance(b, dict) and a.keys() == b.keys(), where
+        for key in a:
+            _assert_close(a[key], b[key], f"{where}.{key}")
+    elif isinstance(a, list):
+        assert isinstance(b, list) and len(a) == len(b), where
+        for i, (u, v) in enumerate(zip(a, b)):
+            _assert_close(u, v, f"{where}[{i}]")
+    elif isinstance(a, float):
+        assert b == pytest.approx(a, abs=1e-6), where
+    else:
+        assert a == b, where
+
+
+@pytest.mark.slow
+def test_the_sae_rows_are_the_choice_called_on_the_encoded_word_vectors(tiny, sae_run, capfd):
+    from repr_jax.objectives import sae as sae_lib
+    from repr_jax.train.run import load_trained
+    result = K.concepts(out=tiny["root"] / "with_sae", init_from=str(tiny["gguf"]),
+                        categories=SYNSETS, template="{}", max_words=MAX_WORDS, bootstrap=BOOT,
+                        progress=False, sae=[str(sae_run["run"])])
+    printed = capfd.readouterr()
+    assert "warning: concepts: template '{}' puts each word first" in printed.err
+    assert [len(row["sae"]) for row in result["per_layer"]] == [0, 1]
+    (entry,) = result["per_layer"][1]["sae"]
+    assert entry["run"] == str(sae_run["run"].absolute()) and entry["latents"] == 48
+    assert entry["rule"] == "fires" and entry["activation"] == "topk"
+    words, labels = _labelled(result)
+    names = [c["name"] for c in result["categories"]]
+    train, test = K.split_words(labels, 0)
+    model = tiny["model"]
+    ids, weights = K.word_positions(model, words, "{}")
+    x = K.word_features(model, ids, weights, [1])[0]
+    # the project's own encode: the scale, x - b_dec, TopK at the run's k
+    _, _, method, state = load_trained(sae_run["run"])
+    scale = float(state.variables["batch_stats"]["scale"])
+    z = np.asarray(sae_lib.encode(state.params["sae"], x * scale, activation="topk", k=4))
+    s = K.load_sae(K.check_sae_runs([sae_run["run"]])[0])
+    np.testing.assert_allclose(K.sae_latents(s, x, batch_size=7), z, rtol=1e-5, atol=1e-6)
+    probe = {n: r["probe"]["balanced_accuracy"]
+             for n, r in result["per_layer"][1]["categories"].items()}
+    want = K.sae_analysis(z, labels, train, test, names, probe, bootstrap=BOOT, seed=0)
+    _assert_close(json.loads(json.dumps(want)), {k: entry[k] for k in ("summary", "categories")})
+    for name in names:
+        row, k = entry["categories"][name], names.index(name)
+        y_test = labels[test] == k
+        fires = z[:, row["latent"]] > 0
+        assert row["fires"]["category"] == pytest.approx(fires[test][y_test].mean())
+        assert row["fires"]["rest"] == pytest.approx(fires[test][~y_test].mean())
+        assert row["probe_balanced_accuracy"] == probe[name]
+    assert f"SAE {entry['run']} (layer 1, 48 topk latents)" in printed.out
+    assert "| category | latent | held-out balanced |" in printed.out

@@ -10,6 +10,7 @@ from typing import Callable
 
 import flax.linen as nn
 import jax
+import jax.numpy as jnp
 
 BLOCKS = {"text_transformer": "layer_{}", "decoder_lm": "layer_{}", "vit": "block{}"}
 
@@ -27,9 +28,15 @@ def replacing_block(family: str, layer: int, fn: Callable[[jax.Array], jax.Array
     return nn.intercept_methods(interceptor)
 
 
-def adding(direction_D: jax.Array, alpha: jax.Array) -> Callable[[jax.Array], jax.Array]:
-    """``h -> h + alpha * direction`` at every position (activation addition, Turner et al.
-    2023): ``direction [D]``, ``alpha`` a scalar (traced: one compilation for every value)."""
+def adding(direction: jax.Array, alpha: jax.Array, where_BxT: jax.Array | None = None
+           ) -> Callable[[jax.Array], jax.Array]:
+    """``h -> h + alpha * direction`` (activation addition, Turner et al. 2023): ``direction``
+    ``[D]`` (every row) or ``[B, D]`` (one per row), ``alpha`` a scalar (traced: one compilation
+    for every value); at every position, or with ``where_BxT`` (bool) at those tokens only."""
     def add(h_BxTxD):
-        return h_BxTxD + (alpha * direction_D).astype(h_BxTxD.dtype)[None, None, :]
+        d = (alpha * direction).astype(h_BxTxD.dtype)
+        d = d[None, None, :] if d.ndim == 1 else d[:, None, :]
+        if where_BxT is None:
+            return h_BxTxD + d
+        return jnp.where(where_BxT[..., None], h_BxTxD + d, h_BxTxD)
     return add

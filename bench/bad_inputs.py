@@ -9,6 +9,7 @@ run folder behind, and what it did to the files around it.
     python bench/bad_inputs.py --battery 49   # README commands, first stages, metric cut-offs,
                                               # line endings, empty texts, GGUF sizes, wording
     python bench/bad_inputs.py --battery 50   # activations and sparse autoencoders
+    python bench/bad_inputs.py --battery 51   # features, steer, concepts: ~2 min
     python bench/bad_inputs.py --case 41,44   # those cases (numbered across both batteries)
 
 Every case should exit 2 with one ``repr-jax: error:`` line (or argparse's ``error:`` line) and
@@ -92,7 +93,7 @@ def cases(tmp: Path) -> list[Case]:
         ("--slurm-time -5", [*sweep, "--executor", "slurm", "--slurm-time", "-5"]),
     ]]
     return (first + text_cases(tmp) + llm_cases(tmp) + second_stage_cases(tmp)
-            + readme_cases(tmp) + sae_cases(tmp))
+            + readme_cases(tmp) + sae_cases(tmp) + interp_cases(tmp))
 
 
 def sae_cases(tmp: Path) -> list[Case]:
@@ -132,6 +133,64 @@ def sae_cases(tmp: Path) -> list[Case]:
     ]
     for r in rows:
         r.battery = 50
+    return rows
+
+
+def interp_cases(tmp: Path) -> list[Case]:
+    """Issue 51's battery: reading an SAE's features, steering a decoder, WordNet concept
+    directions — a category of fewer than 2 words (of its own), layers that do not exist, a
+    direction of another width or from a run that is no SAE, alpha not finite, prompts not UTF-8,
+    a run that is no SAE, outputs inside the run, on an input or in a folder of other files.
+    Every output goes to ``w`` (the "run folder left" column says whether a refusal made it)."""
+    gguf, sae, store = str(tmp / "tiny.gguf"), str(tmp / "llm_sae"), str(tmp / "llm_store")
+
+    def concepts(*more: str, out: Path = tmp / "w") -> list[str]:
+        return ["concepts", "--init-from", gguf, "--out", str(out), "--no-progress",
+                "--categories", "animal.n.01,mammal.n.01,bird.n.01,fish.n.01", "--max-words",
+                "8", "--bootstrap", "0", *more]
+
+    def steer(**change: str) -> list[str]:
+        flags = {"layer": "1", "direction": str(tmp / "ones.npy"), "alpha": "1,4",
+                 "prompts": str(tmp / "prompts.txt"), "words": "the", "random": "2",
+                 "new-tokens": "1", "max-len": "16", "out": str(tmp / "w" / "steer.json"),
+                 **change}
+        return ["steer", "--init-from", gguf, "--no-progress",
+                *[a for k, v in flags.items() for a in (f"--{k}", v)]]
+
+    def features(workdir: str, out: str) -> list[str]:
+        return ["features", "--workdir", workdir, "--out", out, "--no-progress"]
+
+    rows = [
+        Case("concepts: a synset of 1 single-word lemma (dalmatian.n.02)",
+             concepts("--categories", "animal.n.01,dalmatian.n.02")),
+        Case("concepts: hit.n.01 above base_hit.n.01 (1 word of its own)",
+             concepts("--categories", "hit.n.01,base_hit.n.01")),
+        Case("concepts --layers 0,5 of a two-block model", concepts("--layers", "0,5")),
+        Case("concepts --out a folder of other files", concepts(out=tmp / "foreign"),
+             _tree_unchanged("foreign")),
+        Case("steer --layer 5 of a two-block model", steer(layer="5")),
+        Case("steer --direction a .npy of width 33 (model 32)",
+             steer(direction=str(tmp / "wide.npy"))),
+        Case("steer --alpha nan", steer(alpha="1,nan")),
+        Case("steer --alpha inf", steer(alpha="inf")),
+        Case("steer --prompts a Latin-1 file", steer(prompts=str(tmp / "latin1.txt"))),
+        Case("steer --direction latent: of a run that is no SAE",
+             steer(direction=f"latent:{tmp / 'llm_run'}:3")),
+        Case("steer --direction latent: of a folder that is no run",
+             steer(direction=f"latent:{tmp / 'nowhere'}:3")),
+        Case("steer --direction latent:SAE:64 of 64 latents", steer(direction=f"latent:{sae}:64")),
+        Case("steer --layer 0 with an SAE of layer 1", steer(layer="0",
+                                                             direction=f"latent:{sae}:3")),
+        Case("features --workdir a decoder_lm biencoder run",
+             features(str(tmp / "llm_run"), str(tmp / "w"))),
+        Case("features --workdir the store, not a run", features(store, str(tmp / "w"))),
+        Case("features --out inside the SAE run", features(sae, f"{sae}/browser"),
+             _absent("llm_sae/browser")),
+        Case("features --out the SAE's store", features(sae, store),
+             _tree_unchanged("llm_store")),
+    ]
+    for r in rows:
+        r.battery = 51
     return rows
 
 
@@ -359,7 +418,13 @@ def text_cases(tmp: Path) -> list[Case]:
 # --------------------------------------------------------------------------------------------------
 
 def _digest(path: Path) -> str:
+    """A file's SHA-1; a folder's over its files' relative paths and contents."""
     import hashlib
+    if path.is_dir():
+        h = hashlib.sha1()
+        for p in sorted(q for q in path.rglob("*") if q.is_file()):
+            h.update(str(p.relative_to(path)).encode() + b"\0" + p.read_bytes())
+        return h.hexdigest()
     return hashlib.sha1(path.read_bytes()).hexdigest() if path.is_file() else "missing"
 
 
@@ -367,6 +432,13 @@ def _unchanged(rel: str):
     def check(tmp: Path, err: str) -> str:
         return ("intact" if _digest(tmp / rel) == (tmp / f"{rel}.sha1").read_text()
                 else f"{rel} OVERWRITTEN")
+    return check
+
+
+def _tree_unchanged(rel: str):
+    def check(tmp: Path, err: str) -> str:
+        return ("intact" if _digest(tmp / rel) == (tmp / f"{rel}.sha1").read_text()
+                else f"{rel}/ CHANGED")
     return check
 
 
@@ -565,6 +637,10 @@ def _cli(argv: list[str], **kw) -> None:
 
 
 def _prepare(tmp: Path, battery: int) -> None:
+    if battery == 51:  # its own inputs only: the tiny GGUF, a store, an SAE and a decoder run
+        _prepare_llm(tmp)
+        _prepare_interp(tmp)
+        return
     import numpy as np
     from PIL import Image
     rng = np.random.default_rng(0)
@@ -592,6 +668,7 @@ def _prepare(tmp: Path, battery: int) -> None:
         return
     _prepare_text(tmp)
     _prepare_llm(tmp)
+    _prepare_interp(tmp)
 
 
 def _prepare_llm(tmp: Path) -> None:
@@ -716,6 +793,37 @@ def _prepare_sae(tmp: Path) -> None:
         f.write(bytes([byte[0] ^ 0xFF]))
 
 
+def _prepare_interp(tmp: Path) -> None:
+    """Issue 51's inputs: layer 1 of the tiny GGUF written as a store, a TopK SAE (64 latents)
+    trained 3 steps on it, a decoder_lm biencoder run (2 steps), prompts (UTF-8 and Latin-1),
+    directions of the model's width and of one more, and a folder of other files."""
+    import numpy as np
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from tiny_llm import TINY
+    pairs = tmp / "llm_pairs.jsonl"
+    pairs.write_text(_lines(_pairs(60)))
+    (tmp / "llm_cfg.py").write_text(TEXT_CONFIG.format(pairs=pairs))
+    _cli(["activations", "--init-from", str(tmp / "tiny.gguf"), "--layer", "1", "--data",
+          f"pairs:{pairs}", "--out", str(tmp / "llm_store"), "--max-len", "16",
+          "--no-progress"])
+    _cli(["train", *QUICK, "--workdir", str(tmp / "llm_sae"), "--no-progress", "--set",
+          "method.name=sae", "--set", f"data.name=activations:{tmp / 'llm_store'}", "--set",
+          "train.steps=3", "--set", "method.latents=64", "--set", "method.k=8", "--set",
+          "eval.evaluators=()"])
+    _cli(["train", "--config", str(tmp / "llm_cfg.py"), "--workdir", str(tmp / "llm_run"),
+          "--no-progress", "--set", "encoder.name=decoder_lm", "--set",
+          f"encoder.init_from={tmp / 'tiny.gguf'}", "--set", "eval.evaluators=()"])
+    (tmp / "prompts.txt").write_text("the thing\na cat sat on the\nhello\nthen there\n",
+                                     encoding="utf-8")
+    (tmp / "latin1.txt").write_bytes("the caf\xe9 was\nhello\n".encode("latin-1"))
+    np.save(tmp / "ones.npy", np.ones(TINY["width"], np.float32))
+    np.save(tmp / "wide.npy", np.ones(TINY["width"] + 1, np.float32))
+    (tmp / "foreign").mkdir()
+    (tmp / "foreign" / "notes.txt").write_text("mine\n")
+    for rel in ("foreign", "llm_store"):
+        (tmp / f"{rel}.sha1").write_text(_digest(tmp / rel))
+
+
 def _prepare_readme(tmp: Path, rows: list[dict]) -> None:
     """Issue 49's inputs: a cross-encoder run, CR-only files, a blank query, a FIFO, a dangling
     link and a symlinked qrels file."""
@@ -774,7 +882,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--case", type=lambda t: {int(n) for n in t.split(",")}, default=set(),
                    help="run these cases only (1-based, comma-separated)")
-    p.add_argument("--battery", type=int, choices=(34, 38, 40, 41, 49, 50), default=0,
+    p.add_argument("--battery", type=int, choices=(34, 38, 40, 41, 49, 50, 51), default=0,
                    help="one battery only (default: both)")
     args = p.parse_args(argv)
     os.umask(0o022)
@@ -785,7 +893,8 @@ def main(argv=None) -> int:
                   if (not args.case or i in args.case)
                   and (not args.battery or c.battery == args.battery)]
         print("preparing the inputs (a few trained runs)...", file=sys.stderr, flush=True)
-        _prepare(tmp, 34 if all(c.battery == 34 for _, c in chosen) else 38)
+        batteries = {c.battery for _, c in chosen}
+        _prepare(tmp, 34 if batteries == {34} else 51 if batteries == {51} else 38)
         rows = []
         for i, case in chosen:
             rows.append(dict(run(case, tmp), number=i))

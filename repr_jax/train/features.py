@@ -309,7 +309,11 @@ def _sae_store(workdir: Path) -> Path:
     store, or its store is not there."""
     from repr_jax import config as config_lib
     from repr_jax.train.run import run_config_path
-    cfg = config_lib.load_json(run_config_path(workdir))
+    try:
+        path = run_config_path(workdir)
+    except config_lib.ConfigError as e:  # the message starts with the folder: name the flag
+        raise ValueError(f"--workdir {e}") from None
+    cfg = config_lib.load_json(path)
     if cfg.method.name != "sae":
         raise ValueError(f"--workdir {workdir}: a {cfg.method.name} run; this command browses "
                          f"a sparse autoencoder's latents (a method.name=sae run)")

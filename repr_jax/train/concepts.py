@@ -789,13 +789,22 @@ def _check_layers(layers: list[int], depth: int, family: str) -> None:
 
 
 def _old_direction_files(out: Path) -> set[Path]:
-    """The direction files a previous ``concepts.json`` in ``out`` lists (empty when none)."""
+    """The direction files already in ``out`` (a folder this command wrote,
+    :func:`_check_out_folder`): those a previous ``concepts.json`` lists and any other
+    ``directions/layer_*/*.npy`` (a killed run's, which no ``concepts.json`` lists); the
+    temporaries a killed run left there are removed, one warning each."""
+    old = set(out.glob(f"{DIRECTIONS}/layer_*/*.npy"))
+    for tmp in out.glob(f"{DIRECTIONS}/layer_*/.*.npy.*.tmp"):  # named as files.write_* names
+        name = re.fullmatch(r"\.(.+\.npy)\.[a-z0-9_]+\.tmp", tmp.name)
+        if name:
+            files.remove_stale(tmp.parent, re.escape(tmp.name), f"a temporary copy of "
+                               f"{name.group(1)}")
     try:
-        old = files.read_json(out / RESULT)
-        return {out / row["directions"] / c["file"] for row in old.get("per_layer", [])
-                for c in old.get("categories", [])}
+        previous = files.read_json(out / RESULT)
+        return old | {out / row["directions"] / c["file"] for row in previous.get("per_layer", [])
+                      for c in previous.get("categories", [])}
     except (OSError, ValueError, KeyError, TypeError):
-        return set()
+        return old
 
 
 def _check_out_folder(out: Path) -> None:
@@ -924,6 +933,9 @@ def concepts(*, out: str | Path, workdir: str | None = None, init_from: str | No
     files.write_json(out / RESULT, result)
     for stale in old_files - written:
         stale.unlink(missing_ok=True)
+    for folder in out.glob(f"{DIRECTIONS}/layer_*"):  # a layer no longer analysed
+        if folder.is_dir() and not any(folder.iterdir()):
+            folder.rmdir()
     print_table(result, out)
     return result
 

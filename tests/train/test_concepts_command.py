@@ -52,17 +52,23 @@ def _word_vocab(words):
     return alphabet + new + specials, chain + [m for m in merges if m not in chain]
 
 
+def word_gguf(path, cats) -> None:
+    """tiny_llm's decoder written to ``path`` with a vocabulary holding each sampled word of
+    ``cats`` whole."""
+    tokens, merges = _word_vocab(sorted({w for ws in cats.words for w in ws}))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setitem(tiny_llm.TINY, "vocab_size", len(tokens))
+        mp.setattr(tiny_llm, "byte_vocab", lambda: (tokens, merges))
+        tiny_llm.write_gguf(path, tiny_llm.tiny_params())
+
+
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     from repr_jax.train.activations import load_model
     root = tmp_path_factory.mktemp("concepts")
     cats = K.concept_words(SYNSETS, max_words=MAX_WORDS, seed=0)
-    tokens, merges = _word_vocab(sorted({w for ws in cats.words for w in ws}))
     gguf = root / "tiny.gguf"
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setitem(tiny_llm.TINY, "vocab_size", len(tokens))
-        mp.setattr(tiny_llm, "byte_vocab", lambda: (tokens, merges))
-        tiny_llm.write_gguf(gguf, tiny_llm.tiny_params())
+    word_gguf(gguf, cats)
     out = root / "out"
     result = K.concepts(out=out, init_from=str(gguf), categories=SYNSETS, template=TEMPLATE,
                         max_words=MAX_WORDS, bootstrap=BOOT, progress=False)

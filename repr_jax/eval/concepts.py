@@ -46,7 +46,7 @@ import numpy as np
 from repr_jax.config import config, static
 from repr_jax.eval.base import Embedder, Evaluator
 from repr_jax.eval.linear_probe import LOGISTIC_GRID, logistic_weights, standardize
-from repr_jax.eval.stats import Estimate, bias_corrected_interval, with_ci
+from repr_jax.eval.stats import Estimate, normal_interval, with_ci
 
 
 
@@ -466,19 +466,22 @@ def _resampled_groups(statistic, groups, num_resamples: int, seed) -> jax.Array:
 
 def _group_bootstrap(statistic, groups, *, bootstrap: int, level: float,
                      seed: int) -> list[Estimate]:
-    """Point estimates of a vector-valued ``statistic`` with bias-corrected percentile intervals
-    (:func:`~repr_jax.eval.stats.bias_corrected_interval`) from word-set resamples
-    (:func:`_resampled_groups`; ``nan`` bounds when ``bootstrap=0``): resampled word sets hold
-    duplicates, which bias these covariance-whitened statistics, so that the plain percentile
-    interval of SmolLM2's hierarchy cosines could miss its own point. Time
-    ``O(R x the statistic's)``, memory the statistic's."""
+    """Point estimates of a vector-valued ``statistic`` with normal bootstrap intervals
+    (:func:`~repr_jax.eval.stats.normal_interval`: the point -+ 1.96 resample sd) from word-set
+    resamples (:func:`_resampled_groups`; ``nan`` bounds when ``bootstrap=0``). Resampled word
+    sets hold duplicates, which shift these covariance-whitened statistics: on SmolLM2 the
+    percentile intervals of hierarchy cosines missed their own points, and the bias-corrected
+    ones collapsed where every resample fell on one side. The shift is a finite-sample bias the
+    point estimate shares (see :func:`hierarchy_cosine`), so compare a statistic with its
+    control, which is estimated the same way. Time ``O(R x the statistic's)``, memory the
+    statistic's."""
     groups = tuple(jnp.asarray(g, jnp.float32) for g in groups)
     point = np.atleast_1d(np.asarray(jax.jit(statistic)(*groups)))
     if not bootstrap:
         return [Estimate(p) for p in point]
     samples = _resampled_groups(statistic, groups, bootstrap, seed).reshape(bootstrap, -1)
     samples = np.asarray(samples)
-    return [Estimate(p, *bias_corrected_interval(samples[:, i], float(p), level))
+    return [Estimate(p, *normal_interval(samples[:, i], float(p), level))
             for i, p in enumerate(point)]
 
 
@@ -502,7 +505,7 @@ def hierarchy_cosine(g_parent_WxD, g_child_UxD, g_vocab_VxD, *, bootstrap: int =
     a ``-l_parent`` part in ``l_child - l_parent`` (-0.1 with 400 and 300 words in D = 16;
     -0.02 with 2,000 and 1,500).
 
-    ``"cosine"``: that cosine with a bias-corrected percentile interval over words (the
+    ``"cosine"``: that cosine with a normal bootstrap interval over words (the
     parent's and the child's word sets resampled independently, ``bootstrap`` times). ``"control"``: the same with the
     child's words replaced by a random set of as many words drawn without replacement from
     ``g_vocab_VxD`` (``default_rng(seed)``; the set is drawn once, then resampled as the child's

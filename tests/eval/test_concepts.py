@@ -266,19 +266,17 @@ def test_large_inputs_run_in_memory_linear_in_n():
     assert all(np.isfinite([float(v), v.low, v.high]).all() for v in s.values())
 
 
-def test_the_bias_corrected_interval_moves_by_the_resamples_bias():
-    """Resamples centred c above the point: z0 = -c, so the BC interval is the point's own
-    normal interval shifted down by c, [point - c -+ 1.96]; centred on the point: percentile."""
-    from repr_jax.eval.stats import _interval, bias_corrected_interval
+def test_the_normal_interval_is_centred_on_the_point_with_the_resamples_spread():
+    """Resamples shifted c above the point (as duplicated words shift whitened statistics):
+    the interval stays on the point, point -+ 1.96 sd, where the percentile one misses it."""
+    from repr_jax.eval.stats import _interval, normal_interval
     rng = np.random.default_rng(0)
-    point, c = 1.0, 0.5
-    shifted = point + c + rng.standard_normal(200_000)
-    lo, hi = bias_corrected_interval(shifted, point, 0.95)
-    assert lo == pytest.approx(point - c - 1.95996, abs=0.08)  # a 0.15% quantile: sd ~0.02
-    assert hi == pytest.approx(point - c + 1.95996, abs=0.08)
-    centred = point + rng.standard_normal(200_000)
-    np.testing.assert_allclose(bias_corrected_interval(centred, point, 0.95),
-                               _interval(centred, 0.95), atol=0.02)
-    assert all(np.isnan(bias_corrected_interval([np.nan], 0.0)))
+    point, c, sd = 1.0, 0.5, 0.1
+    shifted = point + c + sd * rng.standard_normal(100_000)
+    lo, hi = normal_interval(shifted, point, 0.95)
+    assert lo == pytest.approx(point - 1.95996 * sd, abs=1e-3)
+    assert hi == pytest.approx(point + 1.95996 * sd, abs=1e-3)
+    assert _interval(shifted, 0.95)[0] > point  # the percentile interval misses the point
+    assert all(np.isnan(normal_interval([np.nan, 1.0], 0.0)))
     with pytest.raises(ValueError, match="level"):
-        bias_corrected_interval(centred, point, 1.0)
+        normal_interval(shifted, point, 1.0)

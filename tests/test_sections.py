@@ -108,7 +108,9 @@ ADDED_SINCE = {"data.query_max_len": 0, "data.doc_max_len": 0, "data.query_prefi
                "eval.sae.max_queries": 500, "eval.sae.max_corpus": 5000,
                "eval.sae.max_texts": 500, "eval.concepts.max_concepts": 32,
                "eval.concepts.min_examples": 2, "eval.concepts.probe": True,
-               "eval.concepts.seed": 0}
+               "eval.concepts.seed": 0,
+               "eval.sparse_retrieval.metrics": ("recall@1", "recall@10", "mrr@10", "ndcg@10"),
+               "eval.sparse_retrieval.max_queries": 2000}
 
 
 def _write(folder: Path, config: dict) -> Path:

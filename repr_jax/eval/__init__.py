@@ -26,18 +26,20 @@ from repr_jax.eval.rerank import Rerank
 from repr_jax.eval.retrieval import (Retrieval, class_qrels, rerank, retrieval_metrics,
                                      retrieve, topk_metrics)
 from repr_jax.eval.sae import SAE
+from repr_jax.eval.sparse_retrieval import SparseRetrieval
 from repr_jax.eval.stats import Estimate, bootstrap_ci, paired_bootstrap
 from repr_jax.eval.sts import STS, sts_correlation
 
 EVALUATORS = {e.name: e for e in (LinearProbe, KNN, FewShot, Retrieval, Quantization, STS,
                                   Clustering, Geometry, Layerwise, Matryoshka, Rerank,
-                                  LateInteraction, SAE, Concepts)}
+                                  LateInteraction, SAE, Concepts, SparseRetrieval)}
 # What layerwise and matryoshka can run per layer / prefix: every evaluator but themselves (and
 # rerank, late_interaction and sae, which use the whole model's pair scores, token vectors or
-# reconstruction, and concepts, which runs on every layer itself).
+# reconstruction, concepts, which runs on every layer itself, and sparse_retrieval, whose
+# features are vocabulary term weights, not a layer's or a prefix's vectors).
 PROTOCOLS = tuple(name for name in EVALUATORS
                   if name not in ("layerwise", "matryoshka", "rerank", "late_interaction", "sae",
-                                   "concepts"))
+                                   "concepts", "sparse_retrieval"))
 
 
 def option_classes() -> dict[str, type]:

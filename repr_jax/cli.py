@@ -351,9 +351,10 @@ def _parser() -> argparse.ArgumentParser:
                        "the lexical baseline, 'minilm' (or a sentence-transformers folder) for "
                        "the pretrained model before fine-tuning.")
     c.add_argument("runs", nargs="+", metavar="RUN",
-                   help="text bi-encoder run directories, bm25 (the lexical baseline), or minilm "
+                   help="text bi-encoder run directories, bm25 (the lexical baseline), minilm "
                         "/ a sentence-transformers folder (the untrained starting model, with its "
-                        "own tokenizer); the first is the baseline")
+                        "own tokenizer), or a hybrid of two or three of them, rrf:A+B or "
+                        "convex:A+B (e.g. rrf:bm25+RUN); the first is the baseline")
     c.add_argument("--set", action="append", metavar="beir:DIR|wordnet_retrieval",
                    help="a retrieval set (repeatable; default: the first run's eval.sets)")
     c.add_argument("--metrics", nargs="+", default=["ndcg@10", "recall@100", "mrr@10"],

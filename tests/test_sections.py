@@ -110,7 +110,12 @@ ADDED_SINCE = {"data.query_max_len": 0, "data.doc_max_len": 0, "data.query_prefi
                "eval.concepts.min_examples": 2, "eval.concepts.probe": True,
                "eval.concepts.seed": 0,
                "eval.sparse_retrieval.metrics": ("recall@1", "recall@10", "mrr@10", "ndcg@10"),
-               "eval.sparse_retrieval.max_queries": 2000}
+               "eval.sparse_retrieval.max_queries": 2000,
+               "eval.fusion.methods": ("rrf", "convex"), "eval.fusion.parts": ("dense", "bm25"),
+               "eval.fusion.depth": 100, "eval.fusion.rrf_k": 60, "eval.fusion.weights": (),
+               "eval.fusion.normalize": "minmax", "eval.fusion.similarity": "cosine",
+               "eval.fusion.metrics": ("ndcg@10", "recall@10", "mrr@10"),
+               "eval.fusion.max_queries": 2000}
 
 
 def _write(folder: Path, config: dict) -> Path:

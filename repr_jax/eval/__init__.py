@@ -4,7 +4,7 @@ Functions (arrays in, numbers out): ``linear_probe``, ``knn_classifier``, ``fews
 ``retrieval_metrics``, ``topk_metrics``, ``class_qrels``, ``adaptive_retrieve``, ``rerank``,
 ``quantized_search``, ``sts_correlation``, ``kmeans``, ``nmi``, ``ami``, ``v_measure``,
 ``alignment``, ``uniformity``, ``effective_rank``, ``anisotropy``, ``linear_cka``, ``coding_rate``,
-``feature_std``, ``bootstrap_ci``, ``paired_bootstrap``.
+``feature_std``, ``bootstrap_ci``, ``paired_bootstrap``, ``rrf``, ``convex``.
 
 Evaluators (``EVALUATORS[name](embedder, **options).run(variables)`` yields ``(metric, value)``):
 one per module, named like it.
@@ -14,6 +14,7 @@ from repr_jax.eval.base import Embedder, EmbedderView, Evaluator, NoOptions
 from repr_jax.eval.clustering import Clustering, ami, kmeans, nmi, v_measure
 from repr_jax.eval.concepts import Concepts
 from repr_jax.eval.fewshot import FewShot, fewshot
+from repr_jax.eval.fusion import Fusion, convex, rrf
 from repr_jax.eval.geometry import (Geometry, alignment, anisotropy, coding_rate, effective_rank,
                                     feature_std, linear_cka, uniformity)
 from repr_jax.eval.knn import KNN, knn_classifier
@@ -32,14 +33,15 @@ from repr_jax.eval.sts import STS, sts_correlation
 
 EVALUATORS = {e.name: e for e in (LinearProbe, KNN, FewShot, Retrieval, Quantization, STS,
                                   Clustering, Geometry, Layerwise, Matryoshka, Rerank,
-                                  LateInteraction, SAE, Concepts, SparseRetrieval)}
+                                  LateInteraction, SAE, Concepts, SparseRetrieval, Fusion)}
 # What layerwise and matryoshka can run per layer / prefix: every evaluator but themselves (and
 # rerank, late_interaction and sae, which use the whole model's pair scores, token vectors or
 # reconstruction, concepts, which runs on every layer itself, and sparse_retrieval, whose
-# features are vocabulary term weights, not a layer's or a prefix's vectors).
+# features are vocabulary term weights, not a layer's or a prefix's vectors, and fusion, which
+# fuses the whole run's retrieval with BM25).
 PROTOCOLS = tuple(name for name in EVALUATORS
                   if name not in ("layerwise", "matryoshka", "rerank", "late_interaction", "sae",
-                                   "concepts", "sparse_retrieval"))
+                                   "concepts", "sparse_retrieval", "fusion"))
 
 
 def option_classes() -> dict[str, type]:
@@ -52,5 +54,5 @@ __all__ = ["EVALUATORS", "PROTOCOLS", "option_classes", "Embedder", "EmbedderVie
            "coding_rate", "effective_rank", "feature_std", "fewshot",
            "kmeans", "knn_classifier", "linear_cka", "linear_probe", "nmi", "paired_bootstrap",
            "quantized_search", "rerank", "retrieval_metrics", "retrieve", "sts_correlation",
-           "topk_metrics",
+           "topk_metrics", "rrf", "convex",
            "uniformity", "v_measure"] + [e.__name__ for e in EVALUATORS.values()]

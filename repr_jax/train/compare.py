@@ -14,6 +14,12 @@ An arm, like a reranker's first stage (``eval.rerank.first_stage``), must retrie
 per text: a text bi-encoder run (:data:`BI_ENCODERS`), a pretrained sentence-transformers model, or
 BM25 (:func:`check_arm`, before any work). A cross-encoder's or ColBERT's pooled vector, or an
 image run, is refused with the reason.
+
+A hybrid is an arm too: ``rrf:A+B`` or ``convex:A+B`` (two or three arms joined by ``+``, e.g.
+``rrf:bm25+RUN_DIR``) fuses the arms' top ``FUSION_DEPTH`` candidates of each query
+(:mod:`repr_jax.eval.fusion`: RRF with k = 60; convex with equal weights over min-max
+normalised scores) and is paired with the baseline like any other arm. Rankings over different
+queries are refused in one line.
 """
 
 from __future__ import annotations
@@ -26,6 +32,8 @@ from typing import Any, Sequence
 
 from repr_jax.train.arms import check_arm
 
+FUSIONS = ("rrf", "convex")
+FUSION_DEPTH = 100  # candidates each part of a fusion arm gives per query (at least the deepest k)
 FIELDS = ("set", "metric", "run", "baseline", "value", "baseline_value", "difference",
           "diff_low", "diff_high", "p_value", "queries")
 
@@ -56,10 +64,93 @@ def pretrained_topk(encoders, s, k: int):
     return np.asarray(retrieve(jnp.asarray(q), jnp.asarray(c), k=k, similarity="cosine")[1])
 
 
+def fusion_parts(name: str) -> tuple[str, tuple[str, ...]] | None:
+    """``(method, arms)`` of a fusion arm ``rrf:A+B[+C]`` / ``convex:A+B[+C]`` (None for any
+    other name); two or three arms, else a one-line ValueError."""
+    method, colon, rest = name.partition(":")
+    if not colon or method not in FUSIONS:
+        return None
+    parts = tuple(rest.split("+"))
+    if not 2 <= len(parts) <= 3 or not all(parts):
+        raise ValueError(f"compare {name}: a fusion arm is {method}:A+B or {method}:A+B+C (two or "
+                         f"three arms joined by +)")
+    return method, parts
+
+
+def arm_kind(name: str, *, label: str) -> str:
+    """:func:`check_arm`'s kind, or ``"fusion"`` for a fusion arm whose every part is an arm."""
+    fusion = fusion_parts(name)
+    if fusion is None:
+        return check_arm(name, label=label)
+    for part in fusion[1]:
+        check_arm(part, label=f"{label}: {part}")
+    return "fusion"
+
+
+def _rankings(name: str, sets: Sequence[str], depth: int) -> dict[str, tuple]:
+    """``{set name: (Ranking, qrels)}``: arm ``name``'s top ``depth`` candidates with their
+    scores on the named sets (a query that is also a document left out), each list carrying
+    its set's query texts so that fusion can check it pairs the same queries."""
+    import jax.numpy as jnp
+    import numpy as np
+
+    from repr_jax.eval.fusion import Ranking, leave_out
+    from repr_jax.eval.retrieval import retrieval_tasks, retrieve
+
+    def ranking(ids, scores, s, exclude):
+        queries = tuple(s.texts[0]) if getattr(s, "texts", None) is not None else None
+        return leave_out(Ranking(Path(name).name or name, np.asarray(ids),
+                                         np.asarray(scores), queries), exclude)
+    kind, out = check_arm(name, label=name), {}
+    if kind in ("bm25", "pretrained"):
+        from repr_jax.eval.bm25 import BM25
+        encoders = pretrained_encoders(name) if kind == "pretrained" else None
+        for s in _texts_sets(sets):
+            if getattr(s, "texts", None) is None:
+                continue
+            k = min(depth + int(s.exclude is not None), len(s.texts[1]))
+            if kind == "bm25":
+                ids, scores = BM25(s.texts[1]).topk(s.texts[0], k)
+            else:
+                q, c = encoders.query(s.texts[0]), encoders.document(s.texts[1])
+                scores, ids = retrieve(jnp.asarray(q), jnp.asarray(c), k=k,
+                                       similarity="cosine")
+            out[s.name] = ranking(ids, scores, s, s.exclude), s.qrels
+        return out
+    embedder, variables, cfg = run_embedder(name, sets)
+    by_prefix = {f"{s.name}/": s for s in embedder.sets("retrieval")}
+    for prefix, q, c, qrels, exclude in retrieval_tasks(embedder, variables):
+        if prefix not in by_prefix:
+            continue  # the run's own test pairs: not a named set
+        k = min(depth + int(exclude is not None), len(c))
+        scores, ids = retrieve(q, c, k=k, similarity=cfg.eval.retrieval.similarity)
+        out[prefix.rstrip("/")] = ranking(ids, scores, by_prefix[prefix], exclude), qrels
+    return out
+
+
+def _fused_per_query(name: str, sets: Sequence[str], ks: Sequence[int]) -> dict[str, dict]:
+    """``{set name: {metric: [Q] values}}`` of fusion arm ``name`` (:func:`fusion_parts`)."""
+    from repr_jax.eval.fusion import convex, ranking_metrics, rrf
+    method, parts = fusion_parts(name)
+    depth = max(FUSION_DEPTH, max(ks))
+    per_part = [_rankings(p, sets, depth) for p in parts]
+    out = {}
+    for set_name, (_, qrels) in per_part[0].items():
+        if any(set_name not in r for r in per_part):
+            continue
+        rankings = [r[set_name][0] for r in per_part]
+        fused = (rrf(rankings, top=depth) if method == "rrf" else
+                 convex(rankings, normalize="minmax", top=depth))
+        out[set_name] = ranking_metrics(fused.ids, qrels, ks)
+    return out
+
+
 def _per_query(name: str, sets: Sequence[str], ks: Sequence[int]) -> dict[str, dict]:
-    """``{set name: {metric: [Q] values}}`` of one run (or BM25, or a pretrained model) on the
-    named sets."""
+    """``{set name: {metric: [Q] values}}`` of one run (or BM25, or a pretrained model, or a
+    fusion of them) on the named sets."""
     from repr_jax.eval.retrieval import per_query_metrics, topk_metrics, without
+    if fusion_parts(name) is not None:
+        return _fused_per_query(name, sets, ks)
     kind = check_arm(name, label=name)
     if kind == "bm25":
         from repr_jax.eval.bm25 import bm25_per_query
@@ -148,14 +239,15 @@ def compare(names: Sequence[str], *, sets: Sequence[str] = (),
     if len(names) < 2:
         raise ValueError("compare needs at least two runs (the first is the baseline)")
     ks = metric_cutoffs(metrics, option="--metrics")
-    kinds = {n: check_arm(n, label=f"compare {n}") for n in names}
+    kinds = {n: arm_kind(n, label=f"compare {n}") for n in names}
     if out is not None:
         out = files.check_output(out, flag="--out", inputs=())
         if out.suffix != ".csv":
             raise ValueError(f"--out {out}: name a .csv file (the JSON goes beside it)")
         files.check_output(out.with_suffix(".json"), flag="--out's JSON")
     if not sets:
-        first = next((n for n in names if kinds[n] == "run"), None)
+        arms = [p for n in names for p in (fusion_parts(n) or (None, (n,)))[1]]
+        first = next((n for n in arms if check_arm(n, label=n) == "run"), None)
         if first is None:
             raise ValueError("give --set: bm25 and pretrained models name no evaluation set "
                              "(only a run's eval.sets do)")
@@ -186,6 +278,14 @@ def compare(names: Sequence[str], *, sets: Sequence[str] = (),
     return rows
 
 
+def _label(name: str) -> str:
+    """An arm's short name in the table: a run folder's last part (in a fusion arm, each's)."""
+    fusion = fusion_parts(name)
+    if fusion is None:
+        return Path(name).name
+    return f"{fusion[0]}:" + "+".join(Path(p).name for p in fusion[1])
+
+
 def format_rows(rows: Sequence[dict[str, Any]], bootstrap: int) -> str:
     """The comparison as a table: each difference with its paired interval and p-value."""
     lines = [f"{'set':24s} {'metric':11s} {'run':28s} {'value':>7s} {'baseline':>8s} "
@@ -193,7 +293,7 @@ def format_rows(rows: Sequence[dict[str, Any]], bootstrap: int) -> str:
     floor = 1 / max(bootstrap, 1)
     for r in rows:
         p = f"<{floor:.0e}" if r["p_value"] < floor else f"{r['p_value']:.3f}"
-        lines.append(f"{r['set'][:24]:24s} {r['metric']:11s} {Path(r['run']).name[:28]:28s} "
+        lines.append(f"{r['set'][:24]:24s} {r['metric']:11s} {_label(r['run'])[:28]:28s} "
                      f"{r['value']:7.4f} {r['baseline_value']:8.4f} "
                      f"{r['difference']:+8.4f} [{r['diff_low']:+.4f}, {r['diff_high']:+.4f}] "
                      f"{p:>7s}")

@@ -1,6 +1,7 @@
 """``repr-jax compare``: paired bootstrap differences between runs on the same queries."""
 
 import csv
+import dataclasses
 import json
 
 import numpy as np
@@ -38,13 +39,15 @@ def _runs(tmp_path):
 def test_compare_pairs_runs_and_bm25_on_the_same_queries(tmp_path, capsys):
     root, short, long = _runs(tmp_path)
     out = tmp_path / "cmp.csv"
-    assert cli.main(["compare", str(short), str(long), str(short), "bm25", "--metrics",
+    itself = f"rrf:{short}+{short}"  # a run fused with itself: its own ranking
+    assert cli.main(["compare", str(short), str(long), str(short), "bm25", itself, "--metrics",
                      "ndcg@10", "recall@10", "--bootstrap", "200", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
-    assert "beir_coll" in printed and "difference" in printed
+    assert "beir_coll" in printed and "difference" in printed and "rrf:short+short" in printed
     rows = list(csv.DictReader(out.open()))
-    assert len(rows) == 3 * 2 and json.loads(out.with_suffix(".json").read_text())
-    same = [r for r in rows if r["run"] == str(short)]
+    assert len(rows) == 4 * 2 and json.loads(out.with_suffix(".json").read_text())
+    same = [r for r in rows if r["run"] in (str(short), itself)]
+    assert len(same) == 4
     assert all(float(r["difference"]) == 0 and float(r["p_value"]) == 1 for r in same)
     # BM25's row is the paired test of its per-query values against the baseline's
     s = eval_sets.beir(root, max_len=32, data_dir=str(tmp_path / "tfds"))
@@ -240,3 +243,51 @@ def test_eval_refuses_a_first_stage_that_is_not_one_before_any_work(tmp_path, ca
         assert "--workdir" not in err[0]
     after = sorted(p.name for p in (ce / "eval").iterdir()) if (ce / "eval").exists() else []
     assert after == before
+
+
+# --------------------------------------------------------------------------------------------------
+# Issue 52: hybrid arms (rrf:A+B, convex:A+B)
+# --------------------------------------------------------------------------------------------------
+
+def _small_collection(tmp_path):
+    return beir.synthetic_collection(tmp_path / "coll", num_docs=60, num_queries=12,
+                                     num_train=0, seed=2)
+
+
+def test_a_fusion_arm_is_paired_like_any_other(tmp_path, capsys):
+    root = _small_collection(tmp_path)
+    rows = compare(["bm25", "rrf:bm25+bm25", "convex:bm25+bm25+bm25"], sets=[f"beir:{root}"],
+                   metrics=("ndcg@10", "recall@10"), bootstrap=100)
+    assert {r["run"] for r in rows} == {"rrf:bm25+bm25", "convex:bm25+bm25+bm25"}
+    # fusing a system with itself keeps its ranking: the same values, a difference of 0
+    same = [r for r in rows if r["run"] == "rrf:bm25+bm25"]
+    assert len(same) == 2 and all(r["difference"] == 0 and r["p_value"] == 1 for r in same)
+    assert all(r["queries"] == same[0]["queries"] > 0 for r in rows)
+
+
+def test_fusion_arms_over_different_queries_or_malformed_are_one_line(tmp_path, capsys,
+                                                                      monkeypatch):
+    import repr_jax.train.compare as cmp
+    root = _small_collection(tmp_path)
+    for arm, says in (("rrf:bm25", "compare rrf:bm25: a fusion arm is rrf:A+B or rrf:A+B+C"),
+                      ("convex:bm25+nowhere", "compare convex:bm25+nowhere: nowhere: not a run "
+                                              "directory (no such path)")):
+        assert cli.main(["compare", "bm25", arm, "--set", f"beir:{root}"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith(f"repr-jax: error: {says}"), err
+    real, calls = cmp._rankings, []
+
+    def one_query_renamed(name, sets, depth):  # the second part saw other queries
+        out = real(name, sets, depth)
+        calls.append(name)
+        if len(calls) == 2:
+            out = {k: (dataclasses.replace(r, queries=("another",) + r.queries[1:]), q)
+                   for k, (r, q) in out.items()}
+        return out
+    monkeypatch.setattr(cmp, "_rankings", one_query_renamed)
+    assert cli.main(["compare", "bm25", "rrf:bm25+bm25", "--set", f"beir:{root}"]) == 2
+    err = [line for line in capsys.readouterr().err.strip().splitlines()
+           if not line.startswith("prepar")]
+    assert len(err) == 1 and err[0].startswith(
+        "repr-jax: error: fusion of runs over different query sets: bm25 and bm25 differ at 1 "
+        "of 12 queries (first at row 0:"), err

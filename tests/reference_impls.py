@@ -190,6 +190,12 @@ def st_distill_kldiv(student_scores, teacher_scores, temperature):
     return kl.sum() / len(s) * temperature ** 2
 
 
+def st_flops(embeddings):
+    """sentence-transformers' ``FlopsLoss.compute_loss_from_embeddings`` (no threshold): the
+    squared L2 norm of the batch's mean embedding."""
+    return float(np.sum(np.mean(np.asarray(embeddings, np.float64), axis=0) ** 2))
+
+
 def st_cosent(e1, e2, labels, scale):
     """sentence-transformers CoSENTLoss."""
     scores = (_normalize(e1) * _normalize(e2)).sum(-1) * scale

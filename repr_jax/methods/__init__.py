@@ -10,6 +10,7 @@
 | cross_encoder | cross_encoder.py | a reranker reading query and document together |
 | colbert | colbert.py | late interaction: a vector per token, MaxSim |
 | sae | sae.py | a sparse autoencoder on activation vectors (topk, batchtopk, jumprelu, relu) |
+| splade | splade.py | learned sparse term weights: BERT's MLM head, pooled, FLOPS-regularised |
 
 Each method's file declares its config section (the ``method`` fields it has, e.g. VICReg's three
 loss weights) and its builder, bundled as a :class:`MethodSpec`; adding a method is that file plus
@@ -19,7 +20,7 @@ wrap the pair objective of the methods whose sections have those fields.
 
 from repr_jax.config import ConfigError
 from repr_jax.methods import (colbert, cross_encoder, dual_encoder, masked, momentum, sae,
-                              siamese, supervised)
+                              siamese, splade, supervised)
 from repr_jax.methods.base import BuildContext, Method, MethodSpec
 from repr_jax.sections import choose_section
 
@@ -31,7 +32,7 @@ METHODS: dict[str, MethodSpec] = {
     "mae": masked.MAE, "mlm": masked.MLM,
     "supervised": supervised.SUPERVISED,
     "cross_encoder": cross_encoder.CROSS_ENCODER, "colbert": colbert.COLBERT,
-    "sae": sae.SAE,
+    "sae": sae.SAE, "splade": splade.SPLADE,
 }
 
 
@@ -50,9 +51,9 @@ def check_method(section, *, grad_cache_chunk: int = 0) -> None:
 
 
 def reads_scores(section) -> bool:
-    """Whether method ``section`` trains on a teacher's scores of each pair (a bi-encoder's
-    ``margin_mse``, or ``kl_distill`` over hard negatives): the data must carry them."""
-    return section.name == "biencoder" and (
+    """Whether method ``section`` trains on a teacher's scores of each pair (a bi-encoder's or
+    SPLADE's ``margin_mse``, or ``kl_distill`` over hard negatives): the data must carry them."""
+    return section.name in ("biencoder", "splade") and (
         section.objective == "margin_mse"
         or (section.objective == "kl_distill" and section.negatives_per_query > 0))
 

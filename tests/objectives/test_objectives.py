@@ -27,6 +27,9 @@ HAND = {
     # an extra negative equal to e1 adds e^1 to query 0's denominator and e^0 to query 1's.
     "info_nce_neg": (lambda: O.info_nce(jnp.eye(2), jnp.eye(2), 1.0, negatives=jnp.eye(2)[:1]),
                      [np.log(2 * E + 1) - 1, np.log(E + 2) - 1]),
+    # dot products (sparse encoders), q = k = 2 I_2: logits [[4, 0], [0, 4]].
+    "info_nce_dot": (lambda: O.info_nce(2 * jnp.eye(2), 2 * jnp.eye(2), 1.0, normalize=False),
+                     [np.log(E ** 4 + 1) - 4] * 2),
     "clip_loss": (lambda: O.clip_loss(jnp.eye(2), jnp.eye(2), 1.0), np.log(E + 1) - 1),
     # diagonal logits 1 (label +1), off-diagonal 0 (label -1): (2 log(1 + e^-1) + 2 log 2) / 2.
     "siglip_loss": (lambda: O.siglip_loss(jnp.eye(2), jnp.eye(2), 1.0, 0.0),
@@ -69,6 +72,9 @@ HAND = {
     "cosent": (lambda: O.cosent(jnp.array([[1.0, 0.0], [1.0, 0.0]]),
                                 jnp.array([[1.0, 0.0], [0.0, 1.0]]), jnp.array([0.0, 1.0]), 1.0),
                np.log1p(E)),
+    # column means (1, 0, 1, 1): 1 + 0 + 1 + 1.
+    "flops_regularizer": (lambda: O.flops_regularizer(jnp.array(
+        [[1.0, 0.0, 2.0, 0.0], [0.0, 0.0, 1.0, 3.0], [2.0, 0.0, 0.0, 0.0]])), 3.0),
     # old head = identity: logits (log 3, 0) -> p(class 0) = 3/4.
     "bct_influence": (lambda: O.bct_influence(jnp.array([[np.log(3.0), 0.0]]),
                                               {"kernel": jnp.eye(2), "bias": jnp.zeros(2)},
@@ -177,6 +183,9 @@ CASES = {
                    np.float32(r.normal(size=(D, 3)))),
         lambda z, y, k: R.bct_cross_entropy(z, k, np.arange(3.0), y), batch_args=(0, 1),
         coupled=False),
+    "flops_regularizer": Case(
+        O.flops_regularizer, lambda r: (np.float32(np.maximum(r.normal(size=(B, D)), 0)),),
+        R.st_flops),
     "matryoshka": Case(
         lambda a, b: O.matryoshka(lambda x, y: O.info_nce(x, y, 0.1), (2, 4, 8),
                                   (1.0, 0.5, 0.25))(a, b),

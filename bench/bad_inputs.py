@@ -10,6 +10,7 @@ run folder behind, and what it did to the files around it.
                                               # line endings, empty texts, GGUF sizes, wording
     python bench/bad_inputs.py --battery 50   # activations and sparse autoencoders
     python bench/bad_inputs.py --battery 51   # features, steer, concepts: ~2 min
+    python bench/bad_inputs.py --battery 52   # SPLADE, expand, hybrid fusion: ~2 min
     python bench/bad_inputs.py --case 41,44   # those cases (numbered across both batteries)
 
 Every case should exit 2 with one ``repr-jax: error:`` line (or argparse's ``error:`` line) and
@@ -93,7 +94,7 @@ def cases(tmp: Path) -> list[Case]:
         ("--slurm-time -5", [*sweep, "--executor", "slurm", "--slurm-time", "-5"]),
     ]]
     return (first + text_cases(tmp) + llm_cases(tmp) + second_stage_cases(tmp)
-            + readme_cases(tmp) + sae_cases(tmp) + interp_cases(tmp))
+            + readme_cases(tmp) + sae_cases(tmp) + interp_cases(tmp) + sparse_cases(tmp))
 
 
 def sae_cases(tmp: Path) -> list[Case]:
@@ -191,6 +192,59 @@ def interp_cases(tmp: Path) -> list[Case]:
     ]
     for r in rows:
         r.battery = 51
+    return rows
+
+
+def sparse_cases(tmp: Path) -> list[Case]:
+    """Issue 52's battery: learned sparse retrieval and hybrid fusion — a BERT checkpoint with no
+    MLM head (expand and encoder.init_from), FLOPS weights below 0, a splade run on image data,
+    expand --workdir of a run that is not splade or no run, fusion of runs over different query
+    sets and malformed fusion arms, a dense run's fusion with a 'sparse' part. (No command writes
+    or reads a saved sparse index, so a tampered index file has no CLI case: tests cover
+    load_index.) Every output goes to ``w``."""
+    w = ["--workdir", str(tmp / "w"), "--no-progress"]
+    coll = f"beir:{tmp / 'sp_coll'}"
+
+    def splade(*more: str) -> list[str]:
+        return ["train", "--config", str(tmp / "splade_cfg.py"), *w,
+                *[a for m in more for a in ("--set", m)]]
+
+    def expand(*source: str) -> list[str]:
+        return ["expand", *source, "the cat sat"]
+
+    def compare(*arms: str) -> list[str]:
+        return ["compare", *arms, "--set", coll, "--no-progress"]
+
+    rows = [
+        Case("expand --init-from a BERT checkpoint with no MLM head",
+             expand("--init-from", str(tmp / "headless"))),
+        Case("splade encoder.init_from a BERT checkpoint with no MLM head",
+             splade(f"encoder.init_from={tmp / 'headless'}")),
+        Case("splade method.flops_query=-1", splade("method.flops_query=-1")),
+        Case("splade method.flops_doc=-0.5", splade("method.flops_doc=-0.5")),
+        Case("method.name=splade on mnist1d", ["train", *QUICK, *w, "--set",
+                                               "method.name=splade"]),
+        Case("method.name=splade on digits", ["train", "--config", "simclr_digits:quick", *w,
+                                              "--set", "method.name=splade"]),
+        Case("expand --workdir a biencoder run", expand("--workdir", str(tmp / "sp_dense"))),
+        Case("expand --workdir a folder that is no run", expand("--workdir", str(tmp / "sp_coll"))),
+        Case("compare rrf:bm25+bm25 over different query sets (a part's query texts altered, "
+             "as tests/train/test_compare.py does)", compare("bm25", "rrf:bm25+bm25"),
+             env={"PYTHONPATH": f"{tmp / 'sp_patch'}{os.pathsep}"
+                                f"{Path(__file__).resolve().parents[1]}"}),
+        Case("compare rrf:bm25 (one part)", compare("bm25", "rrf:bm25")),
+        Case("compare convex:bm25+RUN of an image run",
+             compare("bm25", f"convex:bm25+{tmp / 'sp_image'}")),
+        Case("eval.evaluators=('sparse_retrieval',) of a biencoder run",
+             ["train", "--config", str(tmp / "text_cfg.py"), *w, "--set",
+              "eval.evaluators=('sparse_retrieval',)", "--set", f"eval.sets=('{coll}',)"]),
+        Case("eval.fusion.parts=('dense','sparse') of a biencoder run",
+             ["train", "--config", str(tmp / "text_cfg.py"), *w, "--set",
+              "eval.evaluators=('fusion',)", "--set", "eval.fusion.parts=('dense','sparse')",
+              "--set", f"eval.sets=('{coll}',)"]),
+    ]
+    for r in rows:
+        r.battery = 52
     return rows
 
 
@@ -641,6 +695,9 @@ def _prepare(tmp: Path, battery: int) -> None:
         _prepare_llm(tmp)
         _prepare_interp(tmp)
         return
+    if battery == 52:  # its own inputs only: tiny BERT MLMs, a collection, two short runs
+        _prepare_sparse(tmp)
+        return
     import numpy as np
     from PIL import Image
     rng = np.random.default_rng(0)
@@ -669,6 +726,7 @@ def _prepare(tmp: Path, battery: int) -> None:
     _prepare_text(tmp)
     _prepare_llm(tmp)
     _prepare_interp(tmp)
+    _prepare_sparse(tmp)
 
 
 def _prepare_llm(tmp: Path) -> None:
@@ -824,6 +882,77 @@ def _prepare_interp(tmp: Path) -> None:
         (tmp / f"{rel}.sha1").write_text(_digest(tmp / rel))
 
 
+SPLADE_CONFIG = '''\
+from repr_jax import config as C
+
+
+def get_config(arg=None):
+    return C.Config(
+        seed=0, data=C.DataConfig(name="pairs:{pairs}", max_len=16, tokenizer="{mlm}/vocab.txt"),
+        encoder=C.EncoderConfig(name="text_transformer", width=8, depth=2, num_heads=2,
+                                mlp_dim=16, init_from="{mlm}"),
+        method=C.MethodConfig(name="splade"),
+        optim=C.OptimConfig(lr=1e-3, warmup_steps=0),
+        train=C.TrainConfig(batch_size=16, steps=2, ckpt_every=0, num_devices=1),
+        eval=C.EvalConfig(evaluators=("sparse_retrieval",), bootstrap=0))
+'''
+
+# compare's _rankings with the second part's first query text changed: two parts that answer
+# different queries (what tests/train/test_compare.py does by monkeypatching)
+ALTERED_QUERIES = '''\
+import dataclasses
+
+import repr_jax.train.compare as cmp
+
+_real, _calls = cmp._rankings, []
+
+
+def _altered(name, sets, depth):
+    out = _real(name, sets, depth)
+    _calls.append(name)
+    if len(_calls) == 2:
+        out = {{k: (dataclasses.replace(r, queries=("another",) + r.queries[1:]), q)
+               for k, (r, q) in out.items()}}
+    return out
+
+
+cmp._rankings = _altered
+'''
+
+
+def _prepare_sparse(tmp: Path) -> None:
+    """Issue 52's inputs: a tiny random BERT masked LM and one without its MLM head
+    (tests/tiny_mlm.py), pairs in its words and a splade config on them, a small BEIR collection,
+    a 2-step biencoder run, a 2-step image run, and the sitecustomize that alters a fusion part's
+    queries."""
+    import numpy as np
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from tiny_mlm import WORDS, write_mlm
+
+    from repr_jax.data import beir
+    from repr_jax.encoders.mlm import HEAD_TENSORS
+    write_mlm(tmp / "mlm")
+    write_mlm(tmp / "headless", drop=HEAD_TENSORS)
+    rng = np.random.default_rng(0)
+    words = [x for x in WORDS if x.isalpha()]
+    (tmp / "sp_pairs.jsonl").write_text(_lines(
+        {"query": " ".join(q), "positive": " ".join([*q, *rng.choice(words, 3)])}
+        for q in (rng.choice(words, 3) for _ in range(64))))
+    (tmp / "splade_cfg.py").write_text(SPLADE_CONFIG.format(pairs=tmp / "sp_pairs.jsonl",
+                                                            mlm=tmp / "mlm"))
+    beir.synthetic_collection(tmp / "sp_coll", num_docs=60, num_queries=12, seed=2)
+    if not (tmp / "text_cfg.py").exists():  # battery 52 alone (else _prepare_text's)
+        (tmp / "pairs.jsonl").write_text(_lines(_pairs(200)))
+        (tmp / "text_cfg.py").write_text(TEXT_CONFIG.format(pairs=tmp / "pairs.jsonl"))
+    _cli(["train", "--config", str(tmp / "text_cfg.py"), "--workdir", str(tmp / "sp_dense"),
+          "--no-progress", "--set", "eval.evaluators=()"])
+    _cli(["train", *QUICK, "--workdir", str(tmp / "sp_image"), "--no-progress", "--set",
+          "train.steps=2", "--set", "eval.evaluators=()"])
+    (tmp / "sp_patch").mkdir()
+    (tmp / "sp_patch" / "sitecustomize.py").write_text(ALTERED_QUERIES.format())
+
+
 def _prepare_readme(tmp: Path, rows: list[dict]) -> None:
     """Issue 49's inputs: a cross-encoder run, CR-only files, a blank query, a FIFO, a dangling
     link and a symlinked qrels file."""
@@ -882,7 +1011,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--case", type=lambda t: {int(n) for n in t.split(",")}, default=set(),
                    help="run these cases only (1-based, comma-separated)")
-    p.add_argument("--battery", type=int, choices=(34, 38, 40, 41, 49, 50, 51), default=0,
+    p.add_argument("--battery", type=int, choices=(34, 38, 40, 41, 49, 50, 51, 52), default=0,
                    help="one battery only (default: both)")
     args = p.parse_args(argv)
     os.umask(0o022)
@@ -894,7 +1023,8 @@ def main(argv=None) -> int:
                   and (not args.battery or c.battery == args.battery)]
         print("preparing the inputs (a few trained runs)...", file=sys.stderr, flush=True)
         batteries = {c.battery for _, c in chosen}
-        _prepare(tmp, 34 if batteries == {34} else 51 if batteries == {51} else 38)
+        _prepare(tmp, 34 if batteries == {34} else 51 if batteries == {51} else
+                 52 if batteries == {52} else 38)
         rows = []
         for i, case in chosen:
             rows.append(dict(run(case, tmp), number=i))

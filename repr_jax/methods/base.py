@@ -210,6 +210,24 @@ def two_views(views_fn: Callable, key: jax.Array, batch: Batch) -> tuple[jax.Arr
     return views_fn(k1, batch["x"]), views_fn(k2, second, view=1)
 
 
+def hard_negatives(batch: Batch, k: int | None = None) -> jax.Array:
+    """The batch's hard negatives ``[B, K, ...]`` (the first ``k`` of each query's when given);
+    one line when the data has none (``method.negatives_per_query`` on pairs without them)."""
+    if "negatives" not in batch:
+        raise ValueError("method.negatives_per_query needs a 'negatives' feature: "
+                         "data.name=pairs:FILE with negatives on its lines")
+    return batch["negatives"] if k is None else batch["negatives"][:, :k]
+
+
+def documents_and_negatives(batch: Batch, k: int) -> jax.Array:
+    """``x_pos`` ``[B, ...]`` with, when ``k``, the first ``k`` hard negatives of each query as
+    ``B k`` more rows after them: ``[B (1 + k), ...]``."""
+    if not k:
+        return batch["x_pos"]
+    n = hard_negatives(batch, k)
+    return jnp.concatenate([batch["x_pos"], n.reshape(-1, *n.shape[2:])])
+
+
 def pooled(h: jax.Array) -> jax.Array:
     """``[B, ..., C]`` → ``[B, C]`` by mean over every axis between batch and channels."""
     return h.reshape(h.shape[0], -1, h.shape[-1]).mean(axis=1) if h.ndim > 2 else h

@@ -24,7 +24,7 @@ import optax
 from repr_jax.config import ConfigError, MethodConfig, config, hyper, static
 from repr_jax.eval.late_interaction import maxsim, paired_maxsim
 from repr_jax.methods.base import (BuildContext, Method, MethodSpec, apply_train,
-                                   text_pairs_vocab)
+                                   documents_and_negatives, text_pairs_vocab)
 from repr_jax.objectives import l2_normalize
 
 
@@ -84,13 +84,7 @@ def colbert(encoder: nn.Module, *, dim: int, pad_id: int, negatives: int, mask_i
 
     def loss(params, model_state, extra, batch, key, hp):
         del key
-        docs = batch["x_pos"]
-        if negatives:
-            if "negatives" not in batch:
-                raise ValueError("method.negatives_per_query needs a 'negatives' feature: "
-                                 "data.name=pairs:FILE with negatives on its lines")
-            n = batch["negatives"][:, :negatives]
-            docs = jnp.concatenate([docs, n.reshape(-1, n.shape[-1])])
+        docs = documents_and_negatives(batch, negatives)
         (q, q_mask), model_state = apply_train(model, params, model_state, batch["x"], "query",
                                                method=ColBERT.tokens)
         (d, d_mask), model_state = apply_train(model, params, model_state, docs, "doc",

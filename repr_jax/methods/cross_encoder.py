@@ -24,7 +24,7 @@ import optax
 
 from repr_jax.config import ConfigError, MethodConfig, config, static
 from repr_jax.methods.base import (BuildContext, Method, MethodSpec, apply_train,
-                                   text_pairs_vocab)
+                                   hard_negatives, text_pairs_vocab)
 
 OBJECTIVES = ("listwise", "bce")
 
@@ -102,9 +102,8 @@ def cross_encoder(encoder: nn.Module, *, pad_id: int, objective: str, negatives:
 
     def loss(params, model_state, extra, batch, key, hp):
         del key
-        if negatives and "negatives" not in batch:
-            raise ValueError("method.negatives_per_query needs a 'negatives' feature: "
-                             "data.name=pairs:FILE with negatives on its lines")
+        if negatives:
+            hard_negatives(batch)  # one line when the data has none
         docs = candidates(batch, negatives, batch_negatives)
         b, c = docs.shape[:2]
         queries = jnp.repeat(batch["x"], c, axis=0)

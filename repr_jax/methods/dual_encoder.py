@@ -18,8 +18,8 @@ import jax.numpy as jnp
 from repr_jax import objectives as O
 from repr_jax.config import ConfigError, config, hyper, static
 from repr_jax.methods.base import (BuildContext, MatryoshkaConfig, Method, MethodSpec, Tower,
-                                   apply_train, grad_cache_loss, head, normalized_std,
-                                   pair_options)
+                                   apply_train, grad_cache_loss, hard_negatives, head,
+                                   normalized_std, pair_options)
 from repr_jax.methods.siamese import matryoshka_objective
 
 BIENCODER_OBJECTIVES = ("info_nce", "graded_bce", "kl_distill", "margin_mse")
@@ -115,10 +115,7 @@ def dual_encoder(name: str, encoder_a, encoder_b, views_fn: Callable, objective,
         ka, kb, kn = jax.random.split(key, 3)
         views = dict(batch, x=views_fn(ka, batch["x"]), x_pos=views_fn(kb, batch["x_pos"]))
         if negatives:
-            if "negatives" not in batch:
-                raise ValueError("method.negatives_per_query needs a 'negatives' feature: "
-                                 "data.name=pairs:FILE with negatives on its lines")
-            n = batch["negatives"]
+            n = hard_negatives(batch)
             views["negatives"] = views_fn(kn, n.reshape(-1, *n.shape[2:])).reshape(n.shape)
         if cached is not None:
             inputs = (views["x"], views["x_pos"]) + ((views["negatives"],) if negatives else ())

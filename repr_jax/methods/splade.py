@@ -49,7 +49,7 @@ from repr_jax.encoders import mlm
 from repr_jax.encoders.pooling import layer_summaries
 from repr_jax.encoders.text_transformer import TextTransformer
 from repr_jax.methods.base import (BuildContext, Method, MethodSpec, apply_train,
-                                   text_pairs_vocab)
+                                   documents_and_negatives, text_pairs_vocab)
 from repr_jax.methods.dual_encoder import ranking_objective
 from repr_jax.objectives.sparse import flops_regularizer, warmed_up_weight
 
@@ -137,14 +137,8 @@ def splade(encoder: TextTransformer, *, pooling: str = "max", objective: str = "
     def loss(params, model_state, extra, batch, key, hp):
         del key  # deterministic
         q_BxV, model_state = terms(params, model_state, batch["x"])
-        docs = batch["x_pos"]
-        if negatives:
-            if "negatives" not in batch:
-                raise ValueError("method.negatives_per_query needs a 'negatives' feature: "
-                                 "data.name=pairs:FILE with negatives on its lines")
-            n = batch["negatives"][:, :negatives]
-            docs = jnp.concatenate([docs, n.reshape(-1, n.shape[-1])])
-        docs_NxV, model_state = terms(params, model_state, docs)
+        docs_NxV, model_state = terms(params, model_state,
+                                      documents_and_negatives(batch, negatives))
         b = q_BxV.shape[0]
         n_BxKxV = docs_NxV[b:].reshape(b, negatives, -1) if negatives else None
         value, metrics = splade_loss(ranking, q_BxV, docs_NxV[:b], n_BxKxV, batch, hp,

@@ -79,7 +79,9 @@ def _summarize(tree: Any) -> tuple[Any, jax.Array]:
     leaf's, not the whole tree's (a whole-tree program held ~4 GB more for SmolLM2's 135M
     parameters and their Adam moments)."""
     leaves, treedef = jax.tree.flatten(tree)
-    parts = [_leaf_sums(x) for x in leaves]
+    # each finished before the next starts: a sharded leaf's program all-gathers, and XLA's CPU
+    # collectives deadlocked (then aborted) with several such programs in flight at once
+    parts = [jax.block_until_ready(_leaf_sums(x)) for x in leaves]
     finite = jnp.all(jnp.stack([f for _, f in parts])) if parts else jnp.bool_(True)
     return treedef.unflatten([s for s, _ in parts]), finite
 

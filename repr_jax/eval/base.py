@@ -33,6 +33,7 @@ PredictFn = Callable[[Any, jax.Array], Any]  # (variables, x_BxS) -> embedding_B
 
 BATCH_ELEMENTS = 1 << 23  # input values in one feature-pass batch (32 MiB of float32)
 TOKEN_BUCKET = 16  # a trimmed batch's length is a multiple of this: few shapes compile
+SPARSE = "_sparse"  # the cache key's (and file name's) mark of features kept as scipy CSR
 
 
 def trim_padding(ids: np.ndarray, pad_id: int) -> np.ndarray:
@@ -157,13 +158,19 @@ class Embedder:
             bs //= 2
         return bs
 
-    def embed(self, variables: Any, x: np.ndarray, which: str = "x") -> Any:
-        """Features of ``x`` (``[N, E]`` float32, or a tuple of them for ``"layers"``)."""
+    def embed(self, variables: Any, x: np.ndarray, which: str = "x", *,
+              sparse: bool = False) -> Any:
+        """Features of ``x`` (``[N, E]`` float32, or a tuple of them for ``"layers"``).
+        ``sparse``: as a scipy CSR float32 matrix, each batch made sparse on the host as it
+        comes (a sparse encoder's ``[N, V]`` term weights, mostly zero: memory ``O(nnz)`` plus
+        one batch, never the dense ``N x V``)."""
         if variables is not self._variables:
             self._variables, self._cache = variables, {}
-        key = (id(x), which)
+        if sparse and which == "layers":
+            raise ValueError("per-layer features are dense; sparse=True is for x, query, pos")
+        key = (id(x), which + SPARSE * sparse)
         if key not in self._cache:
-            path = self._disk_path(variables, x, which)
+            path = self._disk_path(variables, x, which + SPARSE * sparse)
             features = _read_features(path) if path is not None else None
             if features is None:
                 x_in = x if _streamed(x) else np.asarray(x)
@@ -171,14 +178,17 @@ class Embedder:
                 bs = self.batch_for(x_in)  # each batch's rows in file order: slices of a memmap
                 rows = None if order is None else [np.sort(order[s:s + bs])
                                                    for s in range(0, len(order), bs)]
-                outs = list(self._batches(variables, x_in, which, rows))
+                batches = self._batches(variables, x_in, which, rows)
+                outs = ([_csr(o) for o in batches] if sparse else list(batches))
                 if not outs:
                     raise ValueError("nothing to embed: an empty input")
-                features = jax.tree.map(
-                    lambda *o: jnp.concatenate(o).reshape(len(x), -1).astype(jnp.float32), *outs)
+                features = (_stack_csr(outs) if sparse else jax.tree.map(
+                    lambda *o: jnp.concatenate(o).reshape(len(x), -1).astype(jnp.float32),
+                    *outs))
                 if rows is not None:  # batches came shortest first: back to the input's order
                     back = np.argsort(np.concatenate(rows))
-                    features = jax.tree.map(lambda f: f[back], features)
+                    features = (features[back] if sparse else
+                                jax.tree.map(lambda f: f[back], features))
                 if path is not None:
                     _write_features(path, features)
             self._cache[key] = (features, x)
@@ -223,6 +233,18 @@ def _by_length(x: np.ndarray, pad_id: int) -> np.ndarray | None:
     return np.argsort(lengths, kind="stable")
 
 
+def _csr(batch_BxV: Any):
+    """One batch of features as a scipy CSR float32 matrix (its zeros dropped)."""
+    import scipy.sparse as sp
+    x = np.asarray(jax.device_get(batch_BxV), np.float32)
+    return sp.csr_matrix(x.reshape(len(x), -1))
+
+
+def _stack_csr(blocks: Sequence[Any]):
+    import scipy.sparse as sp
+    return sp.vstack(blocks, format="csr", dtype=np.float32)
+
+
 def _read_features(path: Path) -> Any:
     """Features kept by :meth:`Embedder.embed` (an array, or a tuple for ``"layers"``); None when
     absent, and when damaged or no longer what was written (checked against the digest recorded
@@ -232,6 +254,9 @@ def _read_features(path: Path) -> Any:
     try:
         if data is None:
             raise ValueError(why)
+        if path.name.split("-")[0].endswith(SPARSE):
+            import scipy.sparse as sp
+            return sp.load_npz(io.BytesIO(data)).tocsr()
         with np.load(io.BytesIO(data)) as z:
             arrays = [jnp.asarray(z[f"f{i}"]) for i in range(len(z.files))]
     except (OSError, ValueError, KeyError, EOFError) as e:
@@ -244,9 +269,13 @@ def _read_features(path: Path) -> Any:
 
 def _write_features(path: Path, features: Any) -> None:
     from repr_jax import files
-    arrays = features if isinstance(features, tuple) else (features,)
     buffer = io.BytesIO()
-    np.savez(buffer, **{f"f{i}": np.asarray(a) for i, a in enumerate(arrays)})
+    if path.name.split("-")[0].endswith(SPARSE):
+        import scipy.sparse as sp
+        sp.save_npz(buffer, features, compressed=False)
+    else:
+        arrays = features if isinstance(features, tuple) else (features,)
+        np.savez(buffer, **{f"f{i}": np.asarray(a) for i, a in enumerate(arrays)})
     files.write_verified(path, buffer.getvalue())  # atomic, with the digest it is checked by
 
 
@@ -260,7 +289,11 @@ class EmbedderView(Embedder):
         self.eval_sets, self._fns = parent.eval_sets, parent._fns
         self.pairs_ok = which == "x"
 
-    def embed(self, variables: Any, x: np.ndarray, which: str = "x") -> Any:
+    def embed(self, variables: Any, x: np.ndarray, which: str = "x", *,
+              sparse: bool = False) -> Any:
+        if sparse:
+            raise ValueError(f"a {self.which!r} view's features are dense (sparse=True is the "
+                             f"whole representation's)")
         if which != "x" and not self.pairs_ok:
             raise ValueError(f"a {self.which!r} view cannot embed {which!r} inputs")
         return self.transform(self.parent.embed(variables, x, self.which if which == "x" else which))

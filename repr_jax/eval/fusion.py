@@ -229,8 +229,8 @@ class FusionOptions:
     """``eval.fusion.*``: the options of :class:`Fusion` (its keyword arguments)."""
     methods: tuple[str, ...] = static(METHODS, doc="rrf | convex (each a row set)")
     parts: tuple[str, ...] = static(("dense", "bm25"),
-                                    doc="two or three of dense (the run's vectors, exact "
-                                        "search) | sparse (its term weights, inverted index) | "
+                                    doc="dense (the run's vectors, exact search) or sparse "
+                                        "(a splade run's term weights, inverted index), and "
                                         "bm25 (the set's texts)")
     depth: int = static(100, ">0", "candidates each part gives per query")
     rrf_k: int = static(60, ">0", "RRF's k: score = sum 1 / (k + rank)")
@@ -257,6 +257,11 @@ def check_fusion(*, methods, parts, weights, metrics, depth) -> None:
     if not 2 <= len(parts) <= 3 or len(set(parts)) != len(parts) or set(parts) - set(PARTS):
         raise ConfigError(f"eval.fusion.parts: {tuple(parts)}: give two or three different "
                           f"parts of {', '.join(PARTS)}")
+    if {"dense", "sparse"} <= set(parts):
+        raise ConfigError("eval.fusion.parts: 'dense' and 'sparse' are both the run's own "
+                          "search (a run's features are vectors or term weights, not both); to "
+                          "fuse a dense run with a sparse one and BM25: repr-jax compare "
+                          "rrf:bm25+DENSE_RUN+SPARSE_RUN")
     if weights and (len(weights) != len(parts) or min(weights) < 0 or sum(weights) <= 0):
         raise ConfigError(f"eval.fusion.weights: {tuple(weights)}: one non-negative weight per "
                           f"part ({len(parts)}), not all 0, or () for equal weights")
@@ -268,15 +273,15 @@ def check_fusion(*, methods, parts, weights, metrics, depth) -> None:
 
 def _part_ranking(part: str, q, c, s, depth: int, extra: int, similarity: str) -> Ranking:
     """Part ``part``'s top ``depth + extra`` on one task (``s``: its set, for BM25's texts)."""
-    n = len(c) if part != "bm25" else len(s.texts[1])
+    n = c.shape[0] if part != "bm25" else len(s.texts[1])
     k = min(depth + extra, n)
     if part == "dense":
         scores, ids = retrieve(q, c, k=k, similarity=similarity)
     elif part == "sparse":
         from repr_jax.eval.sparse_retrieval import as_csr, build_index, search
         try:
-            index = build_index(np.asarray(c))
-            out = search(index, as_csr(np.asarray(q), index.vocab, what="queries"), k)
+            index = build_index(c)
+            out = search(index, as_csr(q, index.vocab, what="queries"), k)
         except ValueError as e:
             raise ValueError(f"fusion's sparse part: {e}; it needs a sparse encoder's term "
                              f"weights") from None
@@ -306,8 +311,8 @@ def leave_out(r: Ranking, exclude) -> Ranking:
 
 
 class Fusion(Evaluator):
-    """Hybrid retrieval within one run: its ``parts`` (two or three of the run's dense search,
-    its sparse search, BM25 over the set's texts), each to ``depth`` candidates, fused by each
+    """Hybrid retrieval within one run: its ``parts`` (the run's own search, dense over its
+    vectors or sparse over a splade run's term weights, and BM25 over the set's texts), each to ``depth`` candidates, fused by each
     of ``methods`` (:func:`rrf`, :func:`convex`) on every retrieval task that has what the
     parts need (BM25: a text set). Rows: ``set/<part>/<metric>`` and ``set/<method>/<metric>``
     with bootstrap intervals, and ``set/<method>_gain/<metric>``: the fusion minus the best
@@ -344,7 +349,8 @@ class Fusion(Evaluator):
     def run(self, variables):
         sets = {f"{s.name}/": s for s in self.embedder.sets("retrieval")}
         for prefix, q, c, qrels, exclude in retrieval_tasks(self.embedder, variables,
-                                                            max_queries=self.max_queries):
+                                                            max_queries=self.max_queries,
+                                                            sparse="sparse" in self.parts):
             s = sets.get(prefix)
             if "bm25" in self.parts and getattr(s, "texts", None) is None:
                 continue  # BM25 needs a text set's texts

@@ -542,25 +542,28 @@ def topk_metrics(indices_QxK, qrels_QxN, ks: Sequence[int] = (1, 5, 10), *,
 # Evaluator
 # --------------------------------------------------------------------------------------------------
 
-def retrieval_tasks(embedder, variables, *, max_queries: int = 2000):
+def retrieval_tasks(embedder, variables, *, max_queries: int = 2000, sparse: bool = False):
     """``(prefix, query_features, corpus_features, qrels, exclude)`` for every retrieval task the
     embedder knows: its ``test`` split when it holds pairs (query ``x[i]`` → corpus ``x_pos[i]``, the
     first ``max_queries`` pairs, both in the space pairs are compared in, e.g. a dual encoder's two
     projections), then each retrieval evaluation set (prefixed with its name; a corpus of the pairs'
     second kind, such as WordNet lemma lists or BEIR documents, goes through the pair function
-    too). ``exclude`` (``[Q]`` corpus indices or None) is left out of each query's results."""
+    too). ``exclude`` (``[Q]`` corpus indices or None) is left out of each query's results.
+    ``sparse``: the features as scipy CSR matrices (a sparse encoder's term weights,
+    :meth:`repr_jax.eval.base.Embedder.embed`)."""
     test = embedder.splits.get("test", {})
     if "x_pos" in test and embedder.pairs_ok:
         n = min(max_queries, len(test["x"]))
-        q = embedder.embed(variables, test["x"][:n], "query")
-        c = embedder.embed(variables, test["x_pos"][:n], "pos")
+        q = embedder.embed(variables, test["x"][:n], "query", sparse=sparse)
+        c = embedder.embed(variables, test["x_pos"][:n], "pos", sparse=sparse)
         if q.shape[1] == c.shape[1]:
             yield "", q, c, np.eye(n, dtype=np.int8), None
     for s in embedder.sets("retrieval"):
         paired = getattr(s, "corpus_is_pos", False) and embedder.pairs_ok
-        yield (f"{s.name}/", embedder.embed(variables, s.queries, "query" if paired else "x"),
-               embedder.embed(variables, s.corpus, "pos" if paired else "x"), s.qrels,
-               getattr(s, "exclude", None))
+        yield (f"{s.name}/",
+               embedder.embed(variables, s.queries, "query" if paired else "x", sparse=sparse),
+               embedder.embed(variables, s.corpus, "pos" if paired else "x", sparse=sparse),
+               s.qrels, getattr(s, "exclude", None))
 
 
 def per_query_metrics(embedder, variables, *, ks: Sequence[int], similarity: str = "cosine",

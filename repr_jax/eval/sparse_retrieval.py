@@ -373,8 +373,9 @@ class SparseRetrieval(Evaluator):
     ``flops`` (:func:`stats`). Features with a negative weight are refused in one line (a dense
     encoder's belong to the ``retrieval`` evaluator).
 
-    Cost: building ``O(N V)`` time (the features come dense) and ``O(nnz + V)`` memory for the
-    index; searching as :func:`search`, ``O(T + Q k log k)``; metrics ``O(Q k)``."""
+    Cost: the features come a batch at a time, each made sparse on the host (``O(B V)`` time
+    and memory a batch); building ``O(nnz + V)`` time and memory; searching as :func:`search`,
+    ``O(T + Q k log k)``; metrics ``O(Q k)``."""
 
     name = "sparse_retrieval"
     options = SparseRetrievalOptions
@@ -388,10 +389,11 @@ class SparseRetrieval(Evaluator):
 
     def run(self, variables):
         for prefix, q, c, qrels, exclude in retrieval_tasks(self.embedder, variables,
-                                                            max_queries=self.max_queries):
+                                                            max_queries=self.max_queries,
+                                                            sparse=True):
             try:
-                index = build_index(np.asarray(c))
-                q = as_csr(np.asarray(q), index.vocab, what="queries")
+                index = build_index(c)
+                q = as_csr(q, index.vocab, what="queries")
             except ValueError as e:
                 raise ValueError(f"sparse_retrieval on {prefix or 'the test pairs'}: "
                                  f"{files.first_line(e)}; it needs a sparse encoder's term "

@@ -4,6 +4,7 @@ in the input's order, for a BERT (pad 0) and a decoder LLM (pad -1), left-padded
 import chex
 import jax
 import numpy as np
+import pytest
 
 from repr_jax.encoders.decoder_lm import DecoderLM
 from repr_jax.encoders.text_transformer import TextTransformer
@@ -55,3 +56,27 @@ def test_a_left_padded_batch_is_not_cut():
     right = np.full((4, 48), -1, np.int32)
     right[:, :5] = 7
     assert e._trimmed(right).shape == (4, TOKEN_BUCKET)
+
+
+def test_sparse_features_equal_the_dense_ones_in_order_and_from_the_disk_cache(tmp_path):
+    """``embed(..., sparse=True)``: the same values as the dense pass, as CSR, back in the input's
+    order after shortest-first batches; kept on disk and read back equal; a view refuses."""
+    import scipy.sparse as sp
+    rng = np.random.default_rng(1)
+    ids, _ = _ids(rng, 3 * TOKEN_BUCKET + 5, 2 * TOKEN_BUCKET, 0)
+    proj = rng.normal(size=(50, 40)).astype(np.float32)
+
+    def term_weights(p, x):  # mostly zero, non-negative, like SPLADE's
+        return jax.nn.relu(jax.numpy.asarray(p)[x].max(axis=1) - 2.0)
+    dense = np.asarray(Embedder(term_weights, {}, batch_size=8).embed(proj, ids))
+    assert 0 < (dense > 0).mean() < 0.5
+    cached = Embedder(term_weights, {}, batch_size=8, pad_id=0, cache_dir=tmp_path)
+    got = cached.embed(proj, ids, sparse=True)
+    assert sp.isspmatrix_csr(got) and got.dtype == np.float32 and got.nnz == (dense > 0).sum()
+    np.testing.assert_array_equal(got.toarray(), dense)
+    assert [p.name.split("-")[0] for p in tmp_path.glob("*.npz")] == ["x_sparse"]
+    again = Embedder(term_weights, {}, batch_size=8, pad_id=0, cache_dir=tmp_path)
+    np.testing.assert_array_equal(again.embed(proj, ids, sparse=True).toarray(), dense)
+    view = cached.view(lambda f: f[:, :4])
+    with pytest.raises(ValueError, match="view's features are dense"):
+        view.embed(proj, ids, sparse=True)

@@ -279,17 +279,29 @@ def test_a_sparse_part_needs_term_weights():
         list(ev.run(None))
 
 
-def test_three_parts_of_a_sparse_run_and_the_sparse_part_as_its_own_evaluator():
+def test_a_sparse_run_fused_with_bm25_and_the_sparse_part_as_its_own_evaluator():
     from repr_jax.data.eval_sets import RetrievalSet
     from repr_jax.eval import EVALUATORS
+    from repr_jax.eval.retrieval import topk_metrics
     t = _text_set()
     s = RetrievalSet("set", np.abs(t.queries), np.abs(t.corpus), t.qrels, texts=t.texts)
     emb = _embedder(s)
-    rows = dict(EVALUATORS["fusion"](emb, parts=("dense", "sparse", "bm25"), depth=20,
-                                     weights=(0.2, 0.3, 0.5), metrics=("ndcg@10",),
+    rows = dict(EVALUATORS["fusion"](emb, parts=("sparse", "bm25"), depth=20,
+                                     weights=(0.4, 0.6), metrics=("ndcg@10",),
                                      bootstrap=0).run(None))
     sparse = dict(EVALUATORS["sparse_retrieval"](emb, metrics=("ndcg@10",), bootstrap=0)
                   .run(None))
     assert rows["set/sparse/ndcg@10"] == pytest.approx(sparse["set/ndcg@10"], abs=1e-9)
-    assert {f"set/{n}/ndcg@10" for n in ("dense", "sparse", "bm25", "rrf", "rrf_gain",
+    # exact sparse search over non-negative weights ranks as a dense dot product does
+    dots = np.abs(t.queries) @ np.abs(t.corpus).T
+    dense = topk_metrics(np.argsort(-dots, axis=1, kind="stable")[:, :10], t.qrels, [10])
+    assert sparse["set/ndcg@10"] == pytest.approx(dense["ndcg@10"], abs=1e-6)
+    assert {f"set/{n}/ndcg@10" for n in ("sparse", "bm25", "rrf", "rrf_gain",
                                          "convex", "convex_gain")} == set(rows)
+
+
+def test_dense_and_sparse_are_not_parts_of_one_fusion():
+    from repr_jax.eval.fusion import FusionOptions
+    with pytest.raises(ConfigError, match=r"^eval.fusion.parts: 'dense' and 'sparse' are both "
+                                          r"the run's own search .*rrf:bm25\+DENSE_RUN"):
+        FusionOptions(parts=("dense", "sparse", "bm25"))

@@ -10,13 +10,14 @@ from pathlib import Path
 
 BM25_NAME = "bm25"
 BI_ENCODERS = ("biencoder", "clip", "siglip")  # methods trained to embed queries and documents
-ARM_CHOICES = ("a text bi-encoder run (method biencoder, clip or siglip on text), minilm or a "
-               "sentence-transformers folder, or bm25")
+SPARSE_ENCODERS = ("splade",)  # ... as vocabulary term weights, searched by an inverted index
+ARM_CHOICES = ("a text bi-encoder run (method biencoder, clip or siglip on text), a splade run, "
+               "minilm or a sentence-transformers folder, or bm25")
 
 
 def check_arm(name: str, *, label: str) -> str:
     """``"bm25"``, ``"pretrained"`` (``minilm`` or a sentence-transformers folder) or ``"run"``
-    (a text bi-encoder run directory) for a compare arm or a reranker's first stage, checked from
+    (a text bi-encoder or splade run directory: :func:`is_sparse` tells them apart) for a compare arm or a reranker's first stage, checked from
     its files alone (no weights read): anything else is a one-line ValueError starting with
     ``label`` (the option and the value given) that says why."""
     if name == BM25_NAME:
@@ -47,7 +48,7 @@ def check_arm(name: str, *, label: str) -> str:
         raise ValueError(f"{label}: a run of encoder {cfg.encoder.name!r} on {cfg.data.name}, "
                          f"which does not read text: it cannot embed a retrieval set's queries; "
                          f"give {ARM_CHOICES}")
-    if method not in BI_ENCODERS:
+    if method not in BI_ENCODERS + SPARSE_ENCODERS:
         why = {"cross_encoder": "a cross_encoder run scores a query and a document read "
                                 "together; its one-text embedding was never trained to "
                                 "retrieve (it is the reranker, not a first stage)",
@@ -63,3 +64,28 @@ def check_first_stage(first_stage: str) -> None:
     """A reranker's first stage (``eval.rerank.first_stage``) checked before any work, as a
     compare arm is (:func:`check_arm`): a one-line ValueError naming the option."""
     check_arm(first_stage, label=f"eval.rerank.first_stage={first_stage}")
+
+
+def is_sparse(cfg) -> bool:
+    """Whether run config ``cfg``'s features are vocabulary term weights (a splade run's), which
+    are searched through an inverted index, not as dense vectors."""
+    return cfg.method.name in SPARSE_ENCODERS
+
+
+def check_own_search(cfg) -> None:
+    """A run's own sparse search (the ``sparse_retrieval`` evaluator, a fusion's ``'sparse'``
+    part) needs a splade run's term weights, and a fusion's ``'dense'`` part a run's vectors: a
+    one-line ValueError otherwise, before any work."""
+    e, method = cfg.eval, cfg.method.name
+    parts = e.fusion.parts if "fusion" in e.evaluators else ()
+    if not is_sparse(cfg):
+        asked = [w for w, on in (("eval.evaluators' 'sparse_retrieval'",
+                                  "sparse_retrieval" in e.evaluators),
+                                 ("eval.fusion.parts' 'sparse'", "sparse" in parts)) if on]
+        if asked:
+            raise ValueError(f"{asked[0]} searches a sparse encoder's term weights "
+                             f"(method.name=splade); a {method} run gives dense vectors: use "
+                             f"the retrieval evaluator or the 'dense' part")
+    elif "dense" in parts:
+        raise ValueError(f"eval.fusion.parts: 'dense' searches a run's vectors; a {method} run "
+                         f"gives term weights: give parts=('sparse', 'bm25')")

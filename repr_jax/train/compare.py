@@ -11,7 +11,8 @@ own tokenizer at its own length (fine-tuned against zero-shot needs no dummy run
 is the baseline every other is compared with.
 
 An arm, like a reranker's first stage (``eval.rerank.first_stage``), must retrieve by one vector
-per text: a text bi-encoder run (:data:`BI_ENCODERS`), a pretrained sentence-transformers model, or
+per text: a text bi-encoder run (:data:`BI_ENCODERS`), a splade run (its term weights searched
+exactly through an inverted index, :func:`run_topk`), a pretrained sentence-transformers model, or
 BM25 (:func:`check_arm`, before any work). A cross-encoder's or ColBERT's pooled vector, or an
 image run, is refused with the reason.
 
@@ -30,7 +31,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from repr_jax.train.arms import check_arm
+from repr_jax.train.arms import check_arm, is_sparse
 
 FUSIONS = ("rrf", "convex")
 FUSION_DEPTH = 100  # candidates each part of a fusion arm gives per query (at least the deepest k)
@@ -119,13 +120,27 @@ def _rankings(name: str, sets: Sequence[str], depth: int) -> dict[str, tuple]:
         return out
     embedder, variables, cfg = run_embedder(name, sets)
     by_prefix = {f"{s.name}/": s for s in embedder.sets("retrieval")}
-    for prefix, q, c, qrels, exclude in retrieval_tasks(embedder, variables):
+    for prefix, q, c, qrels, exclude in retrieval_tasks(embedder, variables,
+                                                        sparse=is_sparse(cfg)):
         if prefix not in by_prefix:
             continue  # the run's own test pairs: not a named set
-        k = min(depth + int(exclude is not None), len(c))
-        scores, ids = retrieve(q, c, k=k, similarity=cfg.eval.retrieval.similarity)
+        k = min(depth + int(exclude is not None), c.shape[0])
+        scores, ids = run_topk(cfg, q, c, k)
         out[prefix.rstrip("/")] = ranking(ids, scores, by_prefix[prefix], exclude), qrels
     return out
+
+
+def run_topk(cfg, q, c, k: int):
+    """``(scores, ids)`` ``[Q, k]``: the exact top ``k`` of run ``cfg``'s query features ``q`` in
+    its corpus features ``c``: through an inverted index for a splade run's term weights
+    (:func:`repr_jax.eval.sparse_retrieval.search`, ``O(postings touched)``), else by its
+    ``eval.retrieval.similarity`` (``O(Q N D)``)."""
+    if is_sparse(cfg):
+        from repr_jax.eval.sparse_retrieval import build_index, search
+        out = search(build_index(c), q, k)
+        return out.scores, out.ids
+    from repr_jax.eval.retrieval import retrieve
+    return retrieve(q, c, k=k, similarity=cfg.eval.retrieval.similarity)
 
 
 def _fused_per_query(name: str, sets: Sequence[str], ks: Sequence[int]) -> dict[str, dict]:
@@ -148,7 +163,8 @@ def _fused_per_query(name: str, sets: Sequence[str], ks: Sequence[int]) -> dict[
 def _per_query(name: str, sets: Sequence[str], ks: Sequence[int]) -> dict[str, dict]:
     """``{set name: {metric: [Q] values}}`` of one run (or BM25, or a pretrained model, or a
     fusion of them) on the named sets."""
-    from repr_jax.eval.retrieval import per_query_metrics, topk_metrics, without
+    from repr_jax.eval.retrieval import (per_query_metrics, retrieval_tasks, topk_metrics,
+                                         without)
     if fusion_parts(name) is not None:
         return _fused_per_query(name, sets, ks)
     kind = check_arm(name, label=name)
@@ -166,9 +182,17 @@ def _per_query(name: str, sets: Sequence[str], ks: Sequence[int]) -> dict[str, d
                                        per_query=True)
         return out
     embedder, variables, cfg = run_embedder(name, sets)
-    return {p.rstrip("/"): m for p, m in
-            per_query_metrics(embedder, variables, ks=ks,
-                              similarity=cfg.eval.retrieval.similarity)}
+    if not is_sparse(cfg):
+        return {p.rstrip("/"): m for p, m in
+                per_query_metrics(embedder, variables, ks=ks,
+                                  similarity=cfg.eval.retrieval.similarity)}
+    out = {}
+    for prefix, q, c, qrels, exclude in retrieval_tasks(embedder, variables, sparse=True):
+        extra = int(exclude is not None)
+        idx = run_topk(cfg, q, c, min(max(ks) + extra, c.shape[0]))[1]
+        out[prefix.rstrip("/")] = topk_metrics(without(idx, exclude) if extra else idx, qrels,
+                                               ks, per_query=True)
+    return out
 
 
 def run_embedder(run_dir: str, sets: Sequence[str]):
@@ -196,7 +220,7 @@ def run_candidates(run_dir: str):
     tokenizer, lengths and towers; exact search) on the set named like ``s``, or of a pretrained
     model (``minilm``, a sentence-transformers folder: over the set's texts): a reranker's
     first stage (``eval.rerank.first_stage=RUN_DIR``). Cost as :func:`compare` for one run."""
-    from repr_jax.eval.retrieval import retrieval_tasks, retrieve
+    from repr_jax.eval.retrieval import retrieval_tasks
     label = f"eval.rerank.first_stage={run_dir}"
     if check_arm(run_dir, label=label) == "pretrained":
         built = {}  # the model, read once for every set
@@ -212,14 +236,14 @@ def run_candidates(run_dir: str):
 
     def candidates(s, k: int):
         embedder, variables, cfg = run_embedder(run_dir, [s.source or s.name])
-        for prefix, q, c, _, _ in retrieval_tasks(embedder, variables):
+        for prefix, q, c, _, _ in retrieval_tasks(embedder, variables, sparse=is_sparse(cfg)):
             if prefix.rstrip("/") != s.name:
                 continue
-            if len(q) != len(s.queries) or len(c) != len(s.corpus):
-                raise ValueError(f"eval.rerank.first_stage={run_dir}: its {s.name} has {len(q)} "
-                                 f"queries and {len(c)} documents, this run's {len(s.queries)} "
-                                 f"and {len(s.corpus)}")
-            return retrieve(q, c, k=k, similarity=cfg.eval.retrieval.similarity)[1]
+            if q.shape[0] != len(s.queries) or c.shape[0] != len(s.corpus):
+                raise ValueError(f"eval.rerank.first_stage={run_dir}: its {s.name} has "
+                                 f"{q.shape[0]} queries and {c.shape[0]} documents, this run's "
+                                 f"{len(s.queries)} and {len(s.corpus)}")
+            return run_topk(cfg, q, c, k)[1]
         raise ValueError(f"eval.rerank.first_stage={run_dir}: no retrieval set {s.name}")
 
     return candidates
@@ -239,7 +263,8 @@ def compare(names: Sequence[str], *, sets: Sequence[str] = (),
     if len(names) < 2:
         raise ValueError("compare needs at least two runs (the first is the baseline)")
     ks = metric_cutoffs(metrics, option="--metrics")
-    kinds = {n: arm_kind(n, label=f"compare {n}") for n in names}
+    for n in names:  # every arm checked from its files before any work
+        arm_kind(n, label=f"compare {n}")
     if out is not None:
         out = files.check_output(out, flag="--out", inputs=())
         if out.suffix != ".csv":

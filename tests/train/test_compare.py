@@ -291,3 +291,69 @@ def test_fusion_arms_over_different_queries_or_malformed_are_one_line(tmp_path, 
     assert len(err) == 1 and err[0].startswith(
         "repr-jax: error: fusion of runs over different query sets: bm25 and bm25 differ at 1 "
         "of 12 queries (first at row 0:"), err
+
+
+# --------------------------------------------------------------------------------------------------
+# Issue 52: a splade run is an arm (its term weights searched through an inverted index), and a
+# run's own sparse or dense search is checked against its method before any work
+# --------------------------------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_a_splade_run_is_an_arm_a_fusion_part_and_a_first_stage(tmp_path):
+    from repr_jax.eval.fusion import Ranking, ranking_metrics, rrf
+    from repr_jax.eval.sparse_retrieval import build_index, search
+    from repr_jax.train.compare import _rankings, run_candidates, run_embedder
+    from repr_jax.eval.retrieval import retrieval_tasks
+    root = beir.synthetic_collection(tmp_path / "coll", num_docs=80, num_queries=16,
+                                     num_train=32, seed=5)
+    coll = f"beir:{root}"
+    cfg = C.Config(
+        seed=0, data=C.DataConfig(name=coll, max_len=24, data_dir=str(tmp_path / "tfds")),
+        encoder=C.EncoderConfig(name="text_transformer", width=16, depth=1, num_heads=2,
+                                mlp_dim=32),
+        method=C.MethodConfig(name="splade"), optim=C.OptimConfig(lr=1e-3, warmup_steps=0),
+        train=C.TrainConfig(batch_size=8, steps=2, ckpt_every=0, num_devices=1),
+        eval=C.EvalConfig(evaluators=("sparse_retrieval",), sets=(coll,), bootstrap=0,
+                          reference_rows=False))
+    run = tmp_path / "splade"
+    out = train_and_evaluate(cfg, run, progress=False, verbose=False)
+    own = {r["metric"]: r["value"] for r in out["eval_rows"]}
+    rows = compare(["bm25", str(run), f"rrf:bm25+{run}"], sets=[coll], metrics=("ndcg@10",),
+                   bootstrap=50)
+    arm = next(r for r in rows if r["run"] == str(run))
+    assert arm["value"] == pytest.approx(own["beir_coll/ndcg@10"], abs=1e-9)
+    # the fusion arm is RRF of BM25's and the run's own sparse search
+    parts = [_rankings(n, [coll], 100)["beir_coll"] for n in ("bm25", str(run))]
+    qrels = parts[0][1]
+    fused = ranking_metrics(rrf([p[0] for p in parts], top=100).ids, qrels, [10])
+    fusion = next(r for r in rows if r["run"].startswith("rrf:"))
+    assert fusion["value"] == pytest.approx(float(np.mean(fused["ndcg@10"])), abs=1e-9)
+    assert isinstance(parts[1][0], Ranking)
+    # as a reranker's first stage: the inverted index's top k of its term weights
+    s = eval_sets.beir(root, max_len=24, data_dir=str(tmp_path / "tfds"))
+    embedder, variables, _ = run_embedder(str(run), [coll])
+    _, q, c, _, _ = next(t for t in retrieval_tasks(embedder, variables, sparse=True)
+                         if t[0] == "beir_coll/")
+    np.testing.assert_array_equal(run_candidates(str(run))(s, 7), search(build_index(c), q, 7).ids)
+
+
+@pytest.mark.parametrize("method, evaluators, parts, says", [
+    ("biencoder", ("sparse_retrieval",), None,
+     "eval.evaluators' 'sparse_retrieval' searches a sparse encoder's term weights "
+     "(method.name=splade); a biencoder run gives dense vectors"),
+    ("biencoder", ("fusion",), ("sparse", "bm25"),
+     "eval.fusion.parts' 'sparse' searches a sparse encoder's term weights"),
+    ("splade", ("fusion",), ("dense", "bm25"),
+     "eval.fusion.parts: 'dense' searches a run's vectors; a splade run gives term weights: "
+     "give parts=('sparse', 'bm25')"),
+])
+def test_a_runs_own_search_must_fit_its_features(method, evaluators, parts, says):
+    from repr_jax.train.arms import check_own_search
+    cfg = C.Config(method=C.MethodConfig(name=method), eval=C.EvalConfig(evaluators=evaluators))
+    if parts:
+        cfg = C.override(cfg, [f"eval.fusion.parts={parts!r}"])
+    with pytest.raises(ValueError) as e:
+        check_own_search(cfg)
+    assert str(e.value).startswith(says) and "\n" not in str(e.value)
+    fine = C.override(cfg, ["eval.evaluators=('retrieval',)"])
+    check_own_search(fine)

@@ -199,9 +199,9 @@ def sparse_cases(tmp: Path) -> list[Case]:
     """Issue 52's battery: learned sparse retrieval and hybrid fusion — a BERT checkpoint with no
     MLM head (expand and encoder.init_from), FLOPS weights below 0, a splade run on image data,
     expand --workdir of a run that is not splade or no run, fusion of runs over different query
-    sets and malformed fusion arms, a dense run's fusion with a 'sparse' part. (No command writes
-    or reads a saved sparse index, so a tampered index file has no CLI case: tests cover
-    load_index.) Every output goes to ``w``."""
+    sets and malformed fusion arms, a run's own search that does not fit its features (a dense
+    run's 'sparse' part or sparse_retrieval, a splade run's 'dense' part), a tampered or
+    unfinished index (repr-jax search), an index of a dense run. Every output goes to ``w``."""
     w = ["--workdir", str(tmp / "w"), "--no-progress"]
     coll = f"beir:{tmp / 'sp_coll'}"
 
@@ -242,6 +242,21 @@ def sparse_cases(tmp: Path) -> list[Case]:
              ["train", "--config", str(tmp / "text_cfg.py"), *w, "--set",
               "eval.evaluators=('fusion',)", "--set", "eval.fusion.parts=('dense','sparse')",
               "--set", f"eval.sets=('{coll}',)"]),
+        Case("eval.fusion.parts=('sparse','bm25') of a biencoder run",
+             ["train", "--config", str(tmp / "text_cfg.py"), *w, "--set",
+              "eval.evaluators=('fusion',)", "--set", "eval.fusion.parts=('sparse','bm25')",
+              "--set", f"eval.sets=('{coll}',)"]),
+        Case("eval.fusion.parts=('dense','bm25') of a splade run",
+             splade("eval.evaluators=('fusion',)", "eval.fusion.parts=('dense','bm25')")),
+        Case("search an index whose weights.npy was truncated",
+             ["search", str(tmp / "sp_index_cut"), "cat"]),
+        Case("search an index whose documents.txt was edited",
+             ["search", str(tmp / "sp_index_edited"), "cat"]),
+        Case("search an index whose building was killed (no meta.json)",
+             ["search", str(tmp / "sp_index_killed"), "cat"]),
+        Case("index --workdir a biencoder run",
+             ["index", str(tmp / "sp_docs.txt"), "--workdir", str(tmp / "sp_dense"), "--out",
+              str(tmp / "w" / "ix"), "--no-progress"]),
     ]
     for r in rows:
         r.battery = 52
@@ -951,6 +966,14 @@ def _prepare_sparse(tmp: Path) -> None:
           "train.steps=2", "--set", "eval.evaluators=()"])
     (tmp / "sp_patch").mkdir()
     (tmp / "sp_patch" / "sitecustomize.py").write_text(ALTERED_QUERIES.format())
+    (tmp / "sp_docs.txt").write_text(_lines(" ".join(rng.choice(words, 6)) for _ in range(30)))
+    for name in ("sp_index_cut", "sp_index_edited", "sp_index_killed"):
+        _cli(["index", str(tmp / "sp_docs.txt"), "--init-from", str(tmp / "mlm"), "--out",
+              str(tmp / name), "--no-progress"])
+    weights = tmp / "sp_index_cut" / "weights.npy"
+    weights.write_bytes(weights.read_bytes()[:-4])
+    (tmp / "sp_index_edited" / "documents.txt").write_text("another text\n")
+    (tmp / "sp_index_killed" / "meta.json").unlink()
 
 
 def _prepare_readme(tmp: Path, rows: list[dict]) -> None:

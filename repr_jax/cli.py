@@ -349,6 +349,34 @@ def _parser() -> argparse.ArgumentParser:
                     help="over the tokens (default: max, as SPLADE v2, with --init-from; the "
                          "run's method.pooling with --workdir)")
 
+    ix = sub.add_parser("index", help="a collection's SPLADE term weights as an inverted index "
+                        "(search)", description="Encode each non-empty line of DOCUMENTS (UTF-8, "
+                        "one document a line) with a splade run (--workdir, its latest "
+                        "checkpoint) or a BERT masked LM (--init-from) and write the inverted "
+                        "index, the texts and the model's name into --out, each file with its "
+                        "digest (repr-jax search reads them, refusing any that differs).")
+    ix.add_argument("documents", metavar="DOCUMENTS", help="UTF-8 text, one document a line")
+    ix.add_argument("--out", required=True, metavar="DIR",
+                    help="the index folder written (new, or an index's own)")
+    index_source = ix.add_mutually_exclusive_group(required=True)
+    index_source.add_argument("--workdir", metavar="RUN", help="a method.name=splade run")
+    index_source.add_argument("--init-from", metavar="DIR|splade_tiny",
+                              help="a BertForMaskedLM folder or splade_tiny (SPLADE's max "
+                                   "pooling)")
+    ix.add_argument("--batch-size", type=_at_least(1), default=32,
+                    help="texts encoded at once (default 32)")
+    ix.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+    se = sub.add_parser("search", help="query an index that repr-jax index wrote",
+                        description="Encode each QUERY with the model that built the index (a "
+                        "splade run's query side) and print its exact top --top documents by "
+                        "impact scoring: rank, score, document number (the indexed file's "
+                        "non-empty lines from 1) and text.")
+    se.add_argument("index", metavar="INDEX", help="a folder repr-jax index wrote")
+    se.add_argument("queries", nargs="+", metavar="QUERY")
+    se.add_argument("--top", type=_at_least(1), default=10,
+                    help="documents printed per query (default 10)")
+
     c = sub.add_parser("compare", help="paired bootstrap differences between runs' retrieval",
                        description="Embed the same queries of each retrieval set with every run "
                        "(its own tokenizer, lengths and prefixes) and test each run against the "
@@ -698,6 +726,25 @@ def _expand_run(args):
     return weights_V, types.SimpleNamespace(tokenizer=tokenizer)
 
 
+def _index(args) -> int:
+    from repr_jax.train.sparse_index import build
+    size = build(args.documents, args.out, workdir=args.workdir, init_from=args.init_from,
+                 batch_size=args.batch_size, progress=not args.no_progress)
+    n = size["documents"]
+    print(f"{args.out}: {n} document{'s' * (n != 1)}, {size['doc_nnz']:.1f} non-zero terms and "
+          f"{size['bytes_per_doc']:.0f} bytes each")
+    return 0
+
+
+def _search(args) -> int:
+    from repr_jax.train.sparse_index import search
+    for query, hits in zip(args.queries, search(args.index, args.queries, k=args.top)):
+        print(f"{query}" + ("" if hits else "\t(no document shares a term)"))
+        for rank, (number, score, text) in enumerate(hits, 1):
+            print(f"  {rank}\t{score:.4f}\t#{number}\t{text[:100]}")
+    return 0
+
+
 def _mine(args) -> int:
     from repr_jax.train.mine import mine
     mine(data=args.data, out=args.out, workdir=args.workdir, init_from=args.init_from,
@@ -803,6 +850,7 @@ def main(argv: list[str] | None = None) -> int:
         return {"train": _train, "eval": _eval, "sweep": _sweep, "study": _study,
                 "fit": _fit, "export": _export, "list": _list, "mine": _mine,
                 "compare": _compare, "score": _score, "expand": _expand,
+                "index": _index, "search": _search,
                 "activations": _activations, "features": _features,
                 "steer": _steer, "concepts": _concepts}[args.command](args)
     except BrokenPipeError:  # `repr-jax ... | head`: the reader left; no traceback for that

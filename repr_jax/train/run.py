@@ -80,6 +80,11 @@ def load_eval_sets(cfg: Config, dataset: data.Dataset) -> list:
     run's text, latent sets drawn through the run's latent-class map."""
     from repr_jax.data import eval_sets
     from repr_jax.data.tokenizer import Sides, TextData
+    from repr_jax.train.arms import check_own_search
+    try:
+        check_own_search(cfg)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
     d, out = cfg.data, []
     for name in cfg.eval.sets:
         if name.startswith("beir:") or name in eval_sets.TEXT_SETS:
@@ -96,11 +101,6 @@ def load_eval_sets(cfg: Config, dataset: data.Dataset) -> list:
                                   f"dataset {d.name!r} is not latent_classes/latent_modalities")
             out.append(eval_sets.load_eval_set(name, **({"num_classes": d.num_classes}
                                                         if d.num_classes else {})))
-    from repr_jax.train.arms import check_own_search
-    try:
-        check_own_search(cfg)
-    except ValueError as e:
-        raise ConfigError(str(e)) from None
     if "rerank" in cfg.eval.evaluators:  # before training: a depth no set can give, a first
         from repr_jax.eval.rerank import check_rerank  # stage that is not one
         from repr_jax.train.arms import check_first_stage

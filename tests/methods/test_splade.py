@@ -1,7 +1,9 @@
 """SPLADE (``method.name=splade``): FLOPS and its warm-up by hand, the loss equals its formula on a
 batch, ``encoder.init_from`` loads the MLM head (a run's features at step 0 are
 ``splade_encode``'s), a tiny run trains and is searched by ``sparse_retrieval``, and bad inputs
-are one line."""
+are one line. Inference-free queries (``method.query_encoder``): IDF by hand, a query's vector is
+``presence * idf``, as sentence-transformers' ``SparseStaticEmbedding``; ``idf`` keeps the table,
+``learned`` trains it, a run restores it."""
 
 import json
 
@@ -134,24 +136,29 @@ def test_init_from_an_mlm_checkpoint_gives_its_splade_weights_at_step_zero(tiny)
     np.testing.assert_array_equal(head["bias"], loaded.params["head"]["bias"])
 
 
-@needs_splade
-def test_init_from_splade_tiny_features_equal_splade_encode(tmp_path):
-    """The run's embedder (what sparse_retrieval searches) at step 0 gives SPLADE-tiny's own
-    term weights (measured 3.9e-6 apart, weights up to 2.8)."""
-    from repr_jax.eval import Embedder
+def _splade_tiny_config(folder, *extra):
+    """SPLADE-tiny's sizes and vocabulary (``encoder.init_from=splade_tiny``) on 81 pairs."""
     topics = ["france", "paris", "cats", "dogs", "plants", "rivers", "music", "bread", "stars"]
-    with open(tmp_path / "pairs.jsonl", "w") as f:
+    with open(folder / "pairs.jsonl", "w") as f:
         for a in topics:
             for b in topics:
                 f.write(json.dumps({"query": f"what do {a} and {b} have in common",
                                     "positive": f"{a} and {b} are both nouns"}) + "\n")
     cfg = C.Config(
-        data=C.DataConfig(name=f"pairs:{tmp_path / 'pairs.jsonl'}", max_len=32,
-                          data_dir=str(tmp_path / "tfds"), tokenizer="minilm"),
+        data=C.DataConfig(name=f"pairs:{folder / 'pairs.jsonl'}", max_len=32,
+                          data_dir=str(folder / "tfds"), tokenizer="minilm"),
         encoder=C.EncoderConfig(name="text_transformer", width=128, depth=2, num_heads=2,
                                 mlp_dim=512, init_from="splade_tiny"),
         method=C.MethodConfig(name="splade"), train=C.TrainConfig(batch_size=4, num_devices=1))
-    _, _, method, state = build_run(cfg)
+    return C.override(cfg, list(extra))
+
+
+@needs_splade
+def test_init_from_splade_tiny_features_equal_splade_encode(tmp_path):
+    """The run's embedder (what sparse_retrieval searches) at step 0 gives SPLADE-tiny's own
+    term weights (measured 3.9e-6 apart, weights up to 2.8)."""
+    from repr_jax.eval import Embedder
+    _, _, method, state = build_run(_splade_tiny_config(tmp_path))
     loaded = load_mlm("splade_tiny")
     texts = ["what is the capital of france", "paris is the largest city of france", "cats"]
     ids = np.asarray(loaded.tokenizer.encode(texts, max_len=32).ids)
@@ -250,3 +257,174 @@ def test_loss_equals_sentence_transformers_splade_loss(objective):
                                rtol=1e-6)
     total = sum(float(ref[f"{objective}_{k}"]) for k in ("base", "query", "document"))
     np.testing.assert_allclose(value, total, rtol=1e-6)
+
+
+# --------------------------------------------------------------------------------------------------
+# Inference-free queries: method.query_encoder=idf / learned
+# --------------------------------------------------------------------------------------------------
+
+# Four documents over a 10-token vocabulary whose ids 0-4 are [PAD] [UNK] [CLS] [SEP] [MASK]
+# (tiny_mlm's VOCAB order): token 5 is in docs 0 and 2, 6 in 0 and 1, 7 in 1, 8 in 3 (three
+# times), 9 in none; [UNK] in doc 2 and [CLS]/[SEP]/padding everywhere are not counted.
+DOCS = np.array([[2, 5, 6, 5, 3, 0],
+                 [2, 6, 7, 3, 0, 0],
+                 [2, 5, 1, 3, 0, 0],
+                 [2, 8, 8, 8, 3, 0]], np.int32)
+# idf = log(1 + (N - df + 0.5) / (df + 0.5)), N = 4: df 2 -> log 2, df 1 -> log(10/3),
+# df 0 -> log 10
+IDF = np.array([0, 0, 0, 0, 0, np.log(2), np.log(2), np.log(10 / 3), np.log(10 / 3),
+                np.log(10)], np.float32)
+
+
+def test_idf_table_by_hand():
+    from repr_jax.methods.splade import document_frequencies, idf_table, special_ids
+    specials = special_ids(VOCAB)
+    assert specials == (0, 1, 2, 3, 4)
+    np.testing.assert_array_equal(document_frequencies(DOCS, 10, ignore=specials),
+                                  [0, 0, 0, 0, 0, 2, 2, 1, 1, 0])
+    np.testing.assert_array_equal(document_frequencies(DOCS, 10, ignore=specials, chunk=3),
+                                  [0, 0, 0, 0, 0, 2, 2, 1, 1, 0])  # rows read 3 at a time
+    np.testing.assert_allclose(idf_table(DOCS, 10, ignore=specials), IDF, rtol=1e-6)
+    assert idf_table(DOCS, 10, ignore=specials).dtype == np.float32
+
+
+def test_a_static_query_vector_is_presence_times_idf():
+    from repr_jax.methods.splade import static_query_weights
+    # row 0: 7 twice and 5 once; row 1: [MASK] (4) is special, 9 is in no document
+    ids = jnp.array([[2, 7, 7, 5, 3, 0], [2, 4, 9, 3, 0, 0]], jnp.int32)
+    want = np.zeros((2, 10), np.float32)
+    want[0, 5], want[0, 7], want[1, 9] = IDF[5], IDF[7], IDF[9]
+    for f in (static_query_weights, jax.jit(static_query_weights, static_argnames="ignore")):
+        got = np.asarray(f(ids, jnp.asarray(IDF), ignore=(0, 1, 2, 3, 4)))
+        np.testing.assert_array_equal(got, want)
+    # relu keeps the weights >= 0 (a learned entry below 0 drops out)
+    table = jnp.asarray(IDF).at[5].set(-1.0)
+    assert float(static_query_weights(ids, table, ignore=(0, 1, 2, 3, 4))[0, 5]) == 0.0
+
+
+def test_static_queries_equal_sentence_transformers_sparse_static_embedding():
+    """sentence-transformers 5's ``SparseStaticEmbedding.forward`` written out in numpy: token
+    ids without special tokens, padded with 0 under an attention mask, ``presence.scatter_(1,
+    input_ids, attention_mask) * weight``. Ours reads the same ids with [CLS] ... [SEP] around
+    them and the special tokens ignored: the same vectors."""
+    from repr_jax.methods.splade import static_query_weights
+    rng = np.random.default_rng(0)
+    b, t, v, specials = 8, 12, 50, (0, 1, 2, 3, 4)
+    lengths = rng.integers(1, t + 1, b)
+    mask_BxT = (np.arange(t)[None] < lengths[:, None]).astype(np.int64)
+    st_ids_BxT = np.where(mask_BxT, rng.integers(5, v, (b, t)), 0)  # duplicates likely
+    weight_V = rng.uniform(0.1, 3.0, v).astype(np.float32)
+    presence_BxV = np.zeros((b, v), np.int64)
+    for i in range(b):
+        for j in range(t):
+            presence_BxV[i, st_ids_BxT[i, j]] = mask_BxT[i, j]
+    want = presence_BxV * weight_V
+    ours_BxT = np.zeros((b, t + 2), np.int32)  # [CLS] tokens [SEP] then padding
+    for i in range(b):
+        ours_BxT[i, :lengths[i] + 2] = [2, *st_ids_BxT[i, :lengths[i]], 3]
+    got = static_query_weights(jnp.asarray(ours_BxT), jnp.asarray(weight_V), ignore=specials)
+    np.testing.assert_array_equal(np.asarray(got), want.astype(np.float32))
+
+
+@pytest.mark.parametrize("query_encoder", ["idf", "learned"])
+def test_static_queries_in_a_run_idf_fixed_learned_trained(tiny, query_encoder):
+    """The run's table starts at the train documents' IDF; ``embed_query`` is ``presence *
+    table``, ``embed`` (the documents') stays the MLM encoder's; the loss reads the static
+    queries; one optimizer step leaves the ``idf`` table as it was (zero gradient) and moves the
+    ``learned`` one."""
+    from repr_jax.methods.splade import (QUERY_TABLE, idf_table, special_ids,
+                                         static_query_weights)
+    from repr_jax.train.step import configured_step
+    cfg = _config(tiny, f"method.query_encoder={query_encoder}", "method.flops_query=0")
+    dataset = load_dataset(cfg)
+    method = build_method(cfg, dataset)
+    state = init_state(cfg, method, {k: v[:2] for k, v in dataset.splits["train"].items()},
+                       make_mesh(1))
+    specials = special_ids(dataset.vocab)
+    idf = idf_table(dataset.splits["train"]["x_pos"], len(VOCAB), ignore=specials)
+    table = np.asarray(state.params[QUERY_TABLE])
+    np.testing.assert_array_equal(table, idf)
+    assert (table[list(specials)] == 0).all() and (table[5:] > 0).all()
+
+    batch = jax.tree.map(np.asarray, data.BatchStream(dataset.splits["train"], batch_size=16,
+                                                      seed=0).batch(0))
+    q = np.asarray(method.embed_query(state.variables, batch["x"]))
+    presence = np.zeros_like(q)
+    for i, row in enumerate(batch["x"]):
+        presence[i, [t for t in row if t not in specials]] = 1.0
+    np.testing.assert_array_equal(q, presence * idf)
+    d_mlm = np.asarray(method.embed(state.variables, batch["x"]))
+    assert not np.allclose(d_mlm, q)  # documents (and embed) are still the MLM encoder's
+
+    hp = hyperparams(cfg)
+    _, (_, _, metrics) = method.loss(state.params, {}, state.extra, batch,
+                                     jax.random.PRNGKey(0), hp["method"])
+    np.testing.assert_allclose(float(metrics["flops_query"]),
+                               np.sum(q.mean(0) ** 2), rtol=1e-5)
+    np.testing.assert_array_equal(
+        np.asarray(static_query_weights(jnp.asarray(batch["x"]), jnp.asarray(idf),
+                                        ignore=specials)), q)
+
+    def loss(params):
+        return method.loss(params, {}, state.extra, batch, jax.random.PRNGKey(0),
+                           hp["method"])[0]
+    grad = np.asarray(jax.grad(loss)(state.params)[QUERY_TABLE])
+    new_state, _ = jax.jit(configured_step(cfg, method))(state, batch, hp)
+    new_table = np.asarray(new_state.params[QUERY_TABLE])
+    if query_encoder == "idf":
+        assert not grad.any()
+        np.testing.assert_array_equal(new_table, idf)
+    else:
+        assert np.abs(grad).sum() > 0
+        assert not grad[list(specials)].any()  # specials are never present: no gradient
+        assert np.abs(new_table - idf).max() > 1e-4
+        np.testing.assert_array_equal(new_table[list(specials)], 0.0)
+
+
+def test_a_static_query_option_is_one_line_when_bad(tiny):
+    with pytest.raises(ConfigError, match="method.query_encoder") as e:
+        C.override(_config(tiny, init=False), ["method.query_encoder=bm25"])
+    assert "\n" not in str(e.value)
+
+
+@needs_splade
+def test_init_from_splade_tiny_with_static_queries_keeps_the_idf_table(tmp_path):
+    """SPLADE-tiny's checkpoint has no query table: the encoder and head load, the table is the
+    data's IDF."""
+    from repr_jax.encoders.pretrained import read_mlm_weights
+    from repr_jax.encoders.mlm import resolve
+    from repr_jax.methods.splade import QUERY_TABLE, idf_table, special_ids
+    cfg, dataset, method, state = build_run(_splade_tiny_config(tmp_path,
+                                                                "method.query_encoder=learned"))
+    params = jax.device_get(state.params)
+    want = idf_table(dataset.splits["train"]["x_pos"], 30522, ignore=special_ids(dataset.vocab))
+    np.testing.assert_array_equal(params[QUERY_TABLE], want)
+    head = read_mlm_weights(resolve("splade_tiny")).head
+    np.testing.assert_array_equal(params["mlm_head"]["bias"], head["params/bias"])
+    ids = dataset.splits["test"]["x"][:3]
+    q = np.asarray(method.embed_query(state.variables, ids))
+    for row, ids_T in zip(q, ids):  # the query's distinct tokens, the specials left out
+        assert set(np.flatnonzero(row)) == {int(t) for t in ids_T if want[t] > 0}
+
+
+@pytest.mark.slow
+def test_a_tiny_run_with_learned_static_queries_is_searched_and_restores_its_table(tiny,
+                                                                                   tmp_path):
+    from repr_jax.methods.splade import QUERY_TABLE, idf_table, special_ids
+    from repr_jax.train import train_and_evaluate
+    from repr_jax.train.run import load_trained
+    cfg = _config(tiny, "method.query_encoder=learned", "method.flops_query=0", "optim.lr=1e-2")
+    out = train_and_evaluate(cfg, tmp_path / "run", progress=False, verbose=False)
+    ours = {r["metric"]: r["value"] for r in out["eval_rows"]}
+    assert {"ndcg@10", "recall@10", "query_nnz", "doc_nnz", "flops"} <= set(ours)
+    assert 0 < ours["query_nnz"] <= 3  # a query's own distinct words (3 a query), no expansion
+    logged = [json.loads(line) for line in open(tmp_path / "run" / "metrics.jsonl")]
+    assert all(np.isfinite(m["loss"]) for m in logged)
+    assert all(m["query_nnz"] <= 3 for m in logged)
+    trained = np.asarray(jax.device_get(out["state"].params)[QUERY_TABLE])
+    _, dataset, _, state = load_trained(tmp_path / "run")
+    idf = idf_table(dataset.splits["train"]["x_pos"], len(VOCAB),
+                    ignore=special_ids(dataset.vocab))
+    assert np.abs(trained - idf).max() > 1e-3  # it trained
+    np.testing.assert_array_equal(np.asarray(jax.device_get(state.params)[QUERY_TABLE]),
+                                  trained)

@@ -156,10 +156,7 @@ def splade_run(run: Path, data: str, root: Path, args, *, steps: int, frozen: bo
     queries by the sparse_retrieval and fusion evaluators."""
     if _finished(run):
         return run
-    from repr_jax.encoders.mlm import splade_tiny_dir
-    # the wheel's folder, not the name splade_tiny: `repr-jax train` turns that name into
-    # ./splade_tiny (repr_jax/train/run.py: NAMED_PATHS lacks it)
-    sets = [f"encoder.init_from={splade_tiny_dir()}", *SPLADE_TINY, f"data.name={data}", f"data.max_len={args.max_len}",
+    sets = ["encoder.init_from=splade_tiny", *SPLADE_TINY, f"data.name={data}", f"data.max_len={args.max_len}",
             f"data.data_dir={run.parent.parent / 'tfds'}",
             "method.objective=info_nce", "method.temperature=1.0",
             f"method.flops_warmup={max(1, steps // 3)}",
@@ -217,13 +214,15 @@ def distilled_run(workdir: Path, root: Path, args) -> Path:
 # --------------------------------------------------------------------------------------------------
 
 def splade_weights(run: Path, s):
-    """``(queries [Q, V], documents [N, V])`` term weights of a splade run on set ``s``."""
+    """``(queries [Q, V], documents [N, V])`` term weights (scipy CSR) of a splade run on set
+    ``s``: its query side, and its document side a batch at a time made sparse."""
     from repr_jax.eval import Embedder
     from repr_jax.train import load_trained
-    _, _, method, state = load_trained(run)
-    emb = Embedder(method.embed, {}, batch_size=128, pad_id=0)
-    return (np.asarray(emb.embed(state.variables, s.queries, "x")),
-            np.asarray(emb.embed(state.variables, s.corpus, "x")))
+    _, _, method, state = load_trained(run, text_only=True)
+    emb = Embedder(method.embed, {}, batch_size=128, pad_id=0, query_fn=method.embed_query,
+                   pos_fn=method.embed_pos)
+    return (emb.embed(state.variables, s.queries, "query", sparse=True),
+            emb.embed(state.variables, s.corpus, "pos", sparse=True))
 
 
 def per_query_arms(workdir: Path, root: Path, runs: dict[str, Path], args):

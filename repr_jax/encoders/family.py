@@ -22,7 +22,10 @@ class Family:
     the section's own fields); ``check(section, input_shape, dataset_name)`` raises a one-line
     ValueError for sizes the inputs refute, in the config's key names; ``lora_layers``: the
     dense layers that can take LoRA adapters (``lora_default`` when ``optim.lora_targets`` is
-    empty); none: the family takes no adapters."""
+    empty); none: the family takes no adapters; ``mixed_precision``: its GEMMs follow
+    ``encoders.precision``'s policy, so ``train.compute_dtype=bfloat16`` keeps its parameters
+    float32 and takes bfloat16 GEMMs with float32 results (else the step casts parameters and
+    inputs to bfloat16)."""
     module: type
     variants: dict[str, dict[str, Any]]
     section: type
@@ -33,6 +36,7 @@ class Family:
     check: Callable[..., None] | None = None
     lora_layers: tuple[str, ...] = ()
     lora_default: tuple[str, ...] = ()
+    mixed_precision: bool = False
 
     def __post_init__(self):
         if self.reads not in READS:

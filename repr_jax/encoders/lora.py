@@ -19,6 +19,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from repr_jax.encoders import precision
+
 ADAPTERS = ("lora_a", "lora_b")
 
 
@@ -51,20 +53,23 @@ class LoRADense(nn.Module):
             key, shape, dtype, -bound, bound), (x.shape[-1], self.rank))
         b = self.param("lora_b", nn.initializers.zeros, (self.rank, self.features))
         x, kernel, a, b = nn.dtypes.promote_dtype(x, kernel, a, b)
-        y = x @ kernel + ((x @ a) @ b) * jnp.asarray(self.scale, x.dtype)
+        mm = precision.matmul  # ``x @ w``, or bfloat16 in / float32 out under precision.mixed()
+        y = mm(x, kernel) + mm(mm(x, a), b) * jnp.asarray(self.scale, x.dtype)
         if self.use_bias:
-            y = y + self.param("bias", nn.initializers.zeros, (self.features,)).astype(y.dtype)
+            bias = self.param("bias", nn.initializers.zeros, (self.features,)).astype(y.dtype)
+            y = y + bias.reshape((1,) * (y.ndim - 1) + (-1,))  # as nn.Dense (explicit rank)
         return y
 
 
 def dense_factory(lora: LoRA | None, default_targets: tuple[str, ...]):
-    """``dense(features, name, use_bias=True)``: a LoRADense for targeted names, else nn.Dense."""
+    """``dense(features, name, use_bias=True)``: a LoRADense for targeted names, else nn.Dense;
+    both follow the mixed-precision policy (:mod:`repr_jax.encoders.precision`)."""
     targets = (lora.targets or default_targets) if lora and lora.rank else ()
 
     def dense(features: int, name: str, use_bias: bool = True) -> nn.Module:
         if name in targets:
             return LoRADense(features, use_bias, lora.rank, lora.scale, name=name)
-        return nn.Dense(features, use_bias=use_bias, name=name)
+        return nn.Dense(features, use_bias=use_bias, name=name, **precision.dense_kwargs())
     return dense
 
 

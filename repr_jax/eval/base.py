@@ -72,6 +72,9 @@ class Embedder:
     (:mod:`repr_jax.data.eval_sets`) that evaluators pick by ``kind``. ``scratch_dir``: where
     evaluators keep temporary files (late interaction's token index; default the system's
     temporary folder), so that a killed run's are removed by the next (:mod:`repr_jax.files`).
+    ``precision`` (``"float32"``, ``"bfloat16"``, ``"auto"``: :func:`repr_jax.encoders.precision.
+    resolve`): bfloat16 traces each function under :func:`repr_jax.encoders.precision.mixed`
+    (the text transformer's products: bfloat16 inputs, float32 results).
     """
 
     def __init__(self, predict_fn: PredictFn, splits: dict[str, dict[str, np.ndarray]], *,
@@ -81,8 +84,12 @@ class Embedder:
                  progress: str = "", pad_id: int | None = None,
                  score_fn: Callable | None = None, token_fns: dict | None = None,
                  scratch_dir: str | Path | None = None,
-                 reconstruct_fn: PredictFn | None = None):
+                 reconstruct_fn: PredictFn | None = None, precision: str = "float32"):
+        from repr_jax.encoders import precision as precision_lib
         self.splits = splits
+        # "bfloat16": each function is traced under precision.mixed() (the text transformer's
+        # products take bfloat16 inputs, float32 results); "auto" where the CPU has bf16 dots
+        self.precision = precision_lib.resolve(precision)
         self.score_fn = score_fn  # (variables, q_ids, d_ids) -> [B]: a model that scores pairs
         self.token_fns = token_fns  # {"query"|"doc": (variables, ids) -> (vectors, mask)}
         self.pad_id = pad_id  # token ids: the padding value whose trailing columns are cut off
@@ -130,7 +137,8 @@ class Embedder:
         if self._fns[which] is None:
             raise ValueError(f"this embedder has no {which!r} function")
         if which not in self._jitted:
-            self._jitted[which] = jax.jit(self._fns[which])
+            self._jitted[which] = jax.jit(self._fns[which] if self.precision == "float32" else
+                                          _under_mixed(self._fns[which]))
         bs = self.batch_for(x)
         chunks = (x.chunks(bs) if _streamed(x) else
                   (x[start:start + bs] for start in range(0, len(x), bs)) if rows is None else
@@ -206,6 +214,8 @@ class Embedder:
         x = np.ascontiguousarray(np.asarray(x))
         digest = hashlib.blake2b(x.view(np.uint8).reshape(-1), digest_size=16)
         digest.update(f"{x.dtype}{x.shape}{self.batch_size}".encode())
+        if self.precision != "float32":  # bfloat16 features are not float32's (float32: as was)
+            digest.update(self.precision.encode())
         return self.cache_dir / f"{which}-{digest.hexdigest()}.npz"
 
     def __call__(self, variables: Any) -> dict[str, tuple[jax.Array, jax.Array]]:
@@ -217,6 +227,17 @@ class Embedder:
         """An embedder whose features are ``transform(features)``: one layer (``which="layers"``,
         ``transform=lambda t: t[i]``) or an embedding prefix (``lambda f: f[:, :d]``)."""
         return EmbedderView(self, transform, which)
+
+
+def _under_mixed(fn: Callable) -> Callable:
+    """``fn`` traced under :func:`repr_jax.encoders.precision.mixed` (entered inside the jitted
+    function: a jit cache does not key on the policy)."""
+    from repr_jax.encoders import precision as precision_lib
+
+    def mixed_fn(*args):
+        with precision_lib.mixed():
+            return fn(*args)
+    return mixed_fn
 
 
 def _by_length(x: np.ndarray, pad_id: int) -> np.ndarray | None:

@@ -655,6 +655,9 @@ def _train(args) -> int:
         raise ConfigError("a multi-host run needs --workdir (the same path, on shared storage, "
                           "for every process)")
     print(f"workdir: {workdir}", flush=True)
+    from repr_jax.train.step import precision_line
+    if (line := precision_line(cfg)) is not None:
+        print(line, flush=True)
     from repr_jax.train import train_and_evaluate
     train_and_evaluate(cfg, workdir, progress=not args.no_progress)
     return 0

@@ -124,6 +124,23 @@ def train_step(state: TrainState, batch: dict, hp: Any, *, method: Method,
     return new_state, metrics
 
 
+def precision_line(cfg) -> str | None:
+    """What a run prints first about its precision: None for float32; for bfloat16, which
+    path its encoder takes (:func:`configured_step`) and whether the machine has fast bfloat16
+    dot products (:func:`repr_jax.encoders.precision.bfloat16_is_fast`)."""
+    if cfg.train.compute_dtype == "float32":
+        return None
+    from repr_jax.encoders import FAMILIES
+    family = FAMILIES.get(cfg.encoder.name)
+    fast = ("this machine has fast bfloat16 dot products" if precision.bfloat16_is_fast() else
+            "this machine reports no bfloat16 dot products: expect no speed-up")
+    if family and family.mixed_precision:
+        return (f"precision: bfloat16 GEMMs with float32 results ({cfg.encoder.name}; "
+                f"parameters, optimizer state and elementwise work float32); {fast}")
+    return (f"precision: bfloat16 copies of the parameters and inputs ({cfg.encoder.name} is not "
+            f"on the mixed-precision policy yet; parameters and optimizer state float32); {fast}")
+
+
 def configured_step(cfg, method: Method):
     """``step(state, batch, hp)``: :func:`train_step` with ``cfg``'s structural settings and its
     optimizer bound (what the single-run and population steps jit)."""

@@ -268,3 +268,19 @@ def test_embedder_in_bfloat16_traces_under_the_policy(tmp_path):
     np.testing.assert_array_equal(first, f32)
     np.testing.assert_array_equal(again, bf16)
     assert len(list(cache.glob("x-*.npz"))) == 2
+
+
+def test_a_run_says_which_precision_it_takes(monkeypatch):
+    from repr_jax import config as C
+    from repr_jax.encoders import precision
+    from repr_jax.train.step import precision_line
+    text = C.Config(encoder=C.EncoderConfig(name="text_transformer"))
+    assert precision_line(text) is None
+    monkeypatch.setattr(precision, "bfloat16_is_fast", lambda: True)
+    line = precision_line(C.override(text, ["train.compute_dtype=bfloat16"]))
+    assert line.startswith("precision: bfloat16 GEMMs with float32 results (text_transformer;")
+    assert line.endswith("this machine has fast bfloat16 dot products")
+    monkeypatch.setattr(precision, "bfloat16_is_fast", lambda: False)
+    line = precision_line(C.override(C.Config(), ["train.compute_dtype=bfloat16"]))
+    assert "bfloat16 copies of the parameters and inputs (cnn is not on the mixed-precision " \
+           "policy yet" in line and line.endswith("expect no speed-up")

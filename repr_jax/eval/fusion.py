@@ -312,9 +312,9 @@ def leave_out(r: Ranking, exclude) -> Ranking:
 
 class Fusion(Evaluator):
     """Hybrid retrieval within one run: its ``parts`` (the run's own search, dense over its
-    vectors or sparse over a splade run's term weights, and BM25 over the set's texts), each to ``depth`` candidates, fused by each
-    of ``methods`` (:func:`rrf`, :func:`convex`) on every retrieval task that has what the
-    parts need (BM25: a text set). Rows: ``set/<part>/<metric>`` and ``set/<method>/<metric>``
+    vectors or sparse over a splade run's term weights, and BM25 over the set's texts), each to
+    ``depth`` candidates, fused by each of ``methods`` (:func:`rrf`, :func:`convex`) on every
+    retrieval task that has what the parts need (BM25: a text set). Rows: ``set/<part>/<metric>`` and ``set/<method>/<metric>``
     with bootstrap intervals, and ``set/<method>_gain/<metric>``: the fusion minus the best
     part on that metric (by mean), a paired bootstrap interval over the same queries.
 

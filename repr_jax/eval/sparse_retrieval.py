@@ -296,7 +296,9 @@ def save_index(index: SparseIndex, folder: str | Path) -> Path:
     return folder
 
 
-def _read_verified(path: Path) -> bytes:
+def read_verified(path: Path) -> bytes:
+    """The bytes of an index folder's file, checked against its digest: a missing, unverified or
+    differing file is a one-line ValueError naming it. Time ``O(size)``."""
     data, why = files.verified(path)
     if data is None:
         why = why or "missing"
@@ -311,7 +313,7 @@ def load_index(folder: str | Path) -> SparseIndex:
     one-line ValueError naming the file, and nothing is used. Time ``O(nnz + V)``."""
     folder = Path(folder)
     try:
-        meta = json.loads(_read_verified(folder / META))
+        meta = json.loads(read_verified(folder / META))
     except json.JSONDecodeError as e:
         raise ValueError(f"{folder / META}: not JSON ({files.first_line(e)})") from None
     if meta.get("format") != FORMAT or meta.get("version") != VERSION:
@@ -319,7 +321,7 @@ def load_index(folder: str | Path) -> SparseIndex:
     arrays = {}
     for name in (OFFSETS, DOC_IDS, WEIGHTS):
         try:
-            arrays[name] = np.load(io.BytesIO(_read_verified(folder / name)),
+            arrays[name] = np.load(io.BytesIO(read_verified(folder / name)),
                                    allow_pickle=False)
         except ValueError as e:
             if str(folder / name) in str(e):

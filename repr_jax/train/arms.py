@@ -17,8 +17,8 @@ ARM_CHOICES = ("a text bi-encoder run (method biencoder, clip or siglip on text)
 
 def check_arm(name: str, *, label: str) -> str:
     """``"bm25"``, ``"pretrained"`` (``minilm`` or a sentence-transformers folder) or ``"run"``
-    (a text bi-encoder or splade run directory: :func:`is_sparse` tells them apart) for a compare arm or a reranker's first stage, checked from
-    its files alone (no weights read): anything else is a one-line ValueError starting with
+    (a text bi-encoder or splade run directory: :func:`is_sparse` tells them apart) for a
+    compare arm or a reranker's first stage, checked from its files alone (no weights read): anything else is a one-line ValueError starting with
     ``label`` (the option and the value given) that says why."""
     if name == BM25_NAME:
         return "bm25"

@@ -134,14 +134,6 @@ def build(documents: str | Path, out: str | Path, *, workdir: str | None = None,
             "bytes_per_doc": index.nbytes() / max(index.num_docs, 1)}
 
 
-def _read(folder: Path, name: str) -> bytes:
-    data, why = files.verified(folder / name)
-    if data is None:
-        raise ValueError(f"{folder / name}: {why or 'missing'}; not used (a tampered or damaged "
-                         f"file): build the index again (repr-jax index)")
-    return data
-
-
 def open_index(folder: str | Path) -> tuple[sr.SparseIndex, list[str], dict[str, Any]]:
     """``(index, texts, source)`` of a folder :func:`build` wrote, each file checked against its
     digest first (a one-line ValueError naming the first that fails; nothing is used)."""
@@ -152,8 +144,8 @@ def open_index(folder: str | Path) -> tuple[sr.SparseIndex, list[str], dict[str,
         raise ValueError(f"{folder}: no {sr.META}: not an index, or one whose building was "
                          f"stopped; build it again (repr-jax index)")
     index = sr.load_index(folder)
-    texts = _read(folder, TEXTS).decode("utf-8").split("\n")[:-1]
-    source = json.loads(_read(folder, SOURCE))
+    texts = sr.read_verified(folder / TEXTS).decode("utf-8").split("\n")[:-1]
+    source = json.loads(sr.read_verified(folder / SOURCE))
     if len(texts) != index.num_docs:
         raise ValueError(f"{folder / TEXTS}: {len(texts)} documents, but the index has "
                          f"{index.num_docs}; build the index again")

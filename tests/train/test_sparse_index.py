@@ -3,6 +3,9 @@ inverted index, searched exactly (the same documents and scores as a dense produ
 weights); every file checked against its digest, a tampered one named and not used."""
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -144,3 +147,37 @@ def test_an_index_of_a_splade_run_reads_its_query_side_and_goes_stale(collection
     assert cli.main(["search", str(out), "cat"]) == 2
     assert f"built from {run} at step 1, whose latest checkpoint is now step 2; build the " \
            f"index again" in capsys.readouterr().err
+
+
+@pytest.mark.slow  # the real CLI in processes of its own, killed: ~40 s
+@pytest.mark.parametrize("name", ["documents.txt", "source.json", "weights.npy", "meta.json"])
+def test_index_killed_in_each_write_is_refused_then_rebuilt_byte_for_byte(collection, tmp_path,
+                                                                          name):
+    """Killed in the fsync of each file's temporary: ``search`` refuses the unfinished folder
+    (``meta.json`` is written last, and removed first); the rerun removes the temporary, leaves
+    none anywhere ($TMPDIR included) and writes what an uninterrupted run writes, byte for byte,
+    with the mode a plain ``open`` gives under the umask."""
+    import os
+    import re
+    import stat
+
+    from test_kill_orphans import FSYNC_PAUSE, _cli, _kill_when_paused, _temporaries, _tree
+    root, _ = collection
+    argv = ["index", str(root / "docs.txt"), "--init-from", str(root / "mlm"), "--no-progress"]
+    old = os.umask(0o027)
+    try:
+        full, killed = tmp_path / "full", tmp_path / "killed"
+        _cli(tmp_path, *argv, "--out", str(full))
+        pause = f"import re\nMARK = {re.escape('/.' + name + '.')!r}\n{FSYNC_PAUSE}"
+        seen = Path(_kill_when_paused(tmp_path, pause, *argv, "--out", str(killed)))
+        assert seen.parent == killed and not (killed / "meta.json").exists()
+        r = subprocess.run([sys.executable, "-m", "repr_jax.cli", "search", str(killed), "cat"],
+                           capture_output=True, text=True, timeout=300)
+        assert r.returncode == 2 and "no meta.json" in r.stderr
+        r = _cli(tmp_path, *argv, "--out", str(killed))
+        assert f"removed {seen}: a temporary copy of {name}" in r.stderr, r.stderr[-2000:]
+        assert _tree(killed) == _tree(full) and _temporaries(tmp_path) == []
+        modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in killed.iterdir()}
+        assert set(modes.values()) == {0o666 & ~0o027}
+    finally:
+        os.umask(old)

@@ -213,11 +213,23 @@ MIN_BUCKET = 16
 TOKEN_FIELDS = ("x", "x_pos", "negatives")  # token ids of a pair's sides: queries, documents
 
 
-def length_bucketed(batch: dict[str, np.ndarray], pad_id: int) -> dict[str, np.ndarray]:
+PACK_FIELDS = ("x", "x_pos")  # the sides a two-tower method's towers read as [B, T]
+PACK_STEPS = 8  # packed capacities are multiples of B T / PACK_STEPS
+
+
+def length_bucketed(batch: dict[str, np.ndarray], pad_id: int, *, pack: bool = False
+                    ) -> dict[str, np.ndarray]:
     """``batch`` with each side's token ids (``TOKEN_FIELDS``, padded at the end with
     ``pad_id``) cut to its longest text rounded up to a power of two (at least ``MIN_BUCKET``,
     at most the stored length): the encoders mask padding, so the loss is the same, padding costs
-    nothing and a run compiles at most a few shapes. Other fields are untouched. Time ``O(B T)``.
+    nothing and a run compiles at most a few shapes. Other fields are untouched.
+
+    ``pack=True`` also gives each ``[B, T]`` side of ``PACK_FIELDS`` whose valid tokens fill at
+    most ``(PACK_STEPS - 1) / PACK_STEPS`` of it a ``{key}_pack`` ``[C]`` (int32): the flat
+    positions of its valid tokens, then ``B T`` in each unused slot, ``C`` their count rounded up
+    to a multiple of ``B T / PACK_STEPS`` (at most ``PACK_STEPS - 1`` capacities per shape, so
+    few compile). A ``text_transformer`` given it runs its token-wise work on the ``C`` rows
+    (:func:`repr_jax.encoders.text_transformer.packed`). Time ``O(B T)``.
     """
     out = dict(batch)
     for key in TOKEN_FIELDS:
@@ -228,6 +240,14 @@ def length_bucketed(batch: dict[str, np.ndarray], pad_id: int) -> dict[str, np.n
         longest = int(used[-1]) + 1 if len(used) else 1
         width = min(ids.shape[-1], max(MIN_BUCKET, 1 << (longest - 1).bit_length()))
         out[key] = ids[..., :width]
+        if pack and key in PACK_FIELDS and out[key].ndim == 2:
+            positions = np.flatnonzero(out[key].ravel() != pad_id)
+            total = out[key].size
+            step = -(-total // PACK_STEPS)
+            capacity = max(step, -(-len(positions) // step) * step)
+            if capacity < total:
+                out[f"{key}_pack"] = np.concatenate(
+                    [positions, np.full(capacity - len(positions), total)]).astype(np.int32)
     return out
 
 
@@ -240,11 +260,13 @@ class BatchStream:
     True
     """
 
-    def __init__(self, arrays, *, batch_size: int, seed: int, pad_id: int | None = None):
+    def __init__(self, arrays, *, batch_size: int, seed: int, pad_id: int | None = None,
+                 pack: bool = False):
         self.arrays = arrays
         self.batch_size = batch_size
         self.seed = seed
         self.pad_id = pad_id  # token-id pairs: batches cut to their longest text (length_buckets)
+        self.pack = pack  # and their valid tokens' positions given (data.pack_tokens)
         self.num_examples = len(arrays["label"])
         if batch_size > self.num_examples:
             raise ValueError(f"train.batch_size={batch_size} exceeds the {self.num_examples} "
@@ -274,7 +296,7 @@ class BatchStream:
         batch = take(self.arrays, idx)
         # Several processes must agree on shapes they do not see: they keep the full length.
         return batch if self.pad_id is None or process_count > 1 else \
-            length_bucketed(batch, self.pad_id)
+            length_bucketed(batch, self.pad_id, pack=self.pack)
 
     def examples_seen(self, step: int) -> int:
         return step * self.batch_size

@@ -123,3 +123,33 @@ def _conv_channels_last_bwd(pads, precision, residuals, dy):
 
 
 _conv_channels_last.defvjp(_conv_channels_last_fwd, _conv_channels_last_bwd)
+
+
+@jax.custom_vjp
+def gelu_exact(x: jax.Array) -> jax.Array:
+    """``jax.nn.gelu(x, approximate=False)`` (``x · Φ(x)``, BERT's erf GELU) whose backward
+    reuses the forward's ``Φ(x)`` and needs one exponential, ``Φ(x) + x · φ(x)``: autodiff of
+    ``erfc`` re-evaluates it per consumer in the backward pass (the largest elementwise cost of a
+    MiniLM train step on XLA:CPU). Same values as ``jax.nn.gelu``; O(N) in the elements."""
+    return x * _normal_cdf(x)
+
+
+def _normal_cdf(x):
+    # Hugging Face's form, 0.5 (1 + erf(x / sqrt 2)): XLA's erf is one rational polynomial, its
+    # erfc an exponential and a division besides (2.3x the time on XLA:CPU)
+    half = jnp.asarray(0.5, x.dtype)
+    return half + half * lax.erf(x * jnp.asarray(0.7071067811865476, x.dtype))
+
+
+def _gelu_fwd(x):
+    cdf = _normal_cdf(x)
+    return x * cdf, (x, cdf)
+
+
+def _gelu_bwd(residuals, g):
+    x, cdf = residuals
+    pdf = jnp.exp(-0.5 * x * x) * jnp.asarray(0.3989422804014327, x.dtype)  # 1 / sqrt(2 pi)
+    return (g * (cdf + x * pdf),)
+
+
+gelu_exact.defvjp(_gelu_fwd, _gelu_bwd)

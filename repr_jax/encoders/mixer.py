@@ -7,6 +7,7 @@ import flax.linen as nn
 import jax
 
 from repr_jax.config import EncoderConfig, config, static
+from repr_jax.encoders import precision
 from repr_jax.encoders.family import Family, patch_check, sizes
 
 VARIANTS = {
@@ -21,7 +22,9 @@ class _Mlp(nn.Module):
 
     @nn.compact
     def __call__(self, x):
-        return nn.Dense(x.shape[-1], name="out")(nn.gelu(nn.Dense(self.hidden, name="in")(x)))
+        dense = precision.dense_kwargs()  # the mixed-precision policy's products
+        return nn.Dense(x.shape[-1], name="out", **dense)(
+            nn.gelu(nn.Dense(self.hidden, name="in", **dense)(x)))
 
 
 class Mixer(nn.Module):
@@ -56,7 +59,8 @@ class Mixer(nn.Module):
             layers.append(x)
         tokens = nn.LayerNorm(name="pre_head_ln")(x)
         pooled = tokens.mean(axis=1)
-        emb = nn.Dense(self.embed_dim, name="embed")(pooled) if self.embed_dim else pooled
+        emb = (nn.Dense(self.embed_dim, name="embed", **precision.dense_kwargs())(pooled)
+               if self.embed_dim else pooled)
         return emb, {"tokens": tokens, "layers": tuple(layers), "pooled": pooled,
                      "pre_head": pooled}
 
@@ -74,4 +78,5 @@ def _fields(e: MixerConfig, **_) -> dict:
 
 
 FAMILY = Family(Mixer, VARIANTS, MixerConfig, _fields, reads="images", remat=True,
+                mixed_precision=True,
                 check=patch_check(lambda e: VARIANTS[e.variant or "tiny"]["patch_size"]))

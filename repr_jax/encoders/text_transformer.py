@@ -18,7 +18,9 @@ import jax.numpy as jnp
 
 from repr_jax.config import EncoderConfig, config, static
 from repr_jax.encoders import precision
+from repr_jax.encoders.attention import attend
 from repr_jax.encoders.family import Family, sizes
+from repr_jax.encoders.layers import gelu_exact
 from repr_jax.encoders.lora import LoRA, dense_factory
 from repr_jax.encoders.pooling import ALL_POOLINGS, insert_landmarks, mean_pool, pool_tokens
 
@@ -41,24 +43,47 @@ class BertLayer(nn.Module):
     lora: LoRA | None = None
 
     @nn.compact
-    def __call__(self, x_BxTxD, bias_Bx1x1xT):
-        b, t, d = x_BxTxD.shape
+    def __call__(self, x, bias_Bx1x1xT, pack_C=None, unpack_BT=None):
+        """``x`` ``[B, T, D]``, or ``[C, D]`` packed tokens with ``pack_C``/``unpack_BT``
+        (:func:`pack_indices`): every dense layer, LayerNorm and GELU then runs on the ``C``
+        packed tokens, attention on the padded ``[B, T]`` layout."""
+        b, t = bias_Bx1x1xT.shape[0], bias_Bx1x1xT.shape[-1]
+        d = x.shape[-1]
         h, dh = self.num_heads, d // self.num_heads
         dense = dense_factory(self.lora, LORA_TARGETS)
 
         def heads(name):
-            return dense(d, name)(x_BxTxD).reshape(b, t, h, dh)
+            y = dense(d, name)(x)
+            return (y if pack_C is None else padded(y, unpack_BT, b, t)).reshape(b, t, h, dh)
 
-        q, k, v = heads("query"), heads("key"), heads("value")
-        # the two einsums follow the mixed-precision policy; softmax and LayerNorm stay float32
-        scores_BxHxTxT = precision.einsum("bqhd,bkhd->bhqk", q, k) / jnp.sqrt(dh).astype(q.dtype)
-        attn = jax.nn.softmax(scores_BxHxTxT + bias_Bx1x1xT, axis=-1)
-        ctx = precision.einsum("bhqk,bkhd->bqhd", attn, v).reshape(b, t, d)
-        x = nn.LayerNorm(self.eps, name="attention_ln")(
-            x_BxTxD + dense(d, "attention_out")(ctx))
+        ctx = attend(heads("query"), heads("key"), heads("value"), bias_Bx1x1xT).reshape(b, t, d)
+        if pack_C is not None:
+            ctx = packed(ctx, pack_C)
+        x = nn.LayerNorm(self.eps, name="attention_ln")(x + dense(d, "attention_out")(ctx))
         ffn = dense(self.mlp_dim, "intermediate")(x)
-        ffn = dense(d, "output")(nn.gelu(ffn, approximate=False))
+        ffn = dense(d, "output")(gelu_exact(ffn))
         return nn.LayerNorm(self.eps, name="output_ln")(x + ffn)
+
+
+def pack_indices(pack_C: jax.Array, b: int, t: int) -> jax.Array:
+    """The inverse of a packing: for each of the ``B T`` padded positions, its row among the
+    ``C`` packed tokens, ``C`` (a zero row) for padding. ``pack_C`` holds the flat positions
+    ``row * T + col`` of the valid tokens in order, then ``B T`` for each unused slot."""
+    c = pack_C.shape[0]
+    return jnp.full((b * t,), c, jnp.int32).at[pack_C].set(jnp.arange(c, dtype=jnp.int32),
+                                                           mode="drop")
+
+
+def packed(y_BxTxF: jax.Array, pack_C: jax.Array) -> jax.Array:
+    """``[B, T, F]`` -> ``[C, F]``: the valid tokens' rows (zeros in unused slots)."""
+    return jnp.take(y_BxTxF.reshape(-1, y_BxTxF.shape[-1]), pack_C, axis=0, mode="fill",
+                    fill_value=0)
+
+
+def padded(y_CxF: jax.Array, unpack_BT: jax.Array, b: int, t: int) -> jax.Array:
+    """``[C, F]`` -> ``[B, T, F]``: each valid token's row in its place, zeros at padding."""
+    y = jnp.concatenate([y_CxF, jnp.zeros((1, y_CxF.shape[-1]), y_CxF.dtype)])
+    return y[unpack_BT].reshape(b, t, -1)
 
 
 class TextTransformer(nn.Module):
@@ -86,7 +111,11 @@ class TextTransformer(nn.Module):
                              f"num_heads {self.num_heads}")
 
     @nn.compact
-    def __call__(self, ids: jax.Array, *, train: bool = False, segment_ids: jax.Array | None = None):
+    def __call__(self, ids: jax.Array, *, train: bool = False, segment_ids: jax.Array | None = None,
+                 pack: jax.Array | None = None):
+        """``pack`` (optional, ``[C]``): the flat positions of ``ids``' valid tokens, then ``B T``
+        in each unused slot (``data.pack_tokens``): the layers' token-wise work then runs on ``C``
+        rows instead of ``B T``. The same embeddings; padded positions of ``tokens`` are 0."""
         del train  # no dropout: deterministic features and exact resume
         ids = ids.astype(jnp.int32)
         landmarks = None
@@ -107,12 +136,20 @@ class TextTransformer(nn.Module):
                         embedding_init=nn.initializers.normal(0.02))(segment_ids))
         x = nn.LayerNorm(self.eps, name="embeddings_ln")(x)
         bias = jnp.where(mask, 0.0, jnp.finfo(x.dtype).min)[:, None, None, :]
+        if pack is not None and landmarks is not None:
+            raise ValueError("text_transformer: landmark pooling inserts tokens; it cannot take "
+                             "packed tokens (data.pack_tokens)")
+        unpack = None if pack is None else pack_indices(pack, b, t)
+        if pack is not None:
+            x = packed(x, pack)
         layers = []
         layer = nn.remat(BertLayer) if self.remat else BertLayer
         for i in range(self.depth):
             x = layer(self.width, self.num_heads, self.mlp_dim, self.eps, self.lora,
-                      name=f"layer_{i}")(x, bias)
-            layers.append(x)
+                      name=f"layer_{i}")(x, bias, pack, unpack)
+            layers.append(x if pack is None else padded(x, unpack, b, t))
+        if pack is not None:
+            x = padded(x, unpack, b, t)
         if self.pooling == "landmark":
             pooled = mean_pool(x, landmarks)
         else:

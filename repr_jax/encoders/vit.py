@@ -9,6 +9,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from repr_jax.config import EncoderConfig, config, static
+from repr_jax.encoders import precision
+from repr_jax.encoders.attention import attend
 from repr_jax.encoders.family import Family, patch_check, sizes
 
 VARIANTS = {
@@ -33,8 +35,9 @@ def sincos_2d(h: int, w: int, width: int, temperature: float = 10_000.0) -> np.n
 class SelfAttention(nn.Module):
     """Multi-head self-attention over ``[B, N, D]`` with an optional key mask ``[B, N]``: flax's
     ``MultiHeadDotProductAttention`` (the same parameters, initialisation and result), computed
-    with tokens as one ``[B * N, D]`` matrix in the projections and heads leading in the scores
-    (fewer transposes on XLA:CPU; bench/README.md)."""
+    with tokens as one ``[B * N, D]`` matrix in the projections and
+    :func:`repr_jax.encoders.attention.attend` (heads leading in the scores: fewer transposes on
+    XLA:CPU; bench/README.md); its products follow the mixed-precision policy."""
     num_heads: int
 
     @nn.compact
@@ -43,18 +46,15 @@ class SelfAttention(nn.Module):
         h, dh = self.num_heads, d // self.num_heads
         x_TxD = x_BxNxD.reshape(b * n, d)
 
-        def heads(name):  # [B, H, N, Dh]
-            y = nn.DenseGeneral((h, dh), name=name)(x_TxD)
-            return y.reshape(b, n, h, dh).transpose(0, 2, 1, 3)
+        def heads(name):  # [B, N, H, Dh]
+            y = nn.DenseGeneral((h, dh), name=name, **precision.dense_kwargs())(x_TxD)
+            return y.reshape(b, n, h, dh)
 
-        q, k, v = heads("query"), heads("key"), heads("value")
-        scores_BxHxNxN = jnp.einsum("bhqd,bhkd->bhqk", q / jnp.sqrt(dh).astype(q.dtype), k)
-        if mask_BxN is not None:
-            keep = nn.make_attention_mask(mask_BxN, mask_BxN).astype(bool)
-            scores_BxHxNxN = jnp.where(keep, scores_BxHxNxN, jnp.finfo(scores_BxHxNxN.dtype).min)
-        attn = jax.nn.softmax(scores_BxHxNxN, axis=-1)
-        ctx = jnp.einsum("bhqk,bhkd->bhqd", attn, v).transpose(0, 2, 1, 3).reshape(b * n, h, dh)
-        return nn.DenseGeneral(d, axis=(-2, -1), name="out")(ctx).reshape(b, n, d)
+        keep = (None if mask_BxN is None else
+                nn.make_attention_mask(mask_BxN, mask_BxN).astype(bool))
+        ctx = attend(heads("query"), heads("key"), heads("value"), mask=keep).reshape(b * n, h, dh)
+        return nn.DenseGeneral(d, axis=(-2, -1), name="out", **precision.dense_kwargs())(
+            ctx).reshape(b, n, d)
 
 
 class EncoderBlock(nn.Module):
@@ -70,7 +70,9 @@ class EncoderBlock(nn.Module):
         # The MLP sees tokens as one [B * N, D] matrix: XLA:CPU's weight-gradient dots over a
         # single batch dimension are faster than over two (bench/README.md).
         y = nn.LayerNorm(self.eps, name="ln2")(x).reshape(-1, x.shape[-1])
-        y = nn.Dense(x.shape[-1], name="mlp_out")(nn.gelu(nn.Dense(self.mlp_dim, name="mlp_in")(y)))
+        dense = precision.dense_kwargs()
+        y = nn.Dense(self.mlp_dim, name="mlp_in", **dense)(y)
+        y = nn.Dense(x.shape[-1], name="mlp_out", **dense)(nn.gelu(y))
         return x + y.reshape(x.shape)
 
 
@@ -123,7 +125,8 @@ class ViT(nn.Module):
             pooled, tokens = x.mean(axis=1), x
         else:
             raise ValueError(f"vit pool_type {self.pool_type!r}; choose from: 'cls', 'gap'")
-        emb = nn.Dense(self.embed_dim, name="embed")(pooled) if self.embed_dim else pooled
+        emb = (nn.Dense(self.embed_dim, name="embed", **precision.dense_kwargs())(pooled)
+               if self.embed_dim else pooled)
         return emb, {"tokens": tokens, "layers": tuple(layers), "pooled": pooled,
                      "pre_head": pooled}
 
@@ -147,4 +150,5 @@ def _fields(e: ViTConfig, **_) -> dict:
 
 
 FAMILY = Family(ViT, VARIANTS, ViTConfig, _fields, reads="images", remat=True,
+                mixed_precision=True,
                 check=patch_check(lambda e: VARIANTS[e.variant or "tiny"]["patch_size"]))

@@ -243,8 +243,8 @@ class Tower(nn.Module):
     projector: nn.Module | None = None
     predictor: nn.Module | None = None
 
-    def __call__(self, x, *, train: bool = False):
-        emb, features = self.encoder(x, train=train)
+    def __call__(self, x, *, train: bool = False, **encoder_kwargs):
+        emb, features = self.encoder(x, train=train, **encoder_kwargs)
         z = self.projector(emb, train=train) if self.projector is not None else emb
         p = self.predictor(z, train=train) if self.predictor is not None else None
         return emb, features, z, p

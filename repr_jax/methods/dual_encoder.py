@@ -36,8 +36,9 @@ class TwoTowers(nn.Module):
 
     @nn.compact
     def __call__(self, batch, *, train: bool = False):
-        out_a = self.tower_a(batch["x"], train=train)
-        out_b = self.doc_tower()(batch["x_pos"], train=train)
+        # packed token positions (data.pack_tokens) reach the encoder only where a batch has them
+        out_a = self.tower_a(batch["x"], train=train, **_packing(batch, "x"))
+        out_b = self.doc_tower()(batch["x_pos"], train=train, **_packing(batch, "x_pos"))
         log_scale = self.param("logit_scale", nn.initializers.constant(self.init_logit_scale), ())
         bias = (self.param("logit_bias", nn.initializers.constant(self.init_logit_bias), ())
                 if self.init_logit_bias is not None else None)
@@ -61,6 +62,11 @@ class TwoTowers(nn.Module):
 
     def embed_layers(self, x):
         return self.tower_a.embed_layers(x)
+
+
+def _packing(batch, key: str) -> dict:
+    pack = batch.get(f"{key}_pack")
+    return {} if pack is None else {"pack": pack}
 
 
 def dual_encoder(name: str, encoder_a, encoder_b, views_fn: Callable, objective, *, proj_dim: int,

@@ -48,8 +48,8 @@ from repr_jax.train.checkpoint import Checkpointer, finite_members
 from repr_jax.train.evaluation import (make_upstream_loss, run_evaluation, table_notes,
                                        trained_name)
 from repr_jax.train.log import format_table, plot_metrics
-from repr_jax.train.run import (batch_pad_id, build_run, check_resumable, compile_step,
-                                load_eval_sets, resolved_paths)
+from repr_jax.train.run import (batch_packs, batch_pad_id, build_run, check_resumable,
+                                compile_step, load_eval_sets, resolved_paths)
 from repr_jax.train.step import hyperparams
 from repr_jax.train.writers import JsonlWriter, RunLog
 
@@ -271,7 +271,7 @@ def train_and_evaluate(cfg: Config, workdir: str | Path, *, progress: bool = Tru
     mesh, dataset, method, state = build_run(cfg, dataset)
     eval_sets = load_eval_sets(cfg, dataset)
     stream = stream or BatchStream(dataset.splits["train"], batch_size=t.batch_size, seed=cfg.seed,
-                                   pad_id=batch_pad_id(cfg, dataset))
+                                   pad_id=batch_pad_id(cfg, dataset), pack=batch_packs(cfg))
 
     def host_batch(step: int):
         return stream.batch(step, process_index=jax.process_index(),

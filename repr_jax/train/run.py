@@ -46,7 +46,7 @@ def data_settings(d) -> dict[str, Any]:
     """The dataset's own settings of a data section (beyond the shared keys and the views) that
     are set: 0 and '' are the dataset's defaults."""
     shared = {f.name for f in dataclasses.fields(config_lib.ArrayData)}
-    shared.add("length_buckets")  # how batches are cut, not what is loaded
+    shared.update(("length_buckets", "pack_tokens"))  # how batches are cut, not what is loaded
     return {f.name: getattr(d, f.name) for f in dataclasses.fields(d)
             if f.name not in shared and getattr(d, f.name) not in (0, "", ())}
 
@@ -347,6 +347,19 @@ def batch_pad_id(cfg: Config, dataset: data.Dataset) -> int | None:
     return pad_id_of(dataset.vocab)
 
 
+PACKING_METHODS = ("biencoder",)  # two towers reading [B, T] token ids (methods.dual_encoder)
+
+
+def batch_packs(cfg: Config) -> bool:
+    """Whether training batches carry packed token positions (``data.pack_tokens``): a
+    ``text_transformer`` bi-encoder without landmark pooling, micro-batches or a gradient cache,
+    whose batches are cut to their texts (:func:`batch_pad_id`)."""
+    return bool(getattr(cfg.data, "pack_tokens", False) and cfg.method.name in PACKING_METHODS
+                and cfg.encoder.name == "text_transformer"
+                and getattr(cfg.encoder, "pooling", "") != "landmark"
+                and cfg.train.grad_accum == 1 and not cfg.train.grad_cache_chunk)
+
+
 def single_device_step(cfg: Config, num_batches: int):
     """``cfg``'s train step compiled for one device, with its initial state, the first
     ``num_batches`` training batches, the hyperparameters and XLA's costs (:func:`compile_step`):
@@ -357,7 +370,7 @@ def single_device_step(cfg: Config, num_batches: int):
     method = build_method(cfg, dataset)
     state = init_state(cfg, method, sample_batch(dataset), mesh)
     stream = data.BatchStream(dataset.splits["train"], batch_size=cfg.train.batch_size, seed=0,
-                              pad_id=batch_pad_id(cfg, dataset))
+                              pad_id=batch_pad_id(cfg, dataset), pack=batch_packs(cfg))
     batches = [sharding.global_batch(stream.batch(i), mesh) for i in range(num_batches)]
     step, step_costs = compile_step(cfg, method, mesh, state, batches[0])
     for b in batches[1:]:  # every shape compiled here: a timing times steps, not compilations

@@ -74,3 +74,37 @@ def test_one_switch_turns_the_cpu_paths_off(monkeypatch):
     monkeypatch.setenv("REPR_JAX_CPU_TUNING", "0")
     assert not cpu_tuned() and "custom_vjp" not in grad_jaxpr()
     assert members_per_chunk(tiny_config()) == 0
+
+
+def test_gelu_exact_is_the_erf_gelu_with_its_derivative():
+    """Values and gradients of jax.nn.gelu(approximate=False) (x Phi(x); derivative
+    Phi(x) + x phi(x), written out here), over the range where either is not 0 or x."""
+    import math
+
+    from repr_jax.encoders.layers import gelu_exact
+    x = jnp.linspace(-9.0, 9.0, 2001)
+    np.testing.assert_allclose(gelu_exact(x), jax.nn.gelu(x, approximate=False), atol=2e-6)
+    grad = jax.vmap(jax.grad(gelu_exact))(x)
+    phi = np.exp(-0.5 * np.asarray(x, np.float64) ** 2) / math.sqrt(2 * math.pi)
+    cdf = 0.5 * (1 + np.vectorize(math.erf)(np.asarray(x, np.float64) / math.sqrt(2)))
+    np.testing.assert_allclose(grad, cdf + np.asarray(x, np.float64) * phi, atol=1e-6)
+
+
+def test_attend_is_softmax_attention_with_bias_or_mask():
+    """encoders.attention.attend against softmax(q k^T / sqrt(d) + bias) v written out, and the
+    boolean mask's convention: masked scores get no gradient."""
+    from repr_jax.encoders.attention import attend
+    ks = jax.random.split(jax.random.PRNGKey(0), 3)
+    q, k, v = (jax.random.normal(kk, (2, 5, 3, 4)) for kk in ks)
+    keep = jnp.arange(5)[None, :] < jnp.array([5, 2])[:, None]  # [B, S]
+    bias = jnp.where(keep, 0.0, jnp.finfo(jnp.float32).min)[:, None, None, :]
+
+    def reference(q, k, v, bias):
+        s = jnp.einsum("bqhd,bkhd->bhqk", q, k) / 2.0 + bias
+        return jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(s, axis=-1), v)
+
+    np.testing.assert_allclose(attend(q, k, v, bias), reference(q, k, v, bias), atol=1e-6)
+    np.testing.assert_allclose(attend(q, k, v, mask=keep[:, None, None, :]),
+                               reference(q, k, v, bias), atol=1e-6)
+    g = jax.grad(lambda k: attend(q, k, v, mask=keep[:, None, None, :]).sum())(k)
+    assert (g[1, 2:] == 0).all()  # masked keys: no gradient

@@ -845,6 +845,8 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["TQDM_DISABLE"] = "1"     # reads it when first imported: after this line)
     import warnings
     warnings.formatwarning = _one_line_warning
+    from repr_jax import compile_cache
+    compile_cache.enable()  # compile once per machine (REPR_JAX_COMPILE_CACHE=0: off)
     from repr_jax.config import ConfigError
     from repr_jax.files import StorageError, WorkdirBusy
     from repr_jax.train import TrainingDiverged

@@ -11,6 +11,8 @@ os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # 2-thread OpenBLAS spin-waits on 2 cores
 os.environ.setdefault("REPR_JAX_DATA_DIR", tempfile.mkdtemp(prefix="repr_jax_test_data_"))
 os.environ.setdefault("TQDM_DISABLE", "1")
+# Never the user's compile cache (~/.cache/repr_jax/xla): test_compile_cache.py makes its own.
+os.environ["REPR_JAX_COMPILE_CACHE"] = "0"
 # Tests compile many small programs and run few steps: XLA's optimisation passes cost more than
 # they save (~30% off compile-heavy tests). Subprocesses (sweeps, hosts, notebooks) inherit it.
 os.environ.setdefault("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")

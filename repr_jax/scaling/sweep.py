@@ -426,8 +426,10 @@ def run_point(run_dir: Path) -> int:
     import socket
     import traceback
 
+    from repr_jax import compile_cache
     from repr_jax.files import WorkdirBusy
     from repr_jax.scaling.executors import EX_DUPLICATE, point_lock
+    compile_cache.enable()  # a point's own process: the CLI's cache (REPR_JAX_COMPILE_CACHE=0: off)
     try:
         lock = point_lock(run_dir).acquire()
     except WorkdirBusy as e:

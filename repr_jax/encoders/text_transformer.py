@@ -51,12 +51,18 @@ class BertLayer(nn.Module):
         d = x.shape[-1]
         h, dh = self.num_heads, d // self.num_heads
         dense = dense_factory(self.lora, LORA_TARGETS)
-
-        def heads(name):
-            y = dense(d, name)(x)
-            return (y if pack_C is None else padded(y, unpack_BT, b, t)).reshape(b, t, h, dh)
-
-        ctx = attend(heads("query"), heads("key"), heads("value"), bias_Bx1x1xT).reshape(b, t, d)
+        qkv = [dense(d, name) for name in ("query", "key", "value")]
+        if self.is_initializing() or not all(type(m) is nn.Dense for m in qkv):
+            y = jnp.concatenate([m(x) for m in qkv], axis=-1)
+        else:  # one [D, 3D] product (and one of each gradient) instead of three [D, D] ones
+            p = self.variables["params"]
+            kernel = jnp.concatenate([p[n]["kernel"] for n in ("query", "key", "value")], axis=1)
+            bias = jnp.concatenate([p[n]["bias"] for n in ("query", "key", "value")])
+            y = precision.matmul(x, kernel) + bias.reshape((1,) * (x.ndim - 1) + (-1,))
+        if pack_C is not None:
+            y = padded(y, unpack_BT, b, t)
+        q, k, v = jnp.split(y.reshape(b, t, 3 * d), 3, axis=-1)
+        ctx = attend(*(a.reshape(b, t, h, dh) for a in (q, k, v)), bias_Bx1x1xT).reshape(b, t, d)
         if pack_C is not None:
             ctx = packed(ctx, pack_C)
         x = nn.LayerNorm(self.eps, name="attention_ln")(x + dense(d, "attention_out")(ctx))

@@ -29,6 +29,8 @@ import jax
 import jax.numpy as jnp
 
 from repr_jax.config import EncoderConfig, config, static
+from repr_jax.encoders import precision
+from repr_jax.encoders.attention import attend
 from repr_jax.encoders.family import Family, sizes
 from repr_jax.encoders.lora import LoRA, dense_factory
 
@@ -205,7 +207,12 @@ class DecoderBlock(nn.Module):
         q = rope(proj("q_proj", self.num_heads), positions_BxT, self.rope_base)
         k = rope(proj("k_proj", self.num_kv_heads), positions_BxT, self.rope_base)
         v = proj("v_proj", self.num_kv_heads)
-        ctx = jax.nn.dot_product_attention(q, k, v, mask=mask_Bx1xTxT)  # grouped-query
+        if precision.active():  # bfloat16 products: each key/value head serves its query group
+            group = self.num_heads // self.num_kv_heads
+            ctx = attend(q, jnp.repeat(k, group, axis=2), jnp.repeat(v, group, axis=2),
+                         mask=mask_Bx1xTxT)
+        else:
+            ctx = jax.nn.dot_product_attention(q, k, v, mask=mask_Bx1xTxT)  # grouped-query
         x = x_BxTxD + dense(d, "o_proj", False)(ctx.reshape(b, t, d))
         h = nn.RMSNorm(self.eps, name="post_attention_layernorm")(x)
         gate = dense(self.mlp_dim, "gate_proj", False)(h)
@@ -324,4 +331,5 @@ def _check(e: DecoderLMConfig, input_shape, dataset_name: str) -> None:
 
 
 FAMILY = Family(DecoderLM, VARIANTS, DecoderLMConfig, _fields, reads="tokens", remat=True,
-                check=_check, lora_layers=DENSE_LAYERS, lora_default=LORA_TARGETS)
+                check=_check, lora_layers=DENSE_LAYERS, lora_default=LORA_TARGETS,
+                mixed_precision=True)

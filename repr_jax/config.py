@@ -203,8 +203,8 @@ class TrainConfig:
     keep_checkpoints: int = static(2, ">0")
     grad_accum: int = static(1, ">0", "micro-batches per step, gradients averaged (in-batch "
                                       "negatives then come from one micro-batch)")
-    compute_dtype: str = static("float32", ("float32", "bfloat16"), "dtype of the forward and "
-                                "backward pass; parameters and optimizer state stay float32")
+    compute_dtype: str = static("float32", ("float32", "bfloat16", "auto"), "GEMM precision "
+                                "(auto: bfloat16 where fast); parameters, state stay float32")
     grad_cache_chunk: int = static(0, ">=0", "gradient cache for in-batch-negative methods "
                                    "(simclr, supcon, clip, siglip, biencoder; no BatchNorm): embed "
                                    "this many examples at a time, backpropagate chunk by chunk — "

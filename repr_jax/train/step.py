@@ -124,16 +124,36 @@ def train_step(state: TrainState, batch: dict, hp: Any, *, method: Method,
     return new_state, metrics
 
 
+def compute_dtype(cfg) -> str:
+    """``train.compute_dtype`` with ``"auto"`` decided: ``"bfloat16"`` where the backend has fast
+    bfloat16 dot products (:func:`repr_jax.encoders.precision.bfloat16_is_fast`) and the
+    encoder's family follows the mixed-precision policy, else ``"float32"``."""
+    dtype = cfg.train.compute_dtype
+    if dtype != "auto":
+        return dtype
+    from repr_jax.encoders import FAMILIES
+    family = FAMILIES.get(cfg.encoder.name)
+    policy = bool(family and family.mixed_precision)
+    return "bfloat16" if policy and precision.bfloat16_is_fast() else "float32"
+
+
 def precision_line(cfg) -> str | None:
-    """What a run prints first about its precision: None for float32; for bfloat16, which
-    path its encoder takes (:func:`configured_step`) and whether the machine has fast bfloat16
-    dot products (:func:`repr_jax.encoders.precision.bfloat16_is_fast`)."""
+    """What a run prints first about its precision: None for float32 asked for; for bfloat16,
+    which path its encoder takes (:func:`configured_step`) and whether the machine has fast
+    bfloat16 dot products (:func:`repr_jax.encoders.precision.bfloat16_is_fast`); for
+    ``auto``, what it took and why."""
     if cfg.train.compute_dtype == "float32":
         return None
     from repr_jax.encoders import FAMILIES
     family = FAMILIES.get(cfg.encoder.name)
     fast = ("this machine has fast bfloat16 dot products" if precision.bfloat16_is_fast() else
             "this machine reports no bfloat16 dot products: expect no speed-up")
+    if compute_dtype(cfg) == "float32":  # auto, declined
+        why = (fast if not precision.bfloat16_is_fast() else
+               f"{cfg.encoder.name} is not on the mixed-precision policy")
+        return f"precision: float32 (train.compute_dtype=auto: {why})"
+    if cfg.train.compute_dtype == "auto":
+        fast = f"train.compute_dtype=auto took it: {fast}"
     if family and family.mixed_precision:
         return (f"precision: bfloat16 GEMMs with float32 results ({cfg.encoder.name}; "
                 f"parameters, optimizer state and elementwise work float32); {fast}")
@@ -148,7 +168,7 @@ def configured_step(cfg, method: Method):
     family = FAMILIES.get(cfg.encoder.name)
     return functools.partial(train_step, method=method, tx=optimizer_for(cfg.optim),
                              total_steps=cfg.train.steps,
-                             compute_dtype=cfg.train.compute_dtype,
+                             compute_dtype=compute_dtype(cfg),
                              grad_accum=cfg.train.grad_accum,
                              trainable=trainable_filter(cfg.optim),
                              mixed_policy=bool(family and family.mixed_precision))

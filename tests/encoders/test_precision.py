@@ -286,6 +286,26 @@ def test_a_run_says_which_precision_it_takes(monkeypatch):
            "policy yet" in line and line.endswith("expect no speed-up")
 
 
+def test_auto_takes_bfloat16_where_fast_and_on_the_policy(monkeypatch):
+    """train.compute_dtype=auto: bfloat16 for a family on the policy where bfloat16 dot products
+    are fast, float32 otherwise (the CNN, or a machine without them); the first line says so."""
+    from repr_jax import config as C
+    from repr_jax.encoders import precision
+    from repr_jax.train.step import compute_dtype, configured_step, precision_line
+    text = C.Config(encoder=C.EncoderConfig(name="text_transformer"))
+    text, cnn = (C.override(c, ["train.compute_dtype=auto"]) for c in (text, C.Config()))
+    monkeypatch.setattr(precision, "bfloat16_is_fast", lambda: True)
+    assert compute_dtype(text) == "bfloat16" and compute_dtype(cnn) == "float32"
+    assert configured_step(text, method=None).keywords["compute_dtype"] == "bfloat16"
+    assert "train.compute_dtype=auto took it" in precision_line(text)
+    assert precision_line(cnn) == ("precision: float32 (train.compute_dtype=auto: cnn is not on "
+                                   "the mixed-precision policy)")
+    monkeypatch.setattr(precision, "bfloat16_is_fast", lambda: False)
+    assert compute_dtype(text) == "float32"
+    assert precision_line(text).startswith("precision: float32 (train.compute_dtype=auto: this "
+                                           "machine reports no bfloat16 dot products")
+
+
 @pytest.mark.parametrize("family", ["vit", "mixer", "decoder_lm"])
 def test_other_families_follow_the_policy(family):
     """ViT, Mixer and the decoder LM read the policy too: under precision.mixed() their products

@@ -16,6 +16,13 @@ fresh pages, a large share of a CPU step. :func:`keep_host_memory` makes glibc k
 has the numbers. It must run before JAX's CPU backend starts. It changes the whole process, so
 ``import repr_jax`` does not call it: the ``repr-jax`` command and the training entry points opt
 in. Opt out with ``REPR_JAX_KEEP_HOST_MEMORY=0``.
+
+What is kept is resident: memory freed by a compilation, by a step of another shape or by training
+before evaluation stays in the process. :func:`release_host_memory` hands the free pages back
+(glibc's ``malloc_trim``); the training loop calls it where the working set changes (after each
+compilation, before an evaluation) and when what is kept outgrows what one step needs
+(:func:`resident_bytes` past its mark: steps of several shapes leave their temporaries in
+different places), never between steps that reuse what is kept.
 """
 
 from __future__ import annotations
@@ -51,3 +58,26 @@ def keep_host_memory() -> bool:
         import jax
         jax.config.update("jax_cpu_enable_async_dispatch", False)
     return kept
+
+
+def release_host_memory() -> bool:
+    """Returns the heap's free pages to the operating system (glibc's ``malloc_trim(0)``: free
+    chunks anywhere in the heap, not only at its top), where :func:`keep_host_memory` took effect;
+    the next step faults back only the pages it uses. Returns whether it released any. Time
+    ``O(heap)``; call it where the working set changes, not every step."""
+    if not kept:
+        return False
+    try:
+        return bool(ctypes.CDLL("libc.so.6").malloc_trim(0))
+    except (OSError, AttributeError):
+        return False
+
+
+def resident_bytes() -> int:
+    """This process's resident memory in bytes (Linux's ``/proc/self/statm``); 0 where unknown.
+    Time: one small read."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0

@@ -53,3 +53,29 @@ def test_without_it_the_temporaries_are_faulted_in_every_call():
     kept, async_dispatch, faults, temp_pages = _probe("0")
     assert not kept and async_dispatch
     assert faults > temp_pages // 2, (faults, temp_pages)
+
+
+RELEASE = """
+import numpy as np
+from repr_jax.host_memory import keep_host_memory, release_host_memory, resident_bytes
+def rss():
+    return resident_bytes() >> 20
+kept = keep_host_memory()
+block = np.ones(256 << 18, np.float32)  # 256 MiB, touched
+del block
+freed = rss()
+released = release_host_memory()
+print(kept, released, freed - rss())
+"""
+
+
+@pytest.mark.parametrize("keep", ["1", "0"])
+def test_release_hands_the_kept_memory_back(keep):
+    """Kept, 256 MiB freed stays resident until released (about all of it goes back); not
+    kept, glibc unmapped it already and there is nothing to release."""
+    out = subprocess.run([sys.executable, "-c", RELEASE],
+                         env=dict(os.environ, REPR_JAX_KEEP_HOST_MEMORY=keep),
+                         capture_output=True, text=True, check=True).stdout.split()
+    kept, released, dropped_mib = out[-3] == "True", out[-2] == "True", int(out[-1])
+    assert kept == released == (keep == "1")
+    assert dropped_mib > 200 if keep == "1" else dropped_mib < 50, dropped_mib

@@ -302,9 +302,13 @@ def train_and_evaluate(cfg: Config, workdir: str | Path, *, progress: bool = Tru
                               upstream_loss=upstream_loss, cache=final)
 
     # ---------------------------------------------------------------- train, evaluate
+    def finish_training() -> None:
+        read_ahead.close()
+        step_fn.release()  # the train step's executables are not needed to evaluate
+
     trainee = Trainee(members=[Member("", cfg, workdir, hparams)], state=state, step_fn=step_fn,
                       batch_at=batch_at, hp=hyperparams(cfg), evaluate=evaluate, stacked=False,
-                      workdir=workdir, records=records, close=read_ahead.close)
+                      workdir=workdir, records=records, close=finish_training)
     state, rows, _ = train_members(trainee, progress=progress)
     eval_rows = rows[""]
     if jax.process_index() == 0:

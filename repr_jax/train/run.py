@@ -18,9 +18,10 @@ import jax
 import numpy as np
 
 from repr_jax import config as config_lib
-from repr_jax import data, encoders, methods
+from repr_jax import data, encoders, host_memory, methods
 from repr_jax.config import Config, ConfigError, unknown_choice
 from repr_jax.data.source import subset, take
+from repr_jax.host_memory import release_host_memory, resident_bytes
 from repr_jax.methods import Method
 from repr_jax.train import costs, sharding
 from repr_jax.train.checkpoint import all_finite, restore_latest
@@ -299,10 +300,16 @@ def make_step_fn(cfg: Config, method: Method, mesh, state: TrainState):
 class StepByShape:
     """The train step compiled ahead of time once per batch shape: length-bucketed text batches
     (``data.length_buckets``) come in a few; every other run has one. Each compilation is checked
-    to fit the devices before it runs."""
+    to fit the devices before it runs. Host memory freed by compiling, and by steps beyond what
+    ``KEPT_STEPS`` of the largest step's temporaries need, is handed back; :meth:`release` drops
+    the executables."""
+
+    KEPT_STEPS = 1.5  # freed memory kept resident: this many of the largest step's temporaries
 
     def __init__(self, jitted: Any, devices: int):
         self.jitted, self.devices, self.compiled = jitted, devices, {}
+        # resident bytes after the last release (0: not tracked), the largest step's temporaries
+        self.floor, self.temp_bytes = 0, 0
 
     @staticmethod
     def key(batch: Any) -> tuple:
@@ -315,13 +322,35 @@ class StepByShape:
         compiled = lowered.compile()
         costs.check_step_fits(compiled, devices=self.devices)
         self.compiled[self.key(batch)] = compiled
+        stats = compiled.memory_analysis()
+        self.temp_bytes = max(self.temp_bytes, getattr(stats, "temp_size_in_bytes", 0) or 0)
+        self.release_freed()  # the compiler's freed scratch would otherwise stay resident
         return compiled
+
+    def release_freed(self) -> None:
+        """Hands freed host memory back (:func:`repr_jax.host_memory.release_host_memory`) and
+        marks what stays resident."""
+        release_host_memory()
+        self.floor = resident_bytes() if host_memory.kept else 0
+
+    def release(self) -> None:
+        """Drops the compiled steps (each shape's executable: tens of MiB of host memory on CPU)
+        and JAX's caches, which hold them too, and hands the freed pages back: what a run does
+        when training ends, before its evaluation. A later call compiles again."""
+        self.compiled.clear()
+        jax.clear_caches()
+        self.release_freed()
 
     def __call__(self, state: TrainState, batch: Any, hp: Any):
         key = self.key(batch)
         if key not in self.compiled:
             self.add(self.lowered(state, batch, hp), batch)
-        return self.compiled[key](state, batch, hp)
+        out = self.compiled[key](state, batch, hp)
+        # Steps of several shapes leave their freed temporaries in different places of the heap:
+        # what is kept beyond KEPT_STEPS of the largest step goes back (the host_memory module).
+        if self.floor and resident_bytes() > self.floor + self.KEPT_STEPS * self.temp_bytes:
+            self.release_freed()
+        return out
 
 
 def compile_step(cfg: Config, method: Method, mesh, state: TrainState, batch: Any):

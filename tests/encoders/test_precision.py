@@ -337,3 +337,16 @@ def test_other_families_follow_the_policy(family):
     assert "bf16" not in str(jax.make_jaxpr(embed, static_argnums=1)(params, False))
     grads = jax.grad(lambda p: (embed(p, True) ** 2).sum())(params)
     assert {g.dtype for g in jax.tree.leaves(grads)} == {jnp.dtype(jnp.float32)}
+
+
+@pytest.mark.parametrize("rows", [64, 63])
+def test_row_contracting_product_split_in_two_blocks_is_the_same(rows):
+    """A weight gradient's ``a^T b`` over rows takes two row blocks (XLA:CPU's fast bfloat16
+    GEMM) when the rows split evenly, the plain product otherwise: the same float32 result."""
+    a = jax.random.normal(jax.random.PRNGKey(0), (rows, 24))
+    b = jax.random.normal(jax.random.PRNGKey(1), (rows, 8))
+    got = precision.mixed_dot_general(a, b, (((0,), (0,)), ((), ())))
+    want = jnp.einsum("ca,cd->ad", a.astype(jnp.bfloat16).astype(jnp.float32),
+                      b.astype(jnp.bfloat16).astype(jnp.float32), precision="highest")
+    assert got.shape == (24, 8) and got.dtype == jnp.float32
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

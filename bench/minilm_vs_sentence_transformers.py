@@ -11,9 +11,11 @@ scale 20 = temperature 0.05) on 64 pairs, AdamW (lr 2e-5), queries and documents
 tokens, MiniLM's mean pooling, both towers trained (repr_jax: its default two-tower bi-encoder;
 sentence-transformers: one model, as it ships, so it computes the same FLOPs). A query is the
 first four words of a paragraph of the standard library's docstrings, its document the
-paragraph. repr_jax is timed with ``data.length_buckets`` off (every text padded to 32) and on
-(each side cut to its longest text, rounded up to a power of two); sentence-transformers pads
-each side to its longest. ``encode``: ``--texts`` paragraphs cut at 128 tokens, batches of 64,
+paragraph. repr_jax is timed with ``data.length_buckets`` off (every text padded to 32), on
+(each side cut to its longest text, rounded up to a power of two), on with ``data.pack_tokens``
+(the dense layers on the valid tokens only) and the same with ``method.tied_towers`` (one
+model, sentence-transformers' shape); sentence-transformers pads each side to its longest.
+Measured rows: bench/README.md ("Second part (issue 53)"). ``encode``: ``--texts`` paragraphs cut at 128 tokens, batches of 64,
 both sides sorting by length (``repr_jax.encoders.pretrained.encode`` vs ``model.encode``),
 each timed on a second pass. ``--dtype bfloat16``: repr_jax's step with
 ``train.compute_dtype=bfloat16`` and ``encode(..., precision="bfloat16")`` (bfloat16 GEMM inputs,
@@ -58,7 +60,7 @@ def _autocast(dtype: str):
 
 
 def ours_step(sample: list[tuple[str, str]], steps: int, buckets: bool,
-              dtype: str = "float32") -> float:
+              dtype: str = "float32", pack: bool = False, tied: bool = False) -> float:
     from repr_jax import config as C
     from repr_jax.scaling.sweep import timed_step
     folder = Path(tempfile.mkdtemp())
@@ -67,11 +69,12 @@ def ours_step(sample: list[tuple[str, str]], steps: int, buckets: bool,
     cfg = C.Config(
         seed=0,
         data=C.DataConfig(name=f"pairs:{path}", tokenizer="minilm", max_len=LENGTH,
-                          data_dir=str(folder / "tfds"), length_buckets=buckets),
+                          data_dir=str(folder / "tfds"), length_buckets=buckets,
+                          pack_tokens=pack),
         encoder=C.EncoderConfig(name="text_transformer", width=384, depth=6, num_heads=12,
                                 mlp_dim=1536, pooling="mean", init_from="minilm"),
         method=C.MethodConfig(name="biencoder", objective="info_nce", temperature=0.05,
-                              proj_dim=0),
+                              proj_dim=0, tied_towers=tied),
         optim=C.OptimConfig(lr=2e-5, warmup_steps=0, weight_decay=0.01),
         train=C.TrainConfig(batch_size=BATCH, steps=steps + 2, num_devices=1,
                             compute_dtype=dtype),
@@ -156,11 +159,14 @@ def main() -> None:
         seen = idle_check()
         padded = ours_step(sample, args.steps, buckets=False, dtype=dtype)
         bucketed = ours_step(sample, args.steps, buckets=True, dtype=dtype)
+        packed = ours_step(sample, args.steps, buckets=True, dtype=dtype, pack=True)
+        tied = ours_step(sample, args.steps, buckets=True, dtype=dtype, pack=True, tied=True)
         theirs = theirs_step(sample, args.steps, dtype)
         print(f"train step ({BATCH} pairs, <= {LENGTH} tokens, MNRL, AdamW{tag}): repr_jax "
               f"{padded:.3f} s padded to {LENGTH} ({ratio(padded, theirs)}), {bucketed:.3f} s "
-              f"length-bucketed ({ratio(bucketed, theirs)}); sentence-transformers "
-              f"{theirs:.3f} s; {seen}")
+              f"length-bucketed ({ratio(bucketed, theirs)}), {packed:.3f} s bucketed and "
+              f"packed ({ratio(packed, theirs)}), {tied:.3f} s packed with tied towers "
+              f"({ratio(tied, theirs)}); sentence-transformers {theirs:.3f} s; {seen}")
     if args.only in (None, "encode"):
         docs = texts(args.texts)
         seen = idle_check()

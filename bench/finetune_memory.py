@@ -60,6 +60,12 @@ class Sampler:
         self._thread.join()
         self.peak[self.current] = max(self.peak[self.current], rss_mib())
 
+    def print_peaks(self) -> None:
+        """Each phase's peak RSS, a line each."""
+        print(f"{'phase':48s} {'peak RSS (MiB)':>15s}")
+        for name, peak in self.peak.items():
+            print(f"{name:48s} {peak:15,.0f}")
+
 
 def wrap(module, name: str, sampler: Sampler, phase: str, after: str | None = None):
     """Marks ``phase`` while ``module.name`` runs (``after``: the phase that follows it)."""
@@ -135,9 +141,7 @@ def main():
     print(f"{args.model}, {args.docs} documents, {args.batch_size} pairs x {lengths} tokens, "
           f"{args.steps} steps, {time.perf_counter() - t:.0f} s; params + optimizer state "
           f"{state_mib:.0f} MiB")
-    print(f"{'phase':48s} {'peak RSS (MiB)':>15s}")
-    for name, peak in sampler.peak.items():
-        print(f"{name:48s} {peak:15,.0f}")
+    sampler.print_peaks()
 
 
 if __name__ == "__main__":

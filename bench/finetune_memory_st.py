@@ -144,9 +144,7 @@ def main():
           f"{query_len}/{args.max_len} tokens, {args.steps} steps, "
           f"{time.perf_counter() - t:.0f} s; loss {np.mean(losses[:10]):.3f} -> "
           f"{np.mean(losses[-10:]):.3f}, nDCG@10 {ndcg:.3f} ({len(queries)} queries)")
-    print(f"{'phase':48s} {'peak RSS (MiB)':>15s}")
-    for name, peak in sampler.peak.items():
-        print(f"{name:48s} {peak:15,.0f}")
+    sampler.print_peaks()
 
 
 if __name__ == "__main__":

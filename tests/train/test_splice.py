@@ -207,7 +207,9 @@ def test_a_vits_probe_rows_on_its_labelled_images(tmp_path):
     y = np.asarray(split["label"])[np.r_[train, test]]
     n = len(train)
     expected = linear_probe(emb[:n], y[:n], emb[n:], y[n:], kind="logistic")["accuracy"]
-    assert float(rows["probe_accuracy_clean"]) == pytest.approx(expected, abs=1e-6)
+    # the host embeds in batches, this all at once: XLA's programs for the two shapes round
+    # differently (~1e-6), which may move one borderline test example, never more
+    assert float(rows["probe_accuracy_clean"]) == pytest.approx(expected, abs=1 / len(test) + 1e-6)
 
 
 def test_a_decoder_read_from_its_weights_writes_and_splices(tmp_path):

@@ -136,7 +136,7 @@ def gelu_exact(x: jax.Array) -> jax.Array:
 
 def _normal_cdf(x):
     # Hugging Face's form, 0.5 (1 + erf(x / sqrt 2)): XLA's erf is one rational polynomial, its
-    # erfc an exponential and a division besides (2.3x the time on XLA:CPU)
+    # erfc an exponential and a division besides
     half = jnp.asarray(0.5, x.dtype)
     return half + half * lax.erf(x * jnp.asarray(0.7071067811865476, x.dtype))
 

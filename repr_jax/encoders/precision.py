@@ -105,9 +105,8 @@ def _bf16_dot(lhs, rhs, dimension_numbers, precision=None, preferred_element_typ
     if (not lb and lhs.ndim == rhs.ndim == 2 and tuple(lc) == tuple(rc) == (0,)
             and lhs.shape[0] % 2 == 0):
         # ``a^T b`` over rows (a dense layer's weight gradient on [tokens, D] activations):
-        # XLA:CPU folds the transpose into a slow bfloat16 kernel (~300 GFLOP/s here); split in
-        # two row blocks it contracts two dimensions, transposes once and runs its fast GEMM
-        # (~900 GFLOP/s on 2,304 x 1,536 x 384)
+        # XLA:CPU folds the transpose into a slow bfloat16 kernel; split in two row blocks it
+        # contracts two dimensions, transposes once and runs its fast GEMM (bench/README.md)
         half = lhs.shape[0] // 2
         return lax.dot_general(lhs.reshape(2, half, -1), rhs.reshape(2, half, -1),
                                (((0, 1), (0, 1)), ((), ())), preferred_element_type=jnp.float32)

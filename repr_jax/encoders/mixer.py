@@ -78,5 +78,4 @@ def _fields(e: MixerConfig, **_) -> dict:
 
 
 FAMILY = Family(Mixer, VARIANTS, MixerConfig, _fields, reads="images", remat=True,
-                mixed_precision=True,
                 check=patch_check(lambda e: VARIANTS[e.variant or "tiny"]["patch_size"]))

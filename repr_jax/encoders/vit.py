@@ -150,5 +150,4 @@ def _fields(e: ViTConfig, **_) -> dict:
 
 
 FAMILY = Family(ViT, VARIANTS, ViTConfig, _fields, reads="images", remat=True,
-                mixed_precision=True,
                 check=patch_check(lambda e: VARIANTS[e.variant or "tiny"]["patch_size"]))

@@ -8,12 +8,13 @@ dataset preparation a kill cut short (TFDS's folder) is removed by the next prep
 
 import json
 import os
+import queue
 import re
-import select
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -45,18 +46,26 @@ def _kill_when_paused(tmp_path: Path, pause: str, *argv) -> str:
             f"from repr_jax import cli\nsys.exit(cli.main({list(argv)!r}))\n")
     proc = subprocess.Popen([sys.executable, "-c", code], env=_env(tmp_path), text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    # A thread reads the lines: select() on the pipe misses a "paused" line that one read took
+    # into the reader's buffer with the lines before it (seen on a busy machine).
+    lines: queue.Queue = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(x) for x in iter(proc.stdout.readline, "")]
+                     + [lines.put(None)], daemon=True).start()
     try:
         end = time.monotonic() + 240
         while time.monotonic() < end:
-            if select.select([proc.stdout], [], [], 1.0)[0]:
-                line = proc.stdout.readline()
-                if line.startswith("paused "):
-                    proc.send_signal(signal.SIGKILL)
-                    proc.wait()
-                    time.sleep(0.05)  # the rerun starts after the write it finds
-                    return line.split(" ", 1)[1].strip()
-                if not line and proc.poll() is not None:
-                    pytest.fail(f"it ended before the pause: {proc.stderr.read()[-3000:]}")
+            try:
+                line = lines.get(timeout=1.0)
+            except queue.Empty:
+                continue
+            if line is None:
+                proc.wait()
+                pytest.fail(f"it ended before the pause: {proc.stderr.read()[-3000:]}")
+            if line.startswith("paused "):
+                proc.send_signal(signal.SIGKILL)
+                proc.wait()
+                time.sleep(0.05)  # the rerun starts after the write it finds
+                return line.split(" ", 1)[1].strip()
         pytest.fail("the pause never came")
     finally:
         if proc.poll() is None:

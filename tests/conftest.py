@@ -1,7 +1,9 @@
 """Test setup: 8 fake CPU devices, one BLAS thread, a private data dir, strict rank promotion."""
 
+import atexit
 import importlib.util
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -9,7 +11,9 @@ from pathlib import Path
 os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
                            + " --xla_force_host_platform_device_count=8").strip()
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # 2-thread OpenBLAS spin-waits on 2 cores
-os.environ.setdefault("REPR_JAX_DATA_DIR", tempfile.mkdtemp(prefix="repr_jax_test_data_"))
+if "REPR_JAX_DATA_DIR" not in os.environ:  # made once (workers inherit it), removed at the end
+    os.environ["REPR_JAX_DATA_DIR"] = tempfile.mkdtemp(prefix="repr_jax_test_data_")
+    atexit.register(shutil.rmtree, os.environ["REPR_JAX_DATA_DIR"], ignore_errors=True)
 os.environ.setdefault("TQDM_DISABLE", "1")
 # Never the user's compile cache (~/.cache/repr_jax/xla): test_compile_cache.py makes its own.
 os.environ["REPR_JAX_COMPILE_CACHE"] = "0"

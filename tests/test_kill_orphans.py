@@ -140,6 +140,19 @@ def test_an_unfinished_preparation_a_kill_left_is_removed_by_the_next(tmp_path):
     assert sorted(p.name for p in version.parent.iterdir()) == [version.name]
 
 
+def test_a_preparation_leaves_nothing_in_the_temporary_folder(tmp_path, monkeypatch):
+    """TFDS makes an empty ``tmp*tfds`` folder there per unprepared builder (for GCS metadata,
+    never removed): a preparation here leaves none."""
+    import tempfile
+
+    from repr_jax import data
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "system_tmp"))
+    (tmp_path / "system_tmp").mkdir()
+    data.load(f"pairs:{_pairs_file(tmp_path / 'pairs.jsonl')}", data_dir=str(tmp_path / "tfds"),
+              max_len=24)
+    assert list((tmp_path / "system_tmp").iterdir()) == []
+
+
 @pytest.mark.slow
 def test_score_killed_in_its_final_write(tmp_path):
     from repr_jax import config as C

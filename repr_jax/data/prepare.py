@@ -42,12 +42,14 @@ class _LocalFiles:
 def _preparing():
     """Quiet, side-effect-free preparation: no TFDS progress bars or absl warnings, numpy's and
     Python's global RNGs restored afterwards (``mnist1d.make_dataset`` reseeds both; TFDS draws
-    from ``random``), and splits larger than TFDS's in-memory shuffle buffer written without
-    TensorFlow."""
+    from ``random``), splits larger than TFDS's in-memory shuffle buffer written without
+    TensorFlow, and no empty ``tmp*tfds`` folder left in the system's temporary folder (TFDS
+    makes one per unprepared builder to copy its GCS metadata into, and never removes it; GCS is
+    off here, so it is never used)."""
     import importlib.util
 
     import tensorflow_datasets as tfds
-    from tensorflow_datasets.core import shuffle
+    from tensorflow_datasets.core import dataset_info, shuffle
     from tensorflow_datasets.core.utils import tqdm_utils
     was_active = tqdm_utils._active  # noqa: SLF001 - TFDS exposes only a setter
     np_state, py_state = np.random.get_state(), random.getstate()
@@ -57,11 +59,14 @@ def _preparing():
     tf = shuffle.tf
     if importlib.util.find_spec("tensorflow") is None:
         shuffle.tf = _LocalFiles
+    from_bucket = dataset_info.DatasetInfo.initialize_from_bucket
+    dataset_info.DatasetInfo.initialize_from_bucket = lambda self: None
     tfds.display_progress_bar(False)
     try:
         yield
     finally:
         shuffle.tf = tf
+        dataset_info.DatasetInfo.initialize_from_bucket = from_bucket
         tfds.display_progress_bar(was_active)
         np.random.set_state(np_state)
         random.setstate(py_state)

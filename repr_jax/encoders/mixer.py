@@ -78,4 +78,5 @@ def _fields(e: MixerConfig, **_) -> dict:
 
 
 FAMILY = Family(Mixer, VARIANTS, MixerConfig, _fields, reads="images", remat=True,
-                check=patch_check(lambda e: VARIANTS[e.variant or "tiny"]["patch_size"]))
+                check=patch_check(lambda e: VARIANTS[e.variant or "tiny"]["patch_size"]),
+                mixed_precision=True)

@@ -102,14 +102,20 @@ def _bf16_dot(lhs, rhs, dimension_numbers, precision=None, preferred_element_typ
     del precision, preferred_element_type
     (lc, rc), (lb, rb) = dimension_numbers
     lhs, rhs = lhs.astype(jnp.bfloat16), rhs.astype(jnp.bfloat16)
-    if (not lb and lhs.ndim == rhs.ndim == 2 and tuple(lc) == tuple(rc) == (0,)
-            and lhs.shape[0] % 2 == 0):
-        # ``a^T b`` over rows (a dense layer's weight gradient on [tokens, D] activations):
-        # XLA:CPU folds the transpose into a slow bfloat16 kernel; split in two row blocks it
-        # contracts two dimensions, transposes once and runs its fast GEMM (bench/README.md)
-        half = lhs.shape[0] // 2
-        return lax.dot_general(lhs.reshape(2, half, -1), rhs.reshape(2, half, -1),
-                               (((0, 1), (0, 1)), ((), ())), preferred_element_type=jnp.float32)
+    if not lb and tuple(lc) == tuple(rc) == (0,):
+        # ``a^T b`` over rows (a dense layer's weight gradient on [tokens, ...] activations):
+        # XLA:CPU folds the transpose into a slow bfloat16 kernel, or, where a side has more
+        # than two dimensions, into its generic thunk, which refuses the types. Flattened to
+        # matrices and split in two row blocks (a zero row added to an odd count), it contracts
+        # two dimensions, transposes once and runs its fast GEMM (bench/README.md).
+        k, free = lhs.shape[0], (*lhs.shape[1:], *rhs.shape[1:])
+        a, b = lhs.reshape(k, -1), rhs.reshape(k, -1)
+        if k % 2:
+            a, b = jnp.pad(a, ((0, 1), (0, 0))), jnp.pad(b, ((0, 1), (0, 0)))
+        half = a.shape[0] // 2
+        out = lax.dot_general(a.reshape(2, half, -1), b.reshape(2, half, -1),
+                              (((0, 1), (0, 1)), ((), ())), preferred_element_type=jnp.float32)
+        return out.reshape(free)
     lhs, lw = _leading(lhs, tuple(lb))
     rhs, rw = _leading(rhs, tuple(rb))
     n = len(lb)

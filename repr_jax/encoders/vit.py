@@ -150,4 +150,5 @@ def _fields(e: ViTConfig, **_) -> dict:
 
 
 FAMILY = Family(ViT, VARIANTS, ViTConfig, _fields, reads="images", remat=True,
-                check=patch_check(lambda e: VARIANTS[e.variant or "tiny"]["patch_size"]))
+                check=patch_check(lambda e: VARIANTS[e.variant or "tiny"]["patch_size"]),
+                mixed_precision=True)

@@ -165,6 +165,24 @@ def test_configured_step_takes_the_policy_for_families_that_read_it(tmp_path):
     assert text.keywords["mixed_policy"] and not cnn.keywords["mixed_policy"]
 
 
+def test_vit_train_step_in_bfloat16_runs():
+    """A SimCLR step of ViT (remat on, as its family trains) under the policy: the
+    compiled step runs (a ViT's attention weight gradient once met a dot XLA:CPU's generic
+    thunk refuses in bfloat16) with a finite loss, close to float32's."""
+    from repr_jax.config import load, override
+    from repr_jax.train.run import single_device_step
+    losses = {}
+    for dtype in ("float32", "bfloat16"):
+        cfg = override(load("simclr_shapes"), [
+            "encoder.name=vit", "encoder.variant=tiny", "data.image_size=32",
+            "data.num_examples=64", "train.batch_size=16", f"train.compute_dtype={dtype}"])
+        step, state, batches, hp, _ = single_device_step(cfg, 1)
+        state, metrics = step(state, next(iter(batches)), hp)
+        losses[dtype] = float(metrics["loss"])
+    assert np.isfinite(losses["bfloat16"])
+    np.testing.assert_allclose(losses["bfloat16"], losses["float32"], rtol=2e-2)
+
+
 @pytest.mark.parametrize("remat", [False, True])
 def test_gradients_of_a_text_loss_are_float32_and_close(remat):
     model, params, ids = _tiny(remat=remat)
@@ -308,13 +326,13 @@ def test_auto_takes_bfloat16_where_fast_and_on_the_policy(monkeypatch):
 
 @pytest.mark.parametrize("family", ["vit", "mixer", "decoder_lm"])
 def test_other_families_follow_the_policy(family):
-    """ViT, Mixer and the decoder LM read the policy too: under precision.mixed() their products
-    are bfloat16 with float32 results (the embedding float32, within 2e-2 of float32's) and
-    their gradients float32; with it off no bfloat16 appears. Only the decoder's family takes
-    it in training yet: a jitted ViT or Mixer gradient under it meets a bfloat16 dot that
-    XLA:CPU's generic thunk refuses."""
+    """ViT, Mixer and the decoder LM follow the policy too: under precision.mixed() their
+    products are bfloat16 with float32 results (the embedding float32, within 2e-2 of
+    float32's) and their jitted gradients float32 (a ViT's attention weight gradient, ``a^T b``
+    over rows into three dimensions, once met XLA:CPU's generic thunk, which refuses bfloat16);
+    with it off no bfloat16 appears."""
     from repr_jax.encoders import FAMILIES
-    assert FAMILIES[family].mixed_precision == (family == "decoder_lm")
+    assert FAMILIES[family].mixed_precision
     if family == "decoder_lm":
         from repr_jax.encoders.decoder_lm import DecoderLM
         model = DecoderLM(vocab_size=64, width=32, depth=2, num_heads=4, num_kv_heads=2,
@@ -337,18 +355,23 @@ def test_other_families_follow_the_policy(family):
     assert on.dtype == jnp.float32 and _rel(on, off) < 2e-2
     assert "bf16" in str(jax.make_jaxpr(embed, static_argnums=1)(params, True))
     assert "bf16" not in str(jax.make_jaxpr(embed, static_argnums=1)(params, False))
-    grads = jax.grad(lambda p: (embed(p, True) ** 2).sum())(params)
+    grads = jax.jit(jax.grad(lambda p: (embed(p, True) ** 2).sum()))(params)
     assert {g.dtype for g in jax.tree.leaves(grads)} == {jnp.dtype(jnp.float32)}
 
 
 @pytest.mark.parametrize("rows", [64, 63])
-def test_row_contracting_product_split_in_two_blocks_is_the_same(rows):
-    """A weight gradient's ``a^T b`` over rows takes two row blocks (XLA:CPU's fast bfloat16
-    GEMM) when the rows split evenly, the plain product otherwise: the same float32 result."""
+@pytest.mark.parametrize("rhs", [(8,), (2, 4)])
+def test_row_contracting_product_split_in_two_blocks_is_the_same(rows, rhs):
+    """A weight gradient's ``a^T b`` over rows (``b`` a matrix, or heads by head width as in
+    ViT's attention) takes two row blocks (XLA:CPU's fast bfloat16 GEMM), a zero row added to
+    an odd count: the same float32 result, jitted too."""
     a = jax.random.normal(jax.random.PRNGKey(0), (rows, 24))
-    b = jax.random.normal(jax.random.PRNGKey(1), (rows, 8))
-    got = precision.mixed_dot_general(a, b, (((0,), (0,)), ((), ())))
-    want = jnp.einsum("ca,cd->ad", a.astype(jnp.bfloat16).astype(jnp.float32),
+    b = jax.random.normal(jax.random.PRNGKey(1), (rows, *rhs))
+    dims = (((0,), (0,)), ((), ()))
+    got = precision.mixed_dot_general(a, b, dims)
+    jitted = jax.jit(lambda a, b: precision.mixed_dot_general(a, b, dims))(a, b)
+    want = jnp.einsum("ca,c...->a...", a.astype(jnp.bfloat16).astype(jnp.float32),
                       b.astype(jnp.bfloat16).astype(jnp.float32), precision="highest")
-    assert got.shape == (24, 8) and got.dtype == jnp.float32
+    assert got.shape == jitted.shape == (24, *rhs) and got.dtype == jnp.float32
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(jitted, want, rtol=1e-5, atol=1e-5)

@@ -39,6 +39,19 @@ def pytest_sessionfinish(session, exitstatus):
 
 
 @pytest.fixture(autouse=True)
+def _xla_optimized(request):
+    """Tests marked ``xla_optimized`` (runtime-bound: the scaling fits' multi-start grids) compile
+    with XLA's optimisations, which the rest of the suite turns off (compile-bound)."""
+    if request.node.get_closest_marker("xla_optimized") is None:
+        yield
+        return
+    was = jax.config.read("jax_disable_most_optimizations")
+    jax.config.update("jax_disable_most_optimizations", False)
+    yield
+    jax.config.update("jax_disable_most_optimizations", was)
+
+
+@pytest.fixture(autouse=True)
 def _fresh_module_rng(request):
     """A test module's shared generator ``RNG`` is reseeded before each of its tests, so a test's
     draws do not depend on which tests ran before it in its process (pytest-xdist workers run

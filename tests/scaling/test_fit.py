@@ -16,6 +16,7 @@ def noisy(y, rel=0.005):
     return y * np.exp(rel * RNG.normal(size=y.shape))
 
 
+@pytest.mark.xla_optimized
 def test_power_law_recovered():
     x = np.logspace(3, 8, 40)
     y = noisy(0.5 + 30.0 * x ** -0.3)
@@ -26,6 +27,7 @@ def test_power_law_recovered():
     assert f.starts_in_best_basin >= 1 and abs(f.residuals).max() < 0.03
 
 
+@pytest.mark.xla_optimized
 def test_chinchilla_law_recovered_and_compute_optimal_allocation():
     n = np.exp(RNG.uniform(np.log(1e7), np.log(1e10), 150))
     d = np.exp(RNG.uniform(np.log(1e8), np.log(1e11), 150))
@@ -52,6 +54,7 @@ def test_saturation_law_recovered():
     assert f.params["alpha"] == pytest.approx(1.6, rel=0.1)
 
 
+@pytest.mark.xla_optimized
 def test_broken_power_law_recovered():
     x = np.logspace(1, 7, 60)
     d1, f1, c0, c1 = 1e4, 0.3, 0.05, 0.5
@@ -84,6 +87,7 @@ def test_custom_law_function_and_errors():
     assert set(LAWS) == {"power", "chinchilla", "saturation", "bnsl", "log_linear", "sae_topk"}
 
 
+@pytest.mark.xla_optimized
 def test_bootstrap_refits_equal_scipy_minima_and_failures_are_reported():
     """Each Newton refit lands on the minimum scipy's L-BFGS-B finds for the same resample (float64,
     tight tolerances); refits that cannot converge in the budget are counted, warned about and left
@@ -123,6 +127,7 @@ def test_bootstrap_refits_equal_scipy_minima_and_failures_are_reported():
 
 
 @pytest.mark.slow
+@pytest.mark.xla_optimized
 def test_chinchilla_refit_reproduces_the_published_estimates():
     """Besiroglu et al. 2024's procedure (shared/refdata/chinchilla_epoch/SOURCE.md): drop the 5
     highest losses, D = C / (6 N), sum of Huber(1e-3) on log loss, Hoffmann's 4,500-start grid.

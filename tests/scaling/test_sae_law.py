@@ -36,6 +36,7 @@ def test_the_law_is_registered_and_predicts_its_formula():
     assert law.public(theta)["gamma"] == pytest.approx(-0.02)
 
 
+@pytest.mark.xla_optimized
 def test_known_parameters_are_recovered_and_the_bootstrap_covers_them():
     inputs, y = _grid(0.01)
     f = fit_law("sae_topk", inputs, y)

@@ -11,12 +11,16 @@ from pathlib import Path
 os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
                            + " --xla_force_host_platform_device_count=8").strip()
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # 2-thread OpenBLAS spin-waits on 2 cores
-if "REPR_JAX_DATA_DIR" not in os.environ:  # made once (workers inherit it), removed at the end
-    os.environ["REPR_JAX_DATA_DIR"] = tempfile.mkdtemp(prefix="repr_jax_test_data_")
-    atexit.register(shutil.rmtree, os.environ["REPR_JAX_DATA_DIR"], ignore_errors=True)
+if "REPR_JAX_TEST_SCRATCH" not in os.environ:  # made once (workers inherit it), removed at the end
+    os.environ["REPR_JAX_TEST_SCRATCH"] = tempfile.mkdtemp(prefix="repr_jax_tests_")
+    atexit.register(shutil.rmtree, os.environ["REPR_JAX_TEST_SCRATCH"], ignore_errors=True)
+os.environ.setdefault("REPR_JAX_DATA_DIR", os.path.join(os.environ["REPR_JAX_TEST_SCRATCH"], "tfds"))
 os.environ.setdefault("TQDM_DISABLE", "1")
 # Never the user's compile cache (~/.cache/repr_jax/xla): test_compile_cache.py makes its own.
 os.environ["REPR_JAX_COMPILE_CACHE"] = "0"
+# The CLI's compile cache for tests that start the CLI in a subprocess again and again (kill and
+# resume): the session's own, shared by the workers (its writes are atomic), removed at the end.
+CLI_COMPILE_CACHE = os.path.join(os.environ["REPR_JAX_TEST_SCRATCH"], "xla")
 # Tests compile many small programs and run few steps: XLA's optimisation passes cost more than
 # they save (~30% off compile-heavy tests). Subprocesses (sweeps, hosts, notebooks) inherit it.
 os.environ.setdefault("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")

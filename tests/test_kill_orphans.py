@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import CLI_COMPILE_CACHE
+
 # Temporaries of the project's writers: write_bytes', build_index's, the token indexes', TFDS's.
 TEMPORARY = re.compile(r"\..+\.[a-z0-9_]+\.(tmp|partial)|repr_jax_tokens_.*|"
                        r"\.repr_jax_probe_.*|incomplete\.[A-Z0-9]+_.*")
@@ -29,6 +31,7 @@ def _env(tmp_path: Path) -> dict:
     tmpdir = tmp_path / "tmpdir"
     tmpdir.mkdir(exist_ok=True)
     return dict(os.environ, JAX_PLATFORMS="cpu", TQDM_DISABLE="1", TMPDIR=str(tmpdir),
+                REPR_JAX_COMPILE_CACHE=CLI_COMPILE_CACHE,
                 XLA_FLAGS="--xla_force_host_platform_device_count=1")
 
 

@@ -175,7 +175,10 @@ def _table(path):
 
 
 @pytest.mark.slow
-def test_sweep_isolates_a_failure_and_a_killed_sweep_resumes_to_the_same_table(tmp_path, capsys):
+def test_sweep_isolates_a_failure_and_a_killed_sweep_resumes_to_the_same_table(tmp_path, capsys,
+                                                                             monkeypatch):
+    from conftest import CLI_COMPILE_CACHE
+    monkeypatch.setenv("REPR_JAX_COMPILE_CACHE", CLI_COMPILE_CACHE)  # the points' processes
     sweep_file = tmp_path / "tiny_sweep.py"
     sweep_file.write_text(SWEEP_FILE)
     sweep = load_sweep(str(sweep_file))

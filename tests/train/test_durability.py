@@ -17,11 +17,14 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
+from conftest import CLI_COMPILE_CACHE
+
 RUN = ["train", "--no-progress", "--set", "data.num_examples=1000", "--set", "train.steps=24",
        "--set", "train.ckpt_every=4", "--set", "train.eval_every=12", "--set", "train.log_every=1",
        "--set", "train.batch_size=32", "--set", "encoder.widths=(8,16)",
        "--set", "eval.evaluators=('knn','linear_probe')", "--set", "eval.bootstrap=50"]
-ENV = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=1")
+ENV = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=1",
+           REPR_JAX_COMPILE_CACHE=CLI_COMPILE_CACHE)
 
 
 # The killed run reads its data by index from the array_record files (the streaming path); the

@@ -29,6 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from repr_jax import files
+from repr_jax.encoders import precision as precision_policy
 from repr_jax.llm_files import (DecoderHeader, gguf_header, gguf_reader,
                                 hf_header, is_decoder_weights, read_header, resolve, smollm2_file)
 
@@ -225,22 +226,29 @@ def load_decoder_lm(spec: str | Path) -> LoadedDecoderLM:
 
 
 @functools.lru_cache(maxsize=8)
-def _embedder(module):
-    """The jitted embedding function of ``module`` (one per module: compiled shapes are kept
-    across calls)."""
-    return jax.jit(lambda params, ids: module.apply({"params": params}, ids)[0])
+def _embedder(module, mixed: bool = False):
+    """The jitted embedding function of ``module`` (one per module and policy: compiled shapes
+    are kept across calls). ``mixed``: traced under :func:`repr_jax.encoders.precision.mixed`,
+    so its dense and attention products take bfloat16 inputs with float32 results."""
+    def apply(params, ids):
+        with precision_policy.mixed(mixed):  # inside the traced function: read while it is traced
+            return module.apply({"params": params}, ids)[0]
+    return jax.jit(apply)
 
 
 def encode(loaded: LoadedDecoderLM, texts: Sequence[str], *, normalize: bool = False,
            append_eos: bool = False, prefix: str = "", pooling: str = "last_token",
-           attention: str = "causal", max_len: int = 512, batch_size: int = 16) -> np.ndarray:
+           attention: str = "causal", max_len: int = 512, batch_size: int = 16,
+           precision: str = "float32") -> np.ndarray:
     """Embeddings ``[len(texts), width]``: the final-norm hidden state of each text's last token
     (``pooling``), no special tokens added unless ``append_eos`` (Tevatron's
     ``--append_eos_token``); ``prefix`` is an instruction read before each text and left out of
-    mean poolings. Texts are sorted by length and batched, so each batch pads little. Time
+    mean poolings. Texts are sorted by length and batched, so each batch pads little.
+    ``precision`` as :func:`repr_jax.encoders.pretrained.encode`'s. Time
     ``O(N * (T * P + depth * T^2 * width))`` for N texts of T tokens and P parameters; memory one
     batch's activations plus the ``[N, width]`` result."""
-    apply = _embedder(loaded.module(attention=attention, pooling=pooling))
+    apply = _embedder(loaded.module(attention=attention, pooling=pooling),
+                      mixed=precision_policy.resolve(precision) == "bfloat16")
     rows = loaded.tokenizer.rows(texts, max_len=max_len, prefix=prefix, append_eos=append_eos)
     order = np.argsort([len(r) for r in rows], kind="stable")
     out = np.zeros((len(texts), loaded.header.width), np.float32)

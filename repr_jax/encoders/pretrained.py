@@ -13,7 +13,6 @@ First target: sentence-transformers BERT-family checkpoints in a local directory
 from __future__ import annotations
 
 import dataclasses
-import functools
 import re
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -218,17 +217,6 @@ def load_decoder_lm(path: str | Path):
     return load(path)
 
 
-@functools.lru_cache(maxsize=8)
-def _mixed_embedder(module):
-    """The jitted embedding function of ``module`` traced under
-    :func:`repr_jax.encoders.precision.mixed`: its dense and attention products take bfloat16
-    inputs with float32 results (one per module, like ``decoder_lm_weights._embedder``)."""
-    def apply(params, ids):
-        with _precision.mixed():  # inside the traced function: read while it is traced
-            return module.apply({"params": params}, ids)[0]
-    return jax.jit(apply)
-
-
 def encode(loaded, texts: Sequence[str], *, normalize: bool | None = None,
            batch_size: int = 32, precision: str = "float32", **decoder_options) -> np.ndarray:
     """Embeddings ``[len(texts), width]`` with the checkpoint's pooling and maximum length;
@@ -239,21 +227,18 @@ def encode(loaded, texts: Sequence[str], *, normalize: bool | None = None,
     bfloat16 dot products; embeddings within ~1e-2 relative of float32's), float32 the plain
     float32 program. A decoder LLM (:func:`load_decoder_lm`) takes ``decoder_options``
     (``prefix``, ``pooling``, ``attention``, ``append_eos``, ``max_len``: see
-    :func:`repr_jax.encoders.decoder_lm_weights.encode`) and float32 only."""
+    :func:`repr_jax.encoders.decoder_lm_weights.encode`)."""
     mixed = _precision.resolve(precision) == "bfloat16"
     if not isinstance(loaded, LoadedModel):
-        if mixed and precision != "auto":
-            raise ValueError("encode: precision='bfloat16' applies to sentence-transformers "
-                             "(BERT) models; a decoder LLM is encoded in float32")
         from repr_jax.encoders.decoder_lm_weights import encode as encode_decoder
-        return encode_decoder(loaded, texts, normalize=bool(normalize),
-                              batch_size=batch_size, **decoder_options)
+        return encode_decoder(loaded, texts, normalize=bool(normalize), batch_size=batch_size,
+                              precision=precision, **decoder_options)
     if decoder_options:
         raise TypeError(f"encode: {sorted(decoder_options)} apply to decoder LLMs only")
     from repr_jax.encoders.decoder_lm_weights import _embedder
     normalize = loaded.config.normalize if normalize is None else normalize
     # compiled once per model, policy and batch shape
-    apply = _mixed_embedder(loaded.module) if mixed else _embedder(loaded.module)
+    apply = _embedder(loaded.module, mixed=mixed)
     enc = loaded.tokenizer.encode(list(texts), max_len=loaded.config.max_seq_length)
     lengths = np.asarray(enc.mask).sum(axis=1)
     order = np.argsort(lengths, kind="stable")  # shortest first: each batch pads little

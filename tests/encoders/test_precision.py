@@ -257,8 +257,23 @@ def test_encode_precision_names_are_checked():
     from repr_jax.encoders.pretrained import encode
     with pytest.raises(ValueError, match="precision policy"):
         encode(object(), ["a"], precision="float16")
-    with pytest.raises(ValueError, match="decoder LLM is encoded in float32"):
-        encode(object(), ["a"], precision="bfloat16")  # not a BERT: decoders stay float32
+
+
+def test_a_decoder_encodes_under_the_policy(tmp_path):
+    """encode(decoder, precision="bfloat16"): the decoder's products on bfloat16 inputs, float32
+    embeddings close to float32's and not equal to them; float32 unchanged."""
+    from tiny_llm import tiny_params, write_gguf
+
+    from repr_jax.encoders.decoder_lm_weights import load_decoder_lm
+    from repr_jax.encoders.pretrained import encode
+    write_gguf(tmp_path / "tiny.gguf", tiny_params())
+    loaded = load_decoder_lm(tmp_path / "tiny.gguf")
+    texts = ["the thing", "a cat sat on the mat", "hello"]
+    f32 = encode(loaded, texts, max_len=16)
+    bf16 = encode(loaded, texts, max_len=16, precision="bfloat16")
+    assert bf16.dtype == np.float32 and not np.array_equal(bf16, f32)
+    assert _rel(bf16, f32) < 2e-2
+    np.testing.assert_array_equal(f32, encode(loaded, texts, max_len=16, precision="float32"))
 
 
 def test_embedder_in_bfloat16_traces_under_the_policy(tmp_path):

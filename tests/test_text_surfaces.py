@@ -485,7 +485,8 @@ def test_every_file_a_run_eval_sweep_fit_and_mine_write_is_0644_under_umask_022(
     import sys
     old = os.umask(0o022)
     try:
-        env = {**os.environ, "TQDM_DISABLE": "1"}
+        # The compile cache as the CLI keeps it (its entries are files a run writes, checked too)
+        env = {**os.environ, "TQDM_DISABLE": "1", "REPR_JAX_COMPILE_CACHE": str(tmp_path / "xla")}
 
         def run(*argv):
             r = subprocess.run([sys.executable, "-m", "repr_jax.cli", *argv], env=env,
@@ -512,5 +513,6 @@ def test_every_file_a_run_eval_sweep_fit_and_mine_write_is_0644_under_umask_022(
     assert any(k.startswith("run/checkpoints/") for k in modes)
     assert any("events.out.tfevents" in k for k in modes)
     assert any(k.startswith("mined/out.jsonl.cache/") for k in modes)
+    assert any(k.startswith("xla/") for k in modes)
     wrong = {k: oct(v) for k, v in modes.items() if v != 0o644 and k != "fit/t.csv"}
     assert not wrong, wrong

@@ -2,6 +2,7 @@
 
     python bench/probe_vs_sklearn.py                          # 20,000 x 256 features, 10 classes
     python bench/probe_vs_sklearn.py --train 50000 --dim 512
+    python bench/probe_vs_sklearn.py --data separated --l2 1e-3   # issue 53's easy case
 
 Both fit the same objective on the same standardised features: multinomial logistic regression
 (``mean CE + l2/2 ||W||^2`` = sklearn's ``C = 1 / (l2 N)``, L-BFGS both) and ridge (sklearn
@@ -26,10 +27,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from machine import Machine, take_turns  # noqa: E402
 
 
-def features(n_train: int, n_test: int, dim: int, classes: int, seed: int = 0):
-    """Overlapping Gaussian classes in a random low-rank-plus-noise feature space (probe accuracy
-    well below 1, as for real frozen features)."""
+def features(n_train: int, n_test: int, dim: int, classes: int, seed: int = 0,
+             kind: str = "overlapping"):
+    """``overlapping``: Gaussian classes in a random low-rank-plus-noise feature space (probe
+    accuracy well below 1, as for real frozen features). ``separated``: unit-variance Gaussian
+    classes with means drawn ``N(0, 0.35^2)`` in every dimension: separable in 256 dimensions, so
+    a solver stops after few iterations (scikit-learn's lbfgs: 10) and fixed costs dominate."""
     rng = np.random.default_rng(seed)
+    if kind == "separated":
+        centres = rng.normal(size=(classes, dim)) * 0.35
+
+        def draw_separated(n):
+            y = rng.integers(0, classes, n)
+            return (centres[y] + rng.normal(size=(n, dim))).astype(np.float32), y
+        return draw_separated(n_train), draw_separated(n_test)
     means = rng.normal(size=(classes, 32)) * 0.6
     mix = rng.normal(size=(32, dim)) / np.sqrt(32)
     def draw(n):
@@ -57,6 +68,7 @@ def main(argv=None) -> None:
     p.add_argument("--dim", type=int, default=256)
     p.add_argument("--classes", type=int, default=10)
     p.add_argument("--l2", type=float, default=1e-4)
+    p.add_argument("--data", choices=("overlapping", "separated"), default="overlapping")
     p.add_argument("--repeats", type=int, default=2)
     args = p.parse_args(argv)
     machine = Machine.now()  # before this bench's own work loads the cores
@@ -68,9 +80,11 @@ def main(argv=None) -> None:
     from repr_jax.eval import linear_probe
     from repr_jax.eval.linear_probe import LOGISTIC_GRID, standardize
 
-    (x, y), (tx, ty) = features(args.train, args.test, args.dim, args.classes)
+    (x, y), (tx, ty) = features(args.train, args.test, args.dim, args.classes,
+                                kind=args.data)
     xs, txs = (np.asarray(a) for a in standardize(x, tx))
-    print(f"{args.train:,} x {args.dim} train features, {args.test:,} test, {args.classes} classes; "
+    print(f"{args.train:,} x {args.dim} {args.data} train features, {args.test:,} test, "
+          f"{args.classes} classes, l2 {args.l2:g}; "
           f"jax {jax.__version__} on {jax.devices()[0].platform}, {os.cpu_count()} CPUs")
 
     rows = []

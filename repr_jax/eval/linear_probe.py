@@ -12,6 +12,7 @@ import optax
 import optax.tree_utils as otu
 
 from repr_jax.config import config, static
+from repr_jax.encoders import precision
 from repr_jax.eval.base import Embedder, Evaluator
 from repr_jax.eval.stats import with_ci
 
@@ -19,6 +20,7 @@ RIDGE_GRID = tuple(10.0 ** np.arange(-6, 3.5, 0.5))  # relative to the mean eige
 LOGISTIC_GRID = tuple(10.0 ** np.arange(-6.0, 0.5, 1.0))  # on the mean cross-entropy
 KINDS = ("ridge", "logistic")
 STALLS = 5
+FAST_GRAM_FLOPS = 2 ** 28  # a logistic probe's Gram from bfloat16 copies from this size up
 
 
 @jax.jit
@@ -75,40 +77,47 @@ def ridge_weights(x_NxD, y_NxC, lambdas_L):
                                jnp.pad(y_NxC, ((0, pad), (0, 0))), lambdas_L)
 
 
-@jax.jit
-def _rotate(x_NxD):
-    """``((x V)^T, V, ev)`` with ``x^T x / N = V diag(ev) V^T``: the probe's eigenbasis, the
+@functools.partial(jax.jit, static_argnames=("fast_gram",))
+def _eigenbasis(x_NxD, *, fast_gram: bool):
+    """``(x^T, V, ev)`` with ``x^T x / N ~ V diag(ev) V^T``: the probe's preconditioner, and the
     features stored transposed (``[D, N]``) so that the logits ``W^T x^T`` and the weight gradient
     ``x^T G^T`` are both plain GEMMs over one copy (XLA:CPU runs ``x.T @ g`` on ``[N, D]`` rows
-    several times slower; one 20 MB copy, not two, also stays in cache). The transpose is taken
-    first, so the Gram matrix and the rotation are GEMMs on it too (faster than ``x.T @ x`` and
-    ``(x @ V).T``; bench/README). Time ``O(N D^2 + D^3)``, memory ``O(N D + D^2)``."""
+    several times slower). ``fast_gram``: the Gram matrix from bfloat16 copies (float32 sums),
+    where the backend has fast bfloat16 dot products; only the preconditioning depends on it, not
+    the solution (``V`` is orthonormal either way, and the solve is float32). Time
+    ``O(N D^2 + D^3)``, memory ``O(N D + D^2)``."""
     xt_DxN = x_NxD.T
-    ev_D, v_DxD = jnp.linalg.eigh(xt_DxN @ xt_DxN.T / x_NxD.shape[0])
-    return v_DxD.T @ xt_DxN, v_DxD, jnp.maximum(ev_D, 0.0)
+    if fast_gram:
+        gram = precision.mixed_dot_general(x_NxD, x_NxD, (((0,), (0,)), ((), ())))
+    else:
+        gram = xt_DxN @ xt_DxN.T  # the transposed copy's GEMM: faster than x.T @ x here
+    ev_D, v_DxD = jnp.linalg.eigh(gram / x_NxD.shape[0])
+    return xt_DxN, v_DxD, jnp.maximum(ev_D, 0.0)
 
 
 @functools.partial(jax.jit, static_argnames=("max_iters",))
-def _logistic_weights_rotated(xrt_DxN, v_DxD, ev_D, y_NxC, lambdas_L, *, max_iters: int, tol):
+def _logistic_weights_preconditioned(xt_DxN, v_DxD, ev_D, y_NxC, lambdas_L, *, max_iters: int,
+                                     tol):
     """The solves of :func:`logistic_weights` in preconditioned coordinates ``W = V diag(s) U``,
     ``s_d = (ev_d + C lambda)^-1/2``: the Hessian ``~ (x^T x / N) / C + lambda I`` (softmax
-    curvature ``1 / C`` at uniform predictions) becomes ``~ I / C``. The penalty is
-    ``lambda / 2 ||s U||^2`` (= ``||W||^2``) and the stopping gradient is mapped back
+    curvature ``1 / C`` at uniform predictions) becomes ``~ I / C``. ``W`` is formed from ``U``
+    (``O(D^2 C)`` an evaluation) rather than the features rotated (``O(N D^2)`` once); the penalty
+    is ``lambda / 2 ||s U||^2`` (= ``||W||^2``) and the stopping gradient is mapped back
     (``g_W = V (g_U / s)``). Logits are computed class-major, ``[C, N]``. Time
     ``O(iterations N D C)`` per penalty (two GEMMs an iteration), memory ``O(N (D + C))``."""
-    d, c = xrt_DxN.shape[0], y_NxC.shape[1]
+    d, c = xt_DxN.shape[0], y_NxC.shape[1]
     y_CxN = y_NxC.T
     opt = optax.lbfgs(linesearch=optax.scale_by_backtracking_linesearch(
         max_backtracking_steps=20, store_grad=True))
 
-    def fit(rotated, lam):  # ``rotated`` = {"w": V^T W, "b"}: the previous penalty's optimum
+    def fit(u0, lam):  # ``u0`` = {"w": V^T W, "b"}: the previous penalty's optimum
         s_Dx1 = jax.lax.rsqrt(ev_D + c * lam + 1e-12)[:, None]
 
         def loss(p):
-            w = s_Dx1 * p["w"]
-            logits_CxN = w.T @ xrt_DxN + p["b"][:, None]
+            u = s_Dx1 * p["w"]
+            logits_CxN = (v_DxD @ u).T @ xt_DxN + p["b"][:, None]
             return (jnp.mean(optax.softmax_cross_entropy(logits_CxN, y_CxN, axis=0))
-                    + 0.5 * lam * jnp.sum(w ** 2))
+                    + 0.5 * lam * jnp.sum(u ** 2))
         value_and_grad = optax.value_and_grad_from_state(loss)
 
         def step(carry):
@@ -129,13 +138,13 @@ def _logistic_weights_rotated(xrt_DxN, v_DxD, ev_D, y_NxC, lambdas_L, *, max_ite
             # solve: float32 cannot resolve more progress (large penalties stall just above tol).
             return (it == 0) | ((it < max_iters) & (norm > tol) & (stalls < STALLS))
 
-        p0 = {"w": rotated["w"] / s_Dx1, "b": rotated["b"]}
+        p0 = {"w": u0["w"] / s_Dx1, "b": u0["b"]}
         p, _, _ = jax.lax.while_loop(running, step, (p0, opt.init(p0), 0))
-        w = s_Dx1 * p["w"]
-        return {"w": w, "b": p["b"]}, (v_DxD @ w, p["b"])
+        u = s_Dx1 * p["w"]
+        return {"w": u, "b": p["b"]}, (v_DxD @ u, p["b"])
 
     order = jnp.argsort(-lambdas_L)
-    p0 = {"w": jnp.zeros((d, c), xrt_DxN.dtype), "b": jnp.zeros((c,), xrt_DxN.dtype)}
+    p0 = {"w": jnp.zeros((d, c), xt_DxN.dtype), "b": jnp.zeros((c,), xt_DxN.dtype)}
     _, (w_LxDxC, b_LxC) = jax.lax.scan(fit, p0, lambdas_L[order])
     back = jnp.argsort(order)
     return w_LxDxC[back], b_LxC[back]
@@ -162,7 +171,7 @@ def logistic_weights(x_NxD, y_NxC, lambdas_L, *, max_iters: int, tol):
     no gradient component exceeds ``tol`` (scikit-learn's lbfgs ``gtol`` on this objective) or
     ``max_iters``: L-BFGS with a backtracking (Armijo) line search, which
     takes the unit step almost always (one evaluation per iteration), preconditioned by the
-    features' eigenbasis (:func:`_logistic_weights_rotated`); the penalties from the largest down,
+    features' eigenbasis (:func:`_logistic_weights_preconditioned`); the penalties from the largest down,
     each warm-started from the previous solution, in one ``lax.scan``. A solve also ends after
     ``STALLS`` steps in a row that lower the objective by no more than its float32 rounding.
     Time ``O(N D min(N, D) + min(N, D)^3 + iters N min(N, D) C)``, memory ``O(N D + min(N, D)^2)``:
@@ -172,8 +181,11 @@ def logistic_weights(x_NxD, y_NxC, lambdas_L, *, max_iters: int, tol):
         z_NxN, v_DxN = _row_space(x_NxD)
         w_LxNxC, b_LxC = logistic_weights(z_NxN, y_NxC, lambdas_L, max_iters=max_iters, tol=tol)
         return jnp.einsum("dn,lnc->ldc", v_DxN, w_LxNxC), b_LxC
-    xrt, v, ev = _rotate(x_NxD)
-    return _logistic_weights_rotated(xrt, v, ev, y_NxC, lambdas_L, max_iters=max_iters, tol=tol)
+    n, d = x_NxD.shape
+    fast = n * d * d >= FAST_GRAM_FLOPS and precision.bfloat16_is_fast()
+    xt, v, ev = _eigenbasis(x_NxD, fast_gram=fast)
+    return _logistic_weights_preconditioned(xt, v, ev, y_NxC, lambdas_L, max_iters=max_iters,
+                                            tol=tol)
 
 
 def linear_probe(train_x, train_y, test_x, test_y, *, kind: str = "ridge", l2: float | None = None,

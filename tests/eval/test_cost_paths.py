@@ -4,6 +4,7 @@ contingency and a vectorised expected mutual information. Each cheap path is che
 direct formula (float64 numpy, or the path it replaces) at a small size, and run at a size where
 the old path would need D x D, N x N or R x N memory."""
 
+import functools
 import importlib
 
 import chex
@@ -164,6 +165,32 @@ def test_budget_follows_the_stated_orders():
     assert mem < 4 * (3 * 100 * 150_528 + 100 ** 2 + 19 * 150_528 * 10)  # never D x D
     with pytest.raises(ValueError, match="no cost model"):
         flops("nope", 10, 10)
+
+
+@pytest.mark.parametrize("n", [512, 4096])
+def test_logistic_probe_preconditioned_by_a_bfloat16_gram_reaches_the_same_solution(n, monkeypatch):
+    """From ``FAST_GRAM_FLOPS`` up the probe's preconditioner comes from a bfloat16 Gram matrix
+    where the backend has fast bfloat16 dots: the same minimum (the solve is float32, only its
+    conditioning moves) as with the float32 Gram's, at a small and a large size."""
+    d, c, lam = 256, 4, 1e-3
+    y = np.arange(n) % c
+    x = (RNG.normal(size=(c, d))[y] * 0.5 + RNG.normal(size=(n, d))).astype(np.float32)
+    x = jnp.asarray((x - x.mean(0)) / x.std(0))
+    solve = functools.partial(lp.logistic_weights, x, jax.nn.one_hot(y, c), jnp.asarray([lam]),
+                              max_iters=500, tol=1e-5)
+    monkeypatch.setattr(lp.precision, "bfloat16_is_fast", lambda: True)
+    monkeypatch.setattr(lp, "FAST_GRAM_FLOPS", 0)
+    fast = solve()
+    monkeypatch.setattr(lp, "FAST_GRAM_FLOPS", 2 ** 62)
+    exact = solve()
+
+    def objective(w, b):  # in float64: mean cross-entropy + lam / 2 ||W||^2
+        logits = np.asarray(x, np.float64) @ np.asarray(w[0], np.float64) + np.asarray(b[0])
+        lse = np.log(np.exp(logits - logits.max(1, keepdims=True)).sum(1)) + logits.max(1)
+        return (lse - logits[np.arange(n), y]).mean() + lam / 2 * np.sum(np.asarray(w[0]) ** 2)
+    assert objective(*fast) == pytest.approx(objective(*exact), rel=1e-4)
+    scale = float(jnp.abs(exact[0]).max())
+    np.testing.assert_allclose(fast[0], exact[0], atol=1e-2 * scale)
 
 
 def test_logistic_probe_wider_than_tall_solves_in_the_row_space():

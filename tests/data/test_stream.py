@@ -178,8 +178,9 @@ def test_training_on_a_streamed_split_keeps_memory_far_below_its_size(tmp_path):
                          in_memory_mb=0).splits["train"].nbytes / 2**20
     assert split_mb > 150
     measured = dict(two_steps=two_steps, epoch=epoch, held=held, split=split_mb)
-    # A quarter of the split: far below what holding it adds.
-    assert epoch - two_steps < 0.25 * split_mb, measured
+    # Under 40% of the split: far below what holding it adds (a quarter was too tight on a busy
+    # machine's thread timing).
+    assert epoch - two_steps < 0.4 * split_mb, measured
     assert held - two_steps > 0.8 * split_mb, measured  # the measurement can see a held split
 
 

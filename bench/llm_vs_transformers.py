@@ -18,8 +18,8 @@ LoRA and with full fine-tuning (a fresh process each, ``ru_maxrss``).
 
 ``--dtype bfloat16``: repr_jax encodes under the bfloat16 policy (``encode(...,
 precision="bfloat16")``: the decoder's dense and attention products on bfloat16 inputs with
-float32 results, :mod:`repr_jax.encoders.precision`) and its steps, the peak-memory ones too, run with
-``train.compute_dtype=bfloat16``; transformers' encode forward and its step's forward and loss
+float32 results, :mod:`repr_jax.encoders.precision`) and its steps, the peak-memory ones too,
+run with ``train.compute_dtype=bfloat16``; transformers' encode forward and its step's forward and loss
 (backward follows their dtypes) run under ``torch.autocast("cpu", dtype=torch.bfloat16)``.
 
 Prints the CPU and its cores, and what other work kept them busy in the 3 s before each

@@ -14,7 +14,8 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # 2-thread OpenBLAS spin-wai
 if "REPR_JAX_TEST_SCRATCH" not in os.environ:  # made once (workers inherit it), removed at the end
     os.environ["REPR_JAX_TEST_SCRATCH"] = tempfile.mkdtemp(prefix="repr_jax_tests_")
     atexit.register(shutil.rmtree, os.environ["REPR_JAX_TEST_SCRATCH"], ignore_errors=True)
-os.environ.setdefault("REPR_JAX_DATA_DIR", os.path.join(os.environ["REPR_JAX_TEST_SCRATCH"], "tfds"))
+os.environ.setdefault("REPR_JAX_DATA_DIR",
+                      os.path.join(os.environ["REPR_JAX_TEST_SCRATCH"], "tfds"))
 os.environ.setdefault("TQDM_DISABLE", "1")
 # Never the user's compile cache (~/.cache/repr_jax/xla): test_compile_cache.py makes its own.
 os.environ["REPR_JAX_COMPILE_CACHE"] = "0"

@@ -169,10 +169,10 @@ def logistic_weights(x_NxD, y_NxC, lambdas_L, *, max_iters: int, tol):
     Minimises ``mean_i CE(x_i W + b, y_i) + lambda / 2 ||W||^2`` (bias unpenalised), which is
     scikit-learn's ``LogisticRegression(C=1 / (lambda * N))`` objective divided by ``C N``, until
     no gradient component exceeds ``tol`` (scikit-learn's lbfgs ``gtol`` on this objective) or
-    ``max_iters``: L-BFGS with a backtracking (Armijo) line search, which
-    takes the unit step almost always (one evaluation per iteration), preconditioned by the
-    features' eigenbasis (:func:`_logistic_weights_preconditioned`); the penalties from the largest down,
-    each warm-started from the previous solution, in one ``lax.scan``. A solve also ends after
+    ``max_iters``: L-BFGS with a backtracking (Armijo) line search, which takes the unit step
+    almost always (one evaluation per iteration), preconditioned by the features' eigenbasis
+    (:func:`_logistic_weights_preconditioned`); the penalties from the largest down, each
+    warm-started from the previous solution, in one ``lax.scan``. A solve also ends after
     ``STALLS`` steps in a row that lower the objective by no more than its float32 rounding.
     Time ``O(N D min(N, D) + min(N, D)^3 + iters N min(N, D) C)``, memory ``O(N D + min(N, D)^2)``:
     when ``N < D`` the solve runs in the row space (:func:`_row_space`), never ``D x D``.

@@ -271,7 +271,8 @@ def train_and_evaluate(cfg: Config, workdir: str | Path, *, progress: bool = Tru
     mesh, dataset, method, state = build_run(cfg, dataset)
     eval_sets = load_eval_sets(cfg, dataset)
     stream = stream or BatchStream(dataset.splits["train"], batch_size=t.batch_size, seed=cfg.seed,
-                                   pad_id=batch_pad_id(cfg, dataset), pack=batch_packs(cfg))
+                                   pad_id=batch_pad_id(cfg, dataset),
+                                   pack=batch_packs(cfg, mesh.size))
 
     def host_batch(step: int):
         return stream.batch(step, process_index=jax.process_index(),

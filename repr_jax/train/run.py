@@ -379,11 +379,14 @@ def batch_pad_id(cfg: Config, dataset: data.Dataset) -> int | None:
 PACKING_METHODS = ("biencoder",)  # two towers reading [B, T] token ids (methods.dual_encoder)
 
 
-def batch_packs(cfg: Config) -> bool:
+def batch_packs(cfg: Config, devices: int = 1) -> bool:
     """Whether training batches carry packed token positions (``data.pack_tokens``): a
     ``text_transformer`` bi-encoder without landmark pooling, micro-batches or a gradient cache,
-    whose batches are cut to their texts (:func:`batch_pad_id`)."""
-    return bool(getattr(cfg.data, "pack_tokens", False) and cfg.method.name in PACKING_METHODS
+    whose batches are cut to their texts (:func:`batch_pad_id`), on one device (``devices``: the
+    mesh's size; the packed positions index the whole batch, which several devices or hosts
+    would split)."""
+    return bool(devices == 1 and getattr(cfg.data, "pack_tokens", False)
+                and cfg.method.name in PACKING_METHODS
                 and cfg.encoder.name == "text_transformer"
                 and getattr(cfg.encoder, "pooling", "") != "landmark"
                 and cfg.train.grad_accum == 1 and not cfg.train.grad_cache_chunk)

@@ -84,3 +84,12 @@ def test_bucketed_and_packed_batches_train_as_full_length_ones_with_few_shapes(t
     np.testing.assert_allclose(losses[2], losses[0], rtol=1e-5)
     assert shapes[0] == {256} and max(shapes[1]) <= 128 and len(shapes[1]) <= 3
     assert packs == [0, 0, 6]  # the synthetic queries are short: every batch packs them
+
+
+def test_packing_is_for_one_device(tmp_path):
+    """Packed positions index the whole batch, which a mesh of several devices (or hosts) splits:
+    such a run trains on the bucketed batches without them."""
+    from repr_jax.train.run import batch_packs
+    cfg = _config(tmp_path, True, True)
+    assert batch_packs(cfg) and batch_packs(cfg, 1)
+    assert not batch_packs(cfg, 8) and not batch_packs(C.override(cfg, ["data.pack_tokens=False"]))

@@ -46,9 +46,9 @@ class TextData(DataConfig):
                                             "padding costs no compute and few shapes compile "
                                             "(one process; several keep the full length)")
     pack_tokens: bool = static(True, doc="with length_buckets, a text_transformer bi-encoder "
-                                         "runs its dense layers on each batch's valid tokens "
-                                         "only, attention on the padded layout: the same loss, "
-                                         "no compute on padding")
+                                         "on one device runs its dense layers on each batch's "
+                                         "valid tokens only, attention on the padded layout: "
+                                         "the same loss, no compute on padding")
 
 
 SIDE_FIELDS = ("max_len", "query_max_len", "doc_max_len", "query_prefix", "doc_prefix")

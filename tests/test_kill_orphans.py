@@ -153,6 +153,8 @@ def test_a_preparation_leaves_nothing_in_the_temporary_folder(tmp_path, monkeypa
     (tmp_path / "system_tmp").mkdir()
     data.load(f"pairs:{_pairs_file(tmp_path / 'pairs.jsonl')}", data_dir=str(tmp_path / "tfds"),
               max_len=24)
+    with pytest.raises(ValueError, match="is not prepared"):  # a TFDS name, looked up
+        data.load("mnist", data_dir=str(tmp_path / "tfds"))
     assert list((tmp_path / "system_tmp").iterdir()) == []
 
 

@@ -21,7 +21,7 @@ import numpy as np
 
 from repr_jax import files
 from repr_jax.config import ArrayData, config
-from repr_jax.data.prepare import default_data_dir, prepared
+from repr_jax.data.prepare import default_data_dir, no_gcs_metadata, prepared
 from repr_jax.data.source import SourceSplit, subset, take
 from repr_jax.data.tokenizer import SIDE_FIELDS, Sides, TextData, make_tokenizer
 
@@ -112,7 +112,8 @@ def _builder(name: str, data_dir: str, **config_kwargs: Any):
                              f"as a prepared TFDS dataset ({type(e).__name__}: "
                              f"{files.first_line(e)}); prepare the dataset again") from None
     try:
-        builder = tfds.builder(name, data_dir=data_dir, try_gcs=False)
+        with no_gcs_metadata():
+            builder = tfds.builder(name, data_dir=data_dir, try_gcs=False)
     except Exception as e:  # noqa: BLE001 - tfds raises several kinds; turn them into one message
         raise ValueError(
             f"unknown dataset {name!r}: not a built-in ({', '.join(builders.BUILDERS)}) and not a "

@@ -39,17 +39,29 @@ class _LocalFiles:
 
 
 @contextlib.contextmanager
+def no_gcs_metadata():
+    """TFDS builders made inside leave no empty ``tmp*tfds`` folder in the system's temporary
+    folder: TFDS makes one per builder whose dataset is not prepared yet, to copy its GCS
+    metadata into, and never removes it. GCS is off here, so the folder is never used."""
+    from tensorflow_datasets.core import dataset_info
+    from_bucket = dataset_info.DatasetInfo.initialize_from_bucket
+    dataset_info.DatasetInfo.initialize_from_bucket = lambda self: None
+    try:
+        yield
+    finally:
+        dataset_info.DatasetInfo.initialize_from_bucket = from_bucket
+
+
+@contextlib.contextmanager
 def _preparing():
     """Quiet, side-effect-free preparation: no TFDS progress bars or absl warnings, numpy's and
     Python's global RNGs restored afterwards (``mnist1d.make_dataset`` reseeds both; TFDS draws
     from ``random``), splits larger than TFDS's in-memory shuffle buffer written without
-    TensorFlow, and no empty ``tmp*tfds`` folder left in the system's temporary folder (TFDS
-    makes one per unprepared builder to copy its GCS metadata into, and never removes it; GCS is
-    off here, so it is never used)."""
+    TensorFlow, and no empty ``tmp*tfds`` folder left behind (:func:`no_gcs_metadata`)."""
     import importlib.util
 
     import tensorflow_datasets as tfds
-    from tensorflow_datasets.core import dataset_info, shuffle
+    from tensorflow_datasets.core import shuffle
     from tensorflow_datasets.core.utils import tqdm_utils
     was_active = tqdm_utils._active  # noqa: SLF001 - TFDS exposes only a setter
     np_state, py_state = np.random.get_state(), random.getstate()
@@ -59,14 +71,12 @@ def _preparing():
     tf = shuffle.tf
     if importlib.util.find_spec("tensorflow") is None:
         shuffle.tf = _LocalFiles
-    from_bucket = dataset_info.DatasetInfo.initialize_from_bucket
-    dataset_info.DatasetInfo.initialize_from_bucket = lambda self: None
     tfds.display_progress_bar(False)
     try:
-        yield
+        with no_gcs_metadata():
+            yield
     finally:
         shuffle.tf = tf
-        dataset_info.DatasetInfo.initialize_from_bucket = from_bucket
         tfds.display_progress_bar(was_active)
         np.random.set_state(np_state)
         random.setstate(py_state)

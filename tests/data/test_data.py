@@ -85,7 +85,9 @@ def test_user_tfds_dataset_from_data_dir(tmp_path):
             for i in range(n):
                 yield i, {"image": np.full((4, 4, 1), 17 * (i % 3), np.uint8), "label": i % 3}
 
-    MyImages(data_dir=str(tmp_path), file_format="array_record").download_and_prepare()
+    from repr_jax.data.prepare import no_gcs_metadata
+    with no_gcs_metadata():  # the user's own preparation, without TFDS's empty tmp*tfds folder
+        MyImages(data_dir=str(tmp_path), file_format="array_record").download_and_prepare()
     ds = data.load("my_images", data_dir=str(tmp_path))
     assert ds.num_classes == 3 and ds.input_shape == (4, 4, 1)
     assert len(ds.splits["train"]["label"]) + len(ds.splits["validation"]["label"]) == 60

@@ -42,19 +42,9 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from machine import busy_cores, busy_text, describe as machine  # noqa: E402
+from machine import autocast, busy_cores, busy_text, describe as machine  # noqa: E402
 
 BATCH = 32
-
-
-def _autocast(dtype: str):
-    """torch's bfloat16 autocast on the CPU for ``dtype="bfloat16"``, else nothing."""
-    import contextlib
-
-    import torch
-    if dtype == "bfloat16":
-        return torch.autocast("cpu", dtype=torch.bfloat16)
-    return contextlib.nullcontext()
 
 
 def texts(n: int) -> list[str]:
@@ -127,7 +117,7 @@ def theirs_encode(sample: list[str], max_len: int, dtype: str = "float32") -> fl
         m = torch.zeros((len(batch), width), dtype=torch.long)
         for i, j in enumerate(batch):
             x[i, :len(rows[j])], m[i, :len(rows[j])] = torch.tensor(rows[j]), 1
-        with torch.inference_mode(), _autocast(dtype):
+        with torch.inference_mode(), autocast(dtype):
             h = model(input_ids=x, attention_mask=m).last_hidden_state
         last = m.sum(1) - 1
         out[batch] = h[torch.arange(len(batch)), last].float().numpy()  # bfloat16 under autocast
@@ -214,7 +204,7 @@ def theirs_step(sample: list[str], max_len: int, steps: int, dtype: str = "float
 
     def step(i):
         x, m = batch(i)
-        with _autocast(dtype):  # the forward pass and loss; backward follows their dtypes
+        with autocast(dtype):  # the forward pass and loss; backward follows their dtypes
             h = model(input_ids=x, attention_mask=m.long()).last_hidden_state
             e = (h * m[..., None]).sum(1) / m.sum(1, keepdim=True)
             e = F.normalize(e, dim=-1)

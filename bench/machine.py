@@ -25,6 +25,17 @@ from pathlib import Path
 BUSY_PER_CORE = 0.5
 
 
+def autocast(dtype: str):
+    """A peer's side at ``dtype``: torch's bfloat16 autocast on the CPU for
+    ``dtype="bfloat16"``, else nothing."""
+    import contextlib
+
+    import torch
+    if dtype == "bfloat16":
+        return torch.autocast("cpu", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
 def describe() -> str:
     """``2-core Intel Xeon ... (AVX-512)``, from /proc/cpuinfo where there is one."""
     try:

@@ -41,22 +41,13 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from docs_numbers import machine  # noqa: E402
 from llm_vs_transformers import idle_check, ratio, texts, timed_steps  # noqa: E402
+from machine import autocast  # noqa: E402
 
 BATCH, LENGTH, ENCODE_LENGTH = 64, 32, 128
 
 
 def pairs(n: int) -> list[tuple[str, str]]:
     return [(" ".join(t.split()[:4]), t) for t in texts(n)]
-
-
-def _autocast(dtype: str):
-    """torch's bfloat16 autocast on the CPU for ``dtype="bfloat16"``, else nothing."""
-    import contextlib
-
-    import torch
-    if dtype == "bfloat16":
-        return torch.autocast("cpu", dtype=torch.bfloat16)
-    return contextlib.nullcontext()
 
 
 def ours_step(sample: list[tuple[str, str]], steps: int, buckets: bool,
@@ -104,7 +95,7 @@ def theirs_step(sample: list[tuple[str, str]], steps: int, dtype: str = "float32
     def step(i):
         chunk = [sample[(i * BATCH + j) % len(sample)] for j in range(BATCH)]
         features = [model.tokenize([q for q, _ in chunk]), model.tokenize([d for _, d in chunk])]
-        with _autocast(dtype):  # the forward pass and loss; backward follows their dtypes
+        with autocast(dtype):  # the forward pass and loss; backward follows their dtypes
             loss = loss_fn(features, None)
         opt.zero_grad()
         loss.backward()
@@ -131,7 +122,7 @@ def ours_encode(docs: list[str], dtype: str = "float32") -> float:
 def theirs_encode(docs: list[str], dtype: str = "float32") -> float:
     model = _st_model()
     model.max_seq_length = ENCODE_LENGTH
-    with _autocast(dtype):
+    with autocast(dtype):
         model.encode(docs, batch_size=BATCH)
         t = time.perf_counter()
         emb = model.encode(docs, batch_size=BATCH)

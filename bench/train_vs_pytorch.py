@@ -40,7 +40,7 @@ from pathlib import Path
 from vit_block_halves import torch_side
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from machine import Machine  # noqa: E402
+from machine import Machine, autocast  # noqa: E402
 
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
@@ -55,16 +55,6 @@ def vit_config():
         "encoder.name=vit", "encoder.variant=Ti", "encoder.patch_size=2", "method.proj_hidden=256",
         "method.proj_dim=64", "data.views.crop_pad=0", "data.views.scale=0.0",
         "data.views.noise=0.05", f"train.batch_size={VIT_BATCH}"])
-
-
-def _autocast(dtype: str):
-    """torch's bfloat16 autocast on the CPU for ``dtype="bfloat16"``, else nothing."""
-    import contextlib
-
-    import torch
-    if dtype == "bfloat16":
-        return torch.autocast("cpu", dtype=torch.bfloat16)
-    return contextlib.nullcontext()
 
 
 def ours(cfg, steps: int, batch_size: int) -> tuple[float, float]:
@@ -139,7 +129,7 @@ def pytorch_vit(steps: int, dtype: str = "float32") -> float:
 
     def step(x):
         views = torch.cat([x + 0.05 * torch.randn_like(x), x + 0.05 * torch.randn_like(x)])
-        with _autocast(dtype):  # the forward pass and loss; backward follows their dtypes
+        with autocast(dtype):  # the forward pass and loss; backward follows their dtypes
             loss = _nt_xent(model(views))
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -186,7 +176,7 @@ def pytorch_cnn(steps: int, dtype: str = "float32") -> float:
 
     def step(x):
         views = torch.cat([view(x), view(x)])[:, None, :]
-        with _autocast(dtype):  # the forward pass and loss; backward follows their dtypes
+        with autocast(dtype):  # the forward pass and loss; backward follows their dtypes
             h = encoder(views).mean(-1)  # [2B, 128]
             loss = _nt_xent(projector(h))
         opt.zero_grad(set_to_none=True)

@@ -98,7 +98,9 @@ def _bf16_dot(lhs, rhs, dimension_numbers, precision=None, preferred_element_typ
     front on both sides first: XLA:CPU runs a bfloat16 x bfloat16 = float32 dot whose batch
     dimensions do not lead on its generic thunk, which refuses the types ("Unsupported element
     type for DotThunk"), where its bfloat16 kernels take the leading form. Same result layout as
-    ``lax.dot_general`` (batch, lhs free, rhs free, each in order)."""
+    ``lax.dot_general`` (batch, lhs free, rhs free, each in order). Cost: the one GEMM,
+    ``O(K M N)`` for K contracted, M and N free elements, plus bfloat16 copies of both sides
+    (and a zero row for an odd row count) in ``O(K (M + N))``."""
     del precision, preferred_element_type
     (lc, rc), (lb, rb) = dimension_numbers
     lhs, rhs = lhs.astype(jnp.bfloat16), rhs.astype(jnp.bfloat16)

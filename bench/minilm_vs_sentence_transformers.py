@@ -21,8 +21,11 @@ each timed on a second pass. ``--dtype bfloat16``: repr_jax's step with
 ``train.compute_dtype=bfloat16`` and ``encode(..., precision="bfloat16")`` (bfloat16 GEMM inputs,
 float32 results: :mod:`repr_jax.encoders.precision`), sentence-transformers' step (forward and
 loss; backward follows) and encode under ``torch.autocast("cpu", dtype=torch.bfloat16)``.
-Prints the CPU and what other work kept the cores busy; a ratio measured on busy cores is marked
-and does not count. Needs torch and sentence-transformers.
+Our side runs as the ``repr-jax`` command does, with freed host memory kept in the process
+(:mod:`repr_jax.host_memory`; ``--default-malloc`` leaves glibc's settings); sentence-transformers
+runs in a fresh process with glibc's defaults, as it ships. Prints the CPU and what other work
+kept the cores busy; a ratio measured on busy cores is marked and does not count. Needs torch and
+sentence-transformers.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from docs_numbers import machine  # noqa: E402
 from llm_vs_transformers import idle_check, ratio, texts, timed_steps  # noqa: E402
 from machine import autocast  # noqa: E402
+from vit_block_halves import torch_side  # noqa: E402
 
 BATCH, LENGTH, ENCODE_LENGTH = 64, 32, 128
 
@@ -127,10 +131,15 @@ def theirs_encode(docs: list[str], dtype: str = "float32") -> float:
         t = time.perf_counter()
         emb = model.encode(docs, batch_size=BATCH)
         seconds = time.perf_counter() - t
-    emb = np.asarray(emb, np.float32)
-    ours = np.load(Path(tempfile.gettempdir()) / "minilm_bench_ours.npy")
-    print(f"  same embeddings: worst |difference| {np.abs(ours - emb).max():.1e}")
+    np.save(Path(tempfile.gettempdir()) / "minilm_bench_theirs.npy", np.asarray(emb, np.float32))
     return seconds
+
+
+def theirs(what: str, args: argparse.Namespace) -> float:
+    """Seconds of sentence-transformers' ``step`` or ``encode`` (as ``args`` say), in a fresh
+    process with glibc's default malloc: sentence-transformers as it ships."""
+    return float(torch_side(__file__, what, "--steps", str(args.steps), "--texts",
+                            str(args.texts), "--dtype", args.dtype))
 
 
 def main() -> None:
@@ -141,10 +150,21 @@ def main() -> None:
     p.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
                    help="bfloat16: repr_jax's mixed-precision policy against torch's CPU "
                         "autocast, both for the step and for encode")
+    p.add_argument("--default-malloc", action="store_true",
+                   help="leave glibc's malloc as it is on our side too (the CLI keeps freed "
+                        "host memory: repr_jax/host_memory.py)")
+    p.add_argument("--torch-only", choices=("step", "encode"), help=argparse.SUPPRESS)
     args = p.parse_args()
     dtype = args.dtype
+    if args.torch_only:  # the child process of theirs()
+        print(theirs_step(pairs(1024), args.steps, dtype) if args.torch_only == "step"
+              else theirs_encode(texts(args.texts), dtype))
+        return
+    from repr_jax.host_memory import keep_host_memory
+    kept = False if args.default_malloc else keep_host_memory()  # as the CLI: before JAX starts
     tag = "" if dtype == "float32" else f", {dtype}"  # the float32 rows print as they did
-    print(machine())
+    print(f"{machine()}; our host memory {'kept' if kept else 'as glibc defaults'}, "
+          f"sentence-transformers' as glibc defaults (a fresh process)")
     if args.only in (None, "step"):
         sample = pairs(1024)
         seen = idle_check()
@@ -152,20 +172,23 @@ def main() -> None:
         bucketed = ours_step(sample, args.steps, buckets=True, dtype=dtype)
         packed = ours_step(sample, args.steps, buckets=True, dtype=dtype, pack=True)
         tied = ours_step(sample, args.steps, buckets=True, dtype=dtype, pack=True, tied=True)
-        theirs = theirs_step(sample, args.steps, dtype)
+        their = theirs("step", args)
         print(f"train step ({BATCH} pairs, <= {LENGTH} tokens, MNRL, AdamW{tag}): repr_jax "
-              f"{padded:.3f} s padded to {LENGTH} ({ratio(padded, theirs)}), {bucketed:.3f} s "
-              f"length-bucketed ({ratio(bucketed, theirs)}), {packed:.3f} s bucketed and "
-              f"packed ({ratio(packed, theirs)}), {tied:.3f} s packed with tied towers "
-              f"({ratio(tied, theirs)}); sentence-transformers {theirs:.3f} s; {seen}")
+              f"{padded:.3f} s padded to {LENGTH} ({ratio(padded, their)}), {bucketed:.3f} s "
+              f"length-bucketed ({ratio(bucketed, their)}), {packed:.3f} s bucketed and "
+              f"packed ({ratio(packed, their)}), {tied:.3f} s packed with tied towers "
+              f"({ratio(tied, their)}); sentence-transformers {their:.3f} s; {seen}")
     if args.only in (None, "encode"):
         docs = texts(args.texts)
         seen = idle_check()
         ours = ours_encode(docs, dtype)
-        theirs = theirs_encode(docs, dtype)
+        their = theirs("encode", args)
+        a, b = (np.load(Path(tempfile.gettempdir()) / f"minilm_bench_{w}.npy")
+                for w in ("ours", "theirs"))
+        print(f"  same embeddings: worst |difference| {np.abs(a - b).max():.1e}")
         print(f"encode {len(docs)} texts (<= {ENCODE_LENGTH} tokens, batches of {BATCH}{tag}): "
               f"repr_jax {len(docs) / ours:,.0f} texts/s, sentence-transformers "
-              f"{len(docs) / theirs:,.0f} texts/s: {ratio(ours, theirs)}; {seen}")
+              f"{len(docs) / their:,.0f} texts/s: {ratio(ours, their)}; {seen}")
 
 
 if __name__ == "__main__":

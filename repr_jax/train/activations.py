@@ -187,11 +187,11 @@ def _load_model(*, workdir, init_from, max_len, text) -> tuple[Model, Any, int |
     from repr_jax.llm_files import is_decoder_weights
     if init_from and is_decoder_weights(init_from):
         from repr_jax.encoders.decoder_lm_weights import load_decoder_lm
-        from repr_jax.llm_files import resolve
+        from repr_jax.llm_files import NAMES, resolve
         loaded = load_decoder_lm(init_from)
         module = loaded.module()  # causal attention, last-token pooling: the LLM as it is
         variables = {"params": loaded.params}
-        name = init_from if init_from == "smollm2" else str(resolve(init_from))
+        name = init_from if init_from in NAMES else str(resolve(init_from))
         length = max_len or DECODER_LEN
         return Model("decoder_lm", module.depth, variables, _layers_fn(module), variables,
                      lambda v, x: module.apply(v, x)[0],

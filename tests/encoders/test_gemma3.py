@@ -204,3 +204,20 @@ def test_gemma3_equals_transformers_at_2048_tokens(gemma3):
     np.testing.assert_allclose(np.asarray(jax.nn.logsumexp(logits, -1)), ref["long_logsumexp"],
                                atol=1e-3, rtol=1e-4)
     np.testing.assert_array_equal(np.asarray(logits.argmax(-1)), ref["long_argmax"])
+
+
+@pytest.mark.slow
+def test_gemma3_encode_counts_the_texts_it_cuts():
+    """Through ``load_decoder_lm``/``encode`` as a user calls them: the ids equal transformers'
+    (BOS first), the six texts' mean embeddings are finite, and a text past ``max_len`` is cut
+    with a warning that counts it."""
+    _gemma3()
+    from repr_jax.encoders.decoder_lm_weights import encode, load_decoder_lm
+    loaded = load_decoder_lm("gemma3")
+    ref = np.load(DATA / "gemma3_reference.npz")
+    texts, off = [str(t) for t in ref["texts"]], ref["offsets"]
+    assert loaded.tokenizer.rows(texts) == [list(ref["ids"][off[i]:off[i + 1]])
+                                            for i in range(len(texts))]
+    assert np.isfinite(encode(loaded, texts, pooling="mean")).all()
+    with pytest.warns(UserWarning, match="encode: 1 of 6 texts cut at max_len=16 tokens"):
+        encode(loaded, texts, max_len=16)

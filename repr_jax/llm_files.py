@@ -106,6 +106,26 @@ def is_decoder_weights(spec: str | Path) -> bool:
     return False
 
 
+def decoder_source(spec: str | Path) -> str | None:
+    """The decoder weights ``spec`` names: ``spec`` itself when :func:`is_decoder_weights`; for a
+    repr_jax run directory, the weights its ``encoder.init_from`` names, followed through runs
+    that started from runs (LLM2Vec's masked next-token run, then a contrastive run on it);
+    else None. Reads the runs' config.json files only."""
+    seen: set[str] = set()
+    while str(spec) and str(spec) not in seen:
+        if is_decoder_weights(spec):
+            return str(spec)
+        path = Path(spec).expanduser()
+        if not ((path / "config.json").is_file() and (path / "checkpoints").is_dir()):
+            return None
+        seen.add(str(spec))
+        try:
+            spec = files.read_json(path / "config.json").get("encoder", {}).get("init_from", "")
+        except (ValueError, AttributeError):
+            return None
+    return None
+
+
 def gguf_reader(path: Path):
     """A ``gguf.GGUFReader`` of ``path``, kept for the file's next reads in this process (the
     reader decodes every metadata array on opening: seconds for a 262,144-token vocabulary; a
@@ -277,11 +297,12 @@ def sized_by_weights(section):
     replaced, said once in a note line on stderr (``encoder.width=64 given, the weights in FILE
     have 32: 32 was taken``). Any other section comes back as it is. Reads the file's header
     only."""
-    if getattr(section, "name", "") != "decoder_lm" or not is_decoder_weights(
-            getattr(section, "init_from", "")):
+    source = decoder_source(getattr(section, "init_from", "")) \
+        if getattr(section, "name", "") == "decoder_lm" else None
+    if source is None:
         return section
     import sys
-    header = read_header(section.init_from)
+    header = read_header(source)
     theirs = header.module_fields()
     changes = {k: theirs[k] for k in SECTION_SIZES
                if hasattr(section, k) and getattr(section, k) != theirs[k]}

@@ -541,11 +541,13 @@ SIZES = {"width": "width", "depth": "depth", "num_heads": "num_heads",
 
 
 def _weights(e: DecoderLMConfig):
-    """The header of the decoder weights ``init_from`` names, or None."""
+    """The header of the decoder weights ``init_from`` names (directly, or through the run
+    directories it names), or None."""
     if not e.init_from:
         return None
-    from repr_jax.llm_files import is_decoder_weights, read_header
-    return read_header(e.init_from) if is_decoder_weights(e.init_from) else None
+    from repr_jax.llm_files import decoder_source, read_header
+    source = decoder_source(e.init_from)
+    return None if source is None else read_header(source)
 
 
 def _fields(e: DecoderLMConfig, *, vocab, **_) -> dict:

@@ -6,6 +6,7 @@
 | byol, moco | momentum.py | EMA teacher (and MoCo's queue) |
 | clip, siglip, biencoder | dual_encoder.py | two towers over paired inputs |
 | mae, mlm | masked.py | masked-patch reconstruction, masked language modelling |
+| mntp | mntp.py | LLM2Vec's masked next-token prediction: a decoder LLM read bidirectionally |
 | supervised | supervised.py | cross-entropy baseline |
 | cross_encoder | cross_encoder.py | a reranker reading query and document together |
 | colbert | colbert.py | late interaction: a vector per token, MaxSim |
@@ -19,8 +20,8 @@ wrap the pair objective of the methods whose sections have those fields.
 """
 
 from repr_jax.config import ConfigError
-from repr_jax.methods import (colbert, cross_encoder, dual_encoder, masked, momentum, sae,
-                              siamese, splade, supervised)
+from repr_jax.methods import (colbert, cross_encoder, dual_encoder, masked, momentum, mntp,
+                              sae, siamese, splade, supervised)
 from repr_jax.methods.base import BuildContext, Method, MethodSpec
 from repr_jax.sections import choose_section
 
@@ -29,7 +30,7 @@ METHODS: dict[str, MethodSpec] = {
     "barlow_twins": siamese.BARLOW_TWINS, "simsiam": siamese.SIMSIAM,
     "byol": momentum.BYOL, "moco": momentum.MOCO,
     "clip": dual_encoder.CLIP, "siglip": dual_encoder.SIGLIP, "biencoder": dual_encoder.BIENCODER,
-    "mae": masked.MAE, "mlm": masked.MLM,
+    "mae": masked.MAE, "mlm": masked.MLM, "mntp": mntp.MNTP,
     "supervised": supervised.SUPERVISED,
     "cross_encoder": cross_encoder.CROSS_ENCODER, "colbert": colbert.COLBERT,
     "sae": sae.SAE, "splade": splade.SPLADE,

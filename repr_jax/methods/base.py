@@ -149,13 +149,15 @@ class ContrastiveConfig(PairConfig):
 class BuildContext:
     """What a builder gets besides its section: a factory of fresh encoders for the data's inputs,
     the views function, the dataset (shapes, vocabulary, classes), the gradient-cache chunk
-    (``train.grad_cache_chunk``, 0 = off) and ``trained(run_dir) -> (method_name, params)``, which
-    restores a trained run (a method that trains against an old model)."""
+    (``train.grad_cache_chunk``, 0 = off), ``trained(run_dir) -> (method_name, params)``, which
+    restores a trained run (a method that trains against an old model), and ``encoder.init_from``
+    (what the encoder's weights are read from, '' = fresh)."""
     encoder: Callable[[], nn.Module]
     views_fn: Callable
     dataset: Any
     grad_cache_chunk: int = 0
     trained: Callable[[str], tuple[str, Any]] | None = None
+    init_from: str = ""
 
 
 @dataclasses.dataclass(frozen=True)

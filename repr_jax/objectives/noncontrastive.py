@@ -1,7 +1,7 @@
-"""Non-contrastive objectives: predictor cosine, VICReg, Barlow Twins.
+"""Non-contrastive objectives: predictor cosine, VICReg, Barlow Twins, the spread-out regulariser.
 
 ``negative_cosine`` is per-example ``[B]``; ``vicreg`` and ``barlow_twins`` are batch-statistic losses
-and return a scalar.
+and return a scalar; ``spread_out`` returns its two batch statistics (two scalars).
 """
 
 from __future__ import annotations
@@ -76,3 +76,31 @@ def barlow_twins(z1: jax.Array, z2: jax.Array, lambda_: float | jax.Array = 5e-3
     on_diag = jnp.sum((jnp.diagonal(c_DxD) - 1.0) ** 2)
     off_diag = jnp.sum(jnp.where(jnp.eye(d, dtype=bool), 0.0, c_DxD) ** 2)
     return on_diag + lambda_ * off_diag
+
+
+def spread_out(x_BxD: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """The spread-out (global orthogonal) regulariser's two moments of one batch's cosines.
+
+    With ``S`` the ``[B, B]`` cosine similarities of the rows of ``x`` (float32), its diagonal set
+    to 0, and ``n = B (B - 1)`` the off-diagonal pairs::
+
+        mean_term = (sum(S) / n) ** 2
+        second_moment = sum(S ** 2) / n
+
+    Returns ``(mean_term, second_moment)``, two scalars. Zhang et al. 2017 (arXiv 1708.06320)
+    penalise ``mean_term + relu(second_moment - 1 / D)`` (the moments of uniformly spread unit
+    vectors); EmbeddingGemma (arXiv 2509.20354) adds the raw ``second_moment`` of its queries and,
+    separately, of its documents to the contrastive loss. sentence-transformers'
+    ``GlobalOrthogonalRegularizationLoss`` computes both terms per column as here. Orthonormal rows
+    give ``(0, 0)``, identical rows ``(1, 1)``. Time O(B^2 D), memory O(B^2 + B D).
+    """
+    if x_BxD.ndim != 2:
+        raise ValueError(f"spread_out expects a [B, D] array; got shape {x_BxD.shape}")
+    b = x_BxD.shape[0]
+    if b < 2:
+        raise ValueError(f"spread_out needs a batch of at least 2 (it averages over pairs of "
+                         f"different rows); got shape {x_BxD.shape}")
+    u_BxD = l2_normalize(x_BxD.astype(jnp.float32))
+    s_BxB = jnp.where(jnp.eye(b, dtype=bool), 0.0, u_BxD @ u_BxD.T)
+    n = b * (b - 1)
+    return (jnp.sum(s_BxB) / n) ** 2, jnp.sum(s_BxB ** 2) / n

@@ -75,6 +75,8 @@ HAND = {
     # column means (1, 0, 1, 1): 1 + 0 + 1 + 1.
     "flops_regularizer": (lambda: O.flops_regularizer(jnp.array(
         [[1.0, 0.0, 2.0, 0.0], [0.0, 0.0, 1.0, 3.0], [2.0, 0.0, 0.0, 0.0]])), 3.0),
+    # identical rows: every off-diagonal cosine is 1 -> (mean_term, second_moment) = (1, 1).
+    "spread_out": (lambda: jnp.stack(O.spread_out(jnp.ones((3, 2)))), [1.0, 1.0]),
     # old head = identity: logits (log 3, 0) -> p(class 0) = 3/4.
     "bct_influence": (lambda: O.bct_influence(jnp.array([[np.log(3.0), 0.0]]),
                                               {"kernel": jnp.eye(2), "bias": jnp.zeros(2)},
@@ -186,6 +188,10 @@ CASES = {
     "flops_regularizer": Case(
         O.flops_regularizer, lambda r: (np.float32(np.maximum(r.normal(size=(B, D)), 0)),),
         R.st_flops),
+    "spread_out": Case(
+        lambda x: 0.5 * O.spread_out(x)[0] + O.spread_out(x)[1],
+        lambda r: (np.float32(r.normal(size=(B, D))),), lambda x: _st_gor(x, 0.5, 1.0),
+        scale=lambda x: (3 * x,)),
     "matryoshka": Case(
         lambda a, b: O.matryoshka(lambda x, y: O.info_nce(x, y, 0.1), (2, 4, 8),
                                   (1.0, 0.5, 0.25))(a, b),
@@ -193,6 +199,15 @@ CASES = {
         lambda a, b: R.st_matryoshka(lambda x, y: R.st_multiple_negatives_ranking(x, y, None, 10.),
                                      (a, b), (2, 4, 8), (1.0, 0.5, 0.25))),
 }
+
+
+def _st_gor(x, mean_weight, second_moment_weight):
+    """sentence-transformers' GlobalOrthogonalRegularizationLoss on one column, in float64."""
+    u = _unit(np.asarray(x, np.float64))
+    s = u @ u.T
+    np.fill_diagonal(s, 0.0)
+    n = len(s) * (len(s) - 1)
+    return mean_weight * (s.sum() / n) ** 2 + second_moment_weight * (s ** 2).sum() / n
 
 
 def _reduce(name, value):

@@ -116,7 +116,10 @@ ADDED_SINCE = {"data.query_max_len": 0, "data.doc_max_len": 0, "data.query_prefi
                "eval.fusion.depth": 100, "eval.fusion.rrf_k": 60, "eval.fusion.weights": (),
                "eval.fusion.normalize": "minmax", "eval.fusion.similarity": "cosine",
                "eval.fusion.metrics": ("ndcg@10", "recall@10", "mrr@10"),
-               "eval.fusion.max_queries": 2000, "method.query_encoder": "mlm"}
+               "eval.fusion.max_queries": 2000, "method.query_encoder": "mlm",
+               "method.spread_out": 0.0, "method.spread_out_mean": 0.0,
+               "eval.bitext.catalogue": "", "eval.bitext.languages": (),
+               "eval.bitext.margin": "ratio", "eval.bitext.k": 4}
 
 
 def _write(folder: Path, config: dict) -> Path:

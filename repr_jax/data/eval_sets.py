@@ -1,11 +1,12 @@
 """Evaluation sets: real text benchmarks shipped inside installed wheels, and synthetic sets whose
 ground truth is known by construction.
 
-Three shapes, each consumed by one kind of evaluator:
+Four shapes, each consumed by one kind of evaluator:
 
 * :class:`SimilaritySet` (STS): ``items`` (inputs), rated ``pairs [P, 2]`` of item indices, ``gold [P]``;
 * :class:`RetrievalSet`: ``queries``, ``corpus`` and graded ``qrels [Q, N]`` (0 = not relevant);
-* :class:`ClassificationSet`: labelled ``splits`` (``train``/``test``).
+* :class:`ClassificationSet`: labelled ``splits`` (``train``/``test``);
+* :class:`BitextSet` (``bitext`` evaluator): per language, English texts and their translations.
 
 Registered sets (``EVAL_SETS``; ``load_eval_set(name, ...)``):
 
@@ -18,18 +19,23 @@ Registered sets (``EVAL_SETS``; ``load_eval_set(name, ...)``):
 ``latent_retrieval``   retrieval  latent-class vectors: noisy copy of a document = 2, same class = 1
 ``latent_sts``     similarity  latent-class vector pairs, gold = -latent distance
 ``beir:DIR``       retrieval  a user's BEIR collection: test (else dev) qrels, sparse (:func:`beir`)
+``bitext``         bitext     gettext catalogues (``iso-codes``): English names -> translations,
+                              fr de es ru zh_CN ar ja (:func:`bitext`)
 =================  ==========  =================================================================
 
 The text sets are read from the ``gensim`` wheel's ``gensim/test/test_data`` (located with
 ``importlib.util.find_spec``; gensim itself is never imported) and tokenised with the run's
-tokenizer; the latent sets reuse the run's ``latent_classes`` map ``x = tanh(W z)``, so an encoder
-trained on that data can be scored on them.
+tokenizer (``bitext`` from ``/usr/share/locale``; a language without its catalogue is left out
+with one warning line); the latent sets reuse the run's ``latent_classes`` map
+``x = tanh(W z)``, so an encoder trained on that data can be scored on them.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib.util
+import warnings
 from pathlib import Path
 from typing import Any, Callable
 
@@ -66,6 +72,40 @@ class ClassificationSet:
     splits: dict[str, dict[str, np.ndarray]]
     num_classes: int
     kind: str = "classification"
+
+
+@dataclasses.dataclass(frozen=True)
+class BitextSet:
+    """Gold translation pairs of a gettext catalogue (:func:`bitext`): English ``english [M, T]``
+    (every language's msgids, each once), and per language of ``languages`` the rows of its
+    pairs' English side in ``english`` (``rows[lang] [n]``) and their translations
+    (``translations[lang] [n, T]``): row i of one is the translation of row i of the other.
+    ``skipped``: ``"lang: why"`` for each language asked for and left out."""
+    name: str
+    english: np.ndarray                     # [M, T] token ids
+    rows: dict[str, np.ndarray]             # lang -> [n] rows of english
+    translations: dict[str, np.ndarray]     # lang -> [n, T] token ids
+    catalogue: str = "iso_3166-1"
+    skipped: tuple[str, ...] = ()
+    kind: str = "bitext"
+    # bitext()'s arguments that made it: what reload() changes (empty for a set made by hand)
+    load: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def languages(self) -> tuple[str, ...]:
+        return tuple(self.translations)
+
+    def reload(self, catalogue: str = "", languages: tuple[str, ...] = ()) -> "BitextSet":
+        """This set with another catalogue and / or language list (``""`` / ``()``: this
+        set's), tokenised the same way; itself when nothing changes (loads are cached)."""
+        base = self.load or dict(catalogue=self.catalogue, languages=self.languages)
+        want = dict(base, catalogue=catalogue or base["catalogue"],
+                    languages=tuple(languages) or base["languages"])
+        if want == base:
+            return self
+        if not self.load:
+            raise ValueError(f"{self.name}: a set made by hand has no catalogue to reload")
+        return bitext(**want)
 
 
 def gensim_test_data() -> Path:
@@ -155,6 +195,65 @@ def wordnet_retrieval(tokenizer: str = "", max_len: int = 64, data_dir: str = ""
     return RetrievalSet("wordnet_retrieval", sides.encode(tok, defs, "query"),
                         sides.encode(tok, unique, "doc"), qrels, corpus_is_pos=True,
                         texts=(defs, unique))
+
+
+BITEXT_LANGUAGES = ("fr", "de", "es", "ru", "zh_CN", "ar", "ja")
+
+
+def bitext(tokenizer: str = "", max_len: int = 64, languages: tuple[str, ...] = BITEXT_LANGUAGES,
+           catalogue: str = "iso_3166-1", locale_dir: str = "", keep_identical: bool = True,
+           sides: Sides | None = None, **_) -> BitextSet:
+    """Bitext mining pairs ``(English msgid, translation)`` of ``<catalogue>.mo`` for each of
+    ``languages`` (:func:`repr_jax.eval.bitext.gettext_pairs`; ``locale_dir`` default
+    ``/usr/share/locale``), tokenised with the run's tokenizer as documents (``sides``' document
+    length and prefix; default ``max_len``, no prefix). ``iso_3166-1``: ~420 country names per
+    language (``apt-get install iso-codes``); ``coreutils``: its ~1,800 messages, where the
+    coreutils translations are installed; any other catalogue with plain entries works.
+
+    A language without the catalogue (or with fewer than 2 pairs) is left out, all of them named
+    in one warning line; none left gives a set with no language (the evaluator yields nothing).
+    Loads are cached per process (a reload with the same arguments costs nothing).
+
+    Cost: reading the catalogues ``O(size)``, tokenising ``O(L n T)`` for L languages of n
+    pairs; memory ``O(L n T)`` ids.
+    """
+    return _bitext(tokenizer, max_len, tuple(languages), catalogue, str(locale_dir),
+                   keep_identical, sides or Sides.of(max_len))
+
+
+@functools.lru_cache(maxsize=8)
+def _bitext(tokenizer: str, max_len: int, languages: tuple[str, ...], catalogue: str,
+            locale_dir: str, keep_identical: bool, sides: Sides) -> BitextSet:
+    from repr_jax.data.tokenizer import make_tokenizer
+    from repr_jax.eval.bitext import LOCALE_DIR, gettext_pairs
+    pairs, skipped = {}, []
+    for lang in dict.fromkeys(languages):
+        try:
+            p = gettext_pairs(lang, catalogue, locale_dir or LOCALE_DIR,
+                              keep_identical=keep_identical)
+        except FileNotFoundError:
+            skipped.append(f"{lang}: no {catalogue}.mo")
+            continue
+        if len(p) < 2:
+            skipped.append(f"{lang}: {len(p)} pairs in {catalogue}.mo")
+            continue
+        pairs[lang] = p
+    if skipped:  # one line for all: the set goes on with the languages it has
+        hint = " (apt-get install iso-codes)" if catalogue.startswith("iso_") else ""
+        warnings.warn(f"eval.sets 'bitext' ({catalogue}): left out {'; '.join(skipped)} under "
+                      f"{locale_dir or LOCALE_DIR}{hint}", stacklevel=2)
+    english = sorted({m for p in pairs.values() for m, _ in p})
+    row_of = {m: i for i, m in enumerate(english)}
+    tok = make_tokenizer(tokenizer)
+    name = "bitext" if catalogue == "iso_3166-1" else f"bitext_{catalogue}"
+    return BitextSet(
+        name, sides.encode(tok, english, "doc") if english else
+        np.zeros((0, sides.length("doc")), np.int32),
+        {lang: np.asarray([row_of[m] for m, _ in p], np.int64) for lang, p in pairs.items()},
+        {lang: sides.encode(tok, [t for _, t in p], "doc") for lang, p in pairs.items()},
+        catalogue, tuple(skipped),
+        load=dict(tokenizer=tokenizer, max_len=max_len, languages=languages, catalogue=catalogue,
+                  locale_dir=locale_dir, keep_identical=keep_identical, sides=sides))
 
 
 def latent_map(dim: int = 32, latent_dim: int = 8, num_classes: int = 10, seed: int = 0
@@ -251,12 +350,12 @@ def beir(root: str | Path, *, tokenizer: str = "", max_len: int = 64, data_dir: 
                         source=f"beir:{collection.root}")
 
 
-TEXT_SETS = ("lee", "wordsim353", "simlex999", "polarity", "wordnet_retrieval")
+TEXT_SETS = ("lee", "wordsim353", "simlex999", "polarity", "wordnet_retrieval", "bitext")
 LATENT_SETS = ("latent_retrieval", "latent_sts")
 EVAL_SETS: dict[str, Callable[..., Any]] = {
     "lee": lee, "wordsim353": wordsim353, "simlex999": simlex999, "polarity": polarity,
     "wordnet_retrieval": wordnet_retrieval, "latent_retrieval": latent_retrieval,
-    "latent_sts": latent_sts}
+    "latent_sts": latent_sts, "bitext": bitext}
 
 
 def load_eval_set(name: str, **kwargs: Any):

@@ -17,6 +17,9 @@ pair; a representation is scored by how often each side's nearest neighbour is i
   ``_score_knn`` / ``_score_margin`` / ``calculate_error``; Artetxe & Schwenk 2019's margin).
 * :func:`bitext_table`: both directions (``en->xx`` and ``xx->en``) for a list of languages, with
   95% bootstrap intervals over source sentences (:func:`repr_jax.eval.stats.bootstrap_ci`).
+* :class:`Bitext` (``EVALUATORS["bitext"]``, ``eval.bitext.*``): the same per language and
+  direction, plus the mean over them, for a run's representation on the ``bitext`` evaluation
+  set (:class:`repr_jax.data.eval_sets.BitextSet`: ``eval.sets=('bitext',)``).
 
 Cost for N pairs of D-dimensional embeddings: time ``O(N^2 D)`` (one pass of similarities for
 :func:`bitext_mining`, two for the margin of :func:`xsim_error`), memory ``O(N D + C N)`` with the
@@ -37,8 +40,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from repr_jax.eval.retrieval import _normalize
-from repr_jax.eval.stats import Estimate, _resampled, bootstrap_ci, normal_interval
+from repr_jax.config import config, static
+from repr_jax.eval.base import Evaluator
+from repr_jax.eval.retrieval import normalize_rows
+from repr_jax.eval.stats import Estimate, bootstrap_ci, normal_interval, resampled
 
 LOCALE_DIR = "/usr/share/locale"
 MARGINS = ("ratio", "distance", "absolute")
@@ -134,7 +139,7 @@ def _check_pair(src, tgt, name: str) -> tuple[jax.Array, jax.Array]:
     if src.ndim != 2 or src.shape != tgt.shape or src.shape[0] == 0:
         raise ValueError(f"{name} expects src_emb and tgt_emb of one shape [N, D], N > 0; got "
                          f"{src.shape} and {tgt.shape}")
-    return _normalize(src), _normalize(tgt)
+    return normalize_rows(src), normalize_rows(tgt)
 
 
 @functools.partial(jax.jit, static_argnames=("k",))
@@ -205,8 +210,8 @@ def bitext_mining(src_emb, tgt_emb, *, bootstrap: int = 0, level: float = 0.95,
     2.26's ``mteb/abstasks/text/bitext_mining.py::_compute_metrics`` (lines 195-216) computes
     them. With ``bootstrap=R`` resamples, ``accuracy`` and ``f1`` are :class:`Estimate` with a
     interval over source sentences (resampled jointly with their predictions): percentile for
-    accuracy, normal (:func:`~repr_jax.eval.stats.normal_interval`) for F1, which resampling
-    biases upward.
+    accuracy, normal (:func:`~repr_jax.eval.stats.normal_interval`, kept within [0, 1]) for F1,
+    which resampling biases upward.
 
     Cost: time ``O(N^2 D + R N)``, memory ``O(chunk N + N D)``.
 
@@ -217,7 +222,18 @@ def bitext_mining(src_emb, tgt_emb, *, bootstrap: int = 0, level: float = 0.95,
     {'accuracy': 0.667, 'precision': 0.5, 'recall': 0.667, 'f1': 0.556}
     """
     src, tgt = _check_pair(src_emb, tgt_emb, "bitext_mining")
-    pred_N = _chunked_topk(src, tgt, 1, chunk)[1][:, 0].astype(np.int32)
+    return _mining_metrics(_nearest(src, tgt, chunk), bootstrap, level)
+
+
+def _nearest(src_NxD: jax.Array, tgt_NxD: jax.Array, chunk: int) -> np.ndarray:
+    """Each (normalised) source's cosine-nearest target ``[N]`` int32 (ties: the lower index).
+    Time ``O(N^2 D)``, memory ``O(chunk N + N D)``."""
+    return _chunked_topk(src_NxD, tgt_NxD, 1, chunk)[1][:, 0].astype(np.int32)
+
+
+def _mining_metrics(pred_N: np.ndarray, bootstrap: int, level: float) -> dict[str, float]:
+    """:func:`bitext_mining`'s numbers from its predictions (the gold of source i is i). Time
+    ``O(N + R N)``."""
     gold_N = np.arange(len(pred_N), dtype=np.int32)
     precision, recall, f1 = (float(v) for v in _weighted_prf(np, gold_N, pred_N, len(pred_N)))
     accuracy = float(np.mean(pred_N == gold_N))
@@ -227,12 +243,25 @@ def bitext_mining(src_emb, tgt_emb, *, bootstrap: int = 0, level: float = 0.95,
         accuracy = Estimate(accuracy, acc.low, acc.high)
         # Weighted F1 is not a mean over sources: a resample drops ~37% of the labels, and wrong
         # predictions that point at dropped labels stop costing precision, so resampled F1 sits
-        # above the point (fr, char trigrams: point 0.53, percentile interval [0.51, 0.62]). The
-        # normal interval (point -+ z sd) is the project's remedy for such resampling bias.
-        samples = _resampled(_weighted_f1, (jnp.asarray(gold_N), jnp.asarray(pred_N)),
-                             bootstrap, 0, 100)
-        f1 = Estimate(f1, *normal_interval(samples, f1, level))
+        # above the point. The normal interval (point -+ z sd) is the project's remedy for such
+        # resampling bias.
+        f1 = Estimate(f1, *_f1_interval(_f1_samples(pred_N, bootstrap, 0), f1, level))
     return {"accuracy": accuracy, "precision": precision, "recall": recall, "f1": f1}
+
+
+def _f1_interval(samples, point: float, level: float) -> tuple[float, float]:
+    """F1's normal interval (:func:`~repr_jax.eval.stats.normal_interval`) kept within [0, 1],
+    where F1 lies. Time ``O(R)``."""
+    lo, hi = normal_interval(samples, point, level)
+    return max(lo, 0.0), min(hi, 1.0)
+
+
+def _f1_samples(pred_N: np.ndarray, bootstrap: int, seed: int) -> jax.Array:
+    """Weighted F1 on ``bootstrap`` resamples of the sources (``seed``: which draws; equal seeds
+    and N give equal draws). Time ``O(R N)``."""
+    gold_N = np.arange(len(pred_N), dtype=np.int32)
+    return resampled(_weighted_f1, (jnp.asarray(gold_N), jnp.asarray(pred_N, jnp.int32)),
+                     bootstrap, seed, 100)
 
 
 def xsim_predictions(src_emb, tgt_emb, *, margin: str = "ratio", k: int = 4,
@@ -357,3 +386,116 @@ def _low(v) -> float:
 
 def _high(v) -> float:
     return getattr(v, "high", float("nan"))
+
+
+# ---------------------------------------------------------------------------------------------
+# The evaluator
+# ---------------------------------------------------------------------------------------------
+
+
+@config
+class BitextOptions:
+    """``eval.bitext.*``: the options of :class:`Bitext` (its keyword arguments)."""
+    catalogue: str = static("", doc="gettext catalogue mined ('' = the set's, iso_3166-1: ~420 "
+                                    "country names; coreutils: ~1,800 program messages, where "
+                                    "installed; iso_639-2: language names)")
+    languages: tuple[str, ...] = static((), doc="locales mined against English (() = the set's: "
+                                                "fr de es ru zh_CN ar ja)")
+    margin: str = static("ratio", MARGINS, "xSIM's margin (LASER): ratio | distance | absolute "
+                                           "(plain cosine)")
+    k: int = static(4, ">0", "xSIM: the nearest neighbours each margin averages")
+
+
+def _count(x_N):
+    return jnp.sum(x_N)  # 0/1 values: an exact count in float32 (up to 2^24)
+
+
+def _percentile(samples, level: float) -> tuple[float, float]:
+    lo, hi = np.quantile(np.asarray(samples, np.float64), [(1 - level) / 2, (1 + level) / 2])
+    return float(lo), float(hi)
+
+
+class Bitext(Evaluator):
+    """Bitext mining on every bitext set (``eval.sets=('bitext',)``): for each language and
+    direction (``en-xx``: English sources, translations as targets; ``xx-en``), MTEB's weighted F1
+    of the cosine nearest neighbour (:func:`bitext_mining`, the main score) and LASER's xSIM error
+    (:func:`xsim_error`), then both averaged over the language-direction pairs (``mean/``).
+
+    Intervals (``bootstrap=R``) resample source sentences: F1's normal interval and xSIM's
+    percentile one, as :func:`bitext_mining` and :func:`xsim_error` give them. Both directions of
+    a language draw the same resamples (they hold the same pairs; the draws of the first language
+    are those of ``bitext_mining``), languages independent ones; the mean's resamples are the
+    mean of each pair's, a stratified bootstrap.
+
+    Cost for L languages of n pairs, D dims: time ``O(L (n^2 D + R n))`` beside the feature pass
+    of the ``M <= L n`` English and ``L n`` translated texts, memory ``O(chunk n + M D)``.
+    """
+
+    name = "bitext"
+    options = BitextOptions
+
+    def __init__(self, embedder, *, catalogue: str = "", languages: Sequence[str] = (),
+                 margin: str = "ratio", k: int = 4, bootstrap: int = 1000, level: float = 0.95,
+                 chunk: int = 1024):
+        super().__init__(embedder)
+        if margin not in MARGINS:
+            raise ValueError(f"unknown margin {margin!r}; choose from {MARGINS}")
+        self.catalogue, self.languages = catalogue, tuple(languages)
+        self.margin, self.k, self.bootstrap, self.level, self.chunk = (margin, k, bootstrap,
+                                                                       level, chunk)
+
+    def run(self, variables):
+        for s in self.embedder.sets("bitext"):
+            s = s.reload(self.catalogue, self.languages)
+            if not s.languages:
+                continue
+            en = np.asarray(self.embedder.embed(variables, s.english), np.float32)
+            f1s, errors = [], []
+            for seed, lang in enumerate(s.languages):
+                xx = np.asarray(self.embedder.embed(variables, s.translations[lang]), np.float32)
+                ours = en[s.rows[lang]]
+                for direction, (src, tgt) in ((f"en-{lang}", (ours, xx)),
+                                              (f"{lang}-en", (xx, ours))):
+                    f1, error = self._scores(src, tgt, seed)
+                    f1s.append(f1)
+                    errors.append(error)
+                    yield f"{s.name}/{direction}/f1", self._f1(*f1)
+                    yield f"{s.name}/{direction}/xsim_error", self._error(*error)
+            yield f"{s.name}/mean/f1", self._f1(*_mean_of(f1s))
+            yield f"{s.name}/mean/xsim_error", self._error(*_mean_of(errors))
+
+    def _scores(self, src_NxD: np.ndarray, tgt_NxD: np.ndarray, seed: int):
+        """``((f1, its resamples), (xSIM error, its resamples))`` of one direction; resamples
+        None without a bootstrap."""
+        src, tgt = _check_pair(src_NxD, tgt_NxD, "bitext")
+        pred_N = _nearest(src, tgt, self.chunk)
+        f1 = float(_weighted_prf(np, np.arange(len(pred_N)), pred_N, len(pred_N))[2])
+        wrong_N = (xsim_predictions(src_NxD, tgt_NxD, margin=self.margin, k=self.k,
+                                    chunk=self.chunk) != np.arange(len(pred_N))).astype(np.float32)
+        error = float(np.mean(wrong_N, dtype=np.float64))
+        if not self.bootstrap:
+            return (f1, None), (error, None)
+        # resampled counts over N on the host, in float64: a jitted mean multiplies by 1/N in
+        # float32, and an all-wrong resample would fall 1 ulp below its point of exactly 1
+        wrong = np.asarray(resampled(_count, (jnp.asarray(wrong_N),), self.bootstrap, seed, 100),
+                           np.float64) / len(wrong_N)
+        return (f1, _f1_samples(pred_N, self.bootstrap, seed)), (error, wrong)
+
+    def _f1(self, point: float, samples) -> float:
+        if samples is None:
+            return point
+        return Estimate(point, *_f1_interval(samples, point, self.level))
+
+    def _error(self, point: float, samples) -> float:
+        if samples is None:
+            return point
+        return Estimate(point, *_percentile(samples, self.level))
+
+
+def _mean_of(scores: list[tuple[float, object]]) -> tuple[float, object]:
+    """The mean of ``(point, resamples)`` pairs: the points' mean and the resamples' elementwise
+    mean (None when any is None). Time ``O(P R)`` for P pairs."""
+    point = float(np.mean([p for p, _ in scores]))
+    if any(r is None for _, r in scores):
+        return point, None
+    return point, np.mean(np.stack([np.asarray(r, np.float64) for _, r in scores]), axis=0)

@@ -82,6 +82,8 @@ def estimate(name: str, s: Shape, options: dict[str, Any]) -> tuple[float, float
         f_probe, m_probe = _probe(Shape(n, q, d, 2), "logistic", 0) if options.get(
             "probe", True) else (0.0, 0.0)
         return LAYERS * (f_mean + 2 * k * f_probe) + 3 * boot * q, max(4 * (n + q) * d, m_probe)
+    if name == "bitext":  # per language (q) and direction: N x N cosines, twice more for xSIM
+        return 3 * 2 * 2 * q * n * n * d + 2 * 4 * boot * q * n, 4 * (2 * n * d + 1024 * n)
     if name in ("layerwise", "matryoshka"):
         inner = {k: v for k, v in options.items() if k not in ("protocol", "dims")}
         f, m = estimate(options.get("protocol", "linear_probe"), s, inner)

@@ -68,17 +68,20 @@ def metric_cutoffs(metrics: Sequence[str] | str, *, option: str) -> tuple[int, .
     return tuple(sorted(ks))
 
 
-def _normalize(x):
+def normalize_rows(x):
+    """``x`` divided by the Euclidean norm of its last axis (floored at ``1e-12``: a zero row stays
+    zero): unit rows whose dot products are cosines. Time and memory ``O(N D)``."""
     return x / jnp.maximum(jnp.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
 
 
-_normalize_jit = jax.jit(_normalize)
+_normalize = normalize_rows  # the former private name: sts, geometry, quantization import it
+_normalize_jit = jax.jit(normalize_rows)
 
 
 def similarity_matrix(q_QxD: jax.Array, c_NxD: jax.Array, similarity: str) -> jax.Array:
     """``cosine``, ``dot``, or ``l2`` (negative squared Euclidean distance) scores ``[Q, N]``."""
     if similarity == "cosine":
-        return _normalize(q_QxD) @ _normalize(c_NxD).T
+        return normalize_rows(q_QxD) @ normalize_rows(c_NxD).T
     if similarity == "dot":
         return q_QxD @ c_NxD.T
     if similarity == "l2":

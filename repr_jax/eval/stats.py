@@ -51,7 +51,7 @@ def _mean(x):
 STREAM_ABOVE = 1 << 24  # resample indices (R x N) above which they are drawn chunk by chunk
 
 
-def _resampled(statistic: Callable, arrays: Sequence[jax.Array], num_resamples: int, seed,
+def resampled(statistic: Callable, arrays: Sequence[jax.Array], num_resamples: int, seed,
                chunk: int) -> jax.Array:
     """``statistic`` on ``num_resamples`` resamples (with replacement) of the example axis; one
     compilation per statistic and shape. Up to ``STREAM_ABOVE`` indices in all they are drawn at
@@ -128,7 +128,7 @@ def bootstrap_ci(values: Any, statistic: Callable[..., jax.Array] | None = None,
         (per-example accuracies, per-query nDCG...).
       num_resamples, level, seed: ``level=0.95`` gives the 2.5th and 97.5th percentiles.
       chunk: resamples evaluated per vectorised batch (memory ``chunk * N``; fewer when N is
-        large, see :func:`_resampled`). Time ``O(R N)``.
+        large, see :func:`resampled`). Time ``O(R N)``.
 
     Returns:
       ``Estimate(statistic(values), low, high)``.
@@ -140,7 +140,7 @@ def bootstrap_ci(values: Any, statistic: Callable[..., jax.Array] | None = None,
     arrays = _as_tuple(values)
     statistic = statistic or _mean
     point = float(statistic(*arrays))
-    samples = _resampled(statistic, arrays, num_resamples, seed, chunk)
+    samples = resampled(statistic, arrays, num_resamples, seed, chunk)
     return Estimate(point, *_interval(samples, level))
 
 
@@ -159,7 +159,7 @@ def paired_bootstrap(values_a: Any, values_b: Any, statistic: Callable[..., jax.
         raise ValueError(f"paired_bootstrap needs the same examples for both; got "
                          f"{a[0].shape[0]} and {b[0].shape[0]}")
     statistic = statistic or _mean
-    samples = _resampled(_Difference(statistic, len(a)), a + b, num_resamples, seed, chunk)
+    samples = resampled(_Difference(statistic, len(a)), a + b, num_resamples, seed, chunk)
     lo, hi = _interval(samples, level)
     observed = float(statistic(*a) - statistic(*b))
     # Differences within float32 rounding of zero count on both sides (identical inputs: p = 1).

@@ -157,6 +157,8 @@ def _applies(name: str, dataset: Dataset, eval_sets: Sequence[Any]) -> bool:
         return "x_pos" in dataset.splits["test"] or "retrieval" in kinds
     if name == "sts":
         return "similarity" in kinds
+    if name == "bitext":
+        return "bitext" in kinds
     return True
 
 
@@ -192,6 +194,13 @@ def _budget_tasks(name: str, shape, dataset: Dataset, eval_sets: Sequence[Any],
     """``(label, shape)`` of each search evaluator ``name`` runs: the test split's pairs (their
     first ``max_queries``, among as many positives), then each retrieval set's queries against its
     corpus (a BEIR collection's whole corpus, not the run's test split); one task otherwise."""
+    if name == "bitext":  # a language's N pairs each way: N x N cosines per direction
+        for s in eval_sets:
+            if s.kind == "bitext" and s.languages:
+                n = max(len(r) for r in s.rows.values())
+                yield f"{name} ({s.name})", dataclasses.replace(shape, n_train=n,
+                                                                 n_test=len(s.languages))
+        return
     if name not in ("retrieval", "quantization", "rerank", "late_interaction"):
         yield name, shape
         return
@@ -288,7 +297,9 @@ _NEEDS = {"retrieval": "it needs a paired test split (x, x_pos) or a retrieval s
                     "set in eval.sets (beir:DIR, wordnet_retrieval)",
           "late_interaction": "it needs a vector per token (method colbert, or the MiniLM "
                               "reference) and paired text or a text retrieval set",
-          "sae": "it needs a model that reconstructs its inputs (method sae)"}
+          "sae": "it needs a model that reconstructs its inputs (method sae)",
+          "bitext": "it needs a bitext set in eval.sets (bitext: gettext catalogues of "
+                    "iso-codes) and text read by a tokenizer"}
 
 
 def _needs(name: str) -> str:
@@ -525,6 +536,11 @@ def run_evaluation(cfg: Config, method: Method, dataset: Dataset, state: TrainSt
     if require_finite and not math.isfinite(loss):
         raise NonFiniteModel(f"{workdir}: the checkpoint of step {step} gives a non-finite loss "
                              f"({loss}) on the test split; not evaluated")
+    if (any(s.kind == "bitext" for s in eval_sets) and "bitext" not in cfg.eval.evaluators
+            and ("bitext", "not listed") not in SAID_EMPTY):  # not in the default battery
+        SAID_EMPTY.add(("bitext", "not listed"))
+        print("repr-jax: eval.sets has a bitext set but eval.evaluators lacks 'bitext': no "
+              "bitext rows (add it: eval.evaluators=(..., 'bitext'))", file=sys.stderr)
     rows = (reference_rows(cfg, method, dataset, workdir, eval_sets, progress)
             if reference else [])
     rows.append(dict(step=step, representation=name, evaluator="upstream", metric="loss",

@@ -178,3 +178,180 @@ def test_char_trigrams_mine_french_well_above_chance_and_table():
     for r in rows:
         assert r["f1_lo"] <= r["f1"] <= r["f1_hi"]
         assert 0 <= r["xsim_error"] <= 1 and r["n"] > 100
+
+
+# ---- the bitext evaluation set and the evaluator ---------------------------------------------
+
+HAVE_ISO = __import__("os").path.exists(FR)
+
+
+def _bitext_set(english, rows, translations, name="hand"):
+    from repr_jax.data.eval_sets import BitextSet
+    return BitextSet(name, np.asarray(english, np.float32),
+                     {k: np.asarray(v) for k, v in rows.items()},
+                     {k: np.asarray(v, np.float32) for k, v in translations.items()})
+
+
+def _run_bitext(sets, **options):
+    from repr_jax.eval import EVALUATORS, Embedder
+    embedder = Embedder(lambda v, x: x, {}, eval_sets=sets)  # the inputs are the embeddings
+    return dict(EVALUATORS["bitext"](embedder, **options).run(None))
+
+
+def test_evaluator_on_hand_made_embeddings_perfect_and_a_swap():
+    e = np.eye(4, dtype=np.float32)
+    # "aa": English rows 2, 0, 3 (row 1 is another language's), translated exactly (scaled).
+    # "bb": English rows 0, 1, 2 with the translations of 0 and 1 swapped.
+    s = _bitext_set(e, {"aa": [2, 0, 3], "bb": [0, 1, 2]},
+                    {"aa": 2 * e[[2, 0, 3]], "bb": e[[1, 0, 2]]})
+    out = _run_bitext([s], bootstrap=0)
+    assert list(out) == ["hand/en-aa/f1", "hand/en-aa/xsim_error", "hand/aa-en/f1",
+                         "hand/aa-en/xsim_error", "hand/en-bb/f1", "hand/en-bb/xsim_error",
+                         "hand/bb-en/f1", "hand/bb-en/xsim_error", "hand/mean/f1",
+                         "hand/mean/xsim_error"]
+    for d in ("en-aa", "aa-en"):
+        assert out[f"hand/{d}/f1"] == 1.0 and out[f"hand/{d}/xsim_error"] == 0.0
+    # the swap: predictions [1, 0, 2] for gold [0, 1, 2]; labels 0 and 1 get F1 0, label 2 F1 1,
+    # each weighing 1/3; 2 of 3 sources wrong. The margin (k = 3 here: k is capped at N) keeps
+    # the only target of cosine 1.
+    for d in ("en-bb", "bb-en"):
+        assert out[f"hand/{d}/f1"] == pytest.approx(1 / 3)
+        assert out[f"hand/{d}/xsim_error"] == pytest.approx(2 / 3)
+    assert out["hand/mean/f1"] == pytest.approx((1 + 1 + 1 / 3 + 1 / 3) / 4)
+    assert out["hand/mean/xsim_error"] == pytest.approx((2 / 3 + 2 / 3) / 4)
+    assert _run_bitext([s], bootstrap=0, margin="absolute")["hand/mean/xsim_error"] == \
+        pytest.approx(1 / 3)
+    with pytest.raises(ValueError, match="unknown margin 'cos'"):
+        _run_bitext([s], margin="cos")
+
+
+def test_evaluator_intervals_are_those_of_the_functions_and_the_mean_is_stratified():
+    rng = np.random.default_rng(4)
+    en = rng.normal(size=(50, 6)).astype(np.float32)
+    xx = (en + 1.2 * rng.normal(size=en.shape)).astype(np.float32)
+    yy = (en[::-1] + 0.8 * rng.normal(size=en.shape)).astype(np.float32)
+    s = _bitext_set(en, {"xx": np.arange(50), "yy": np.arange(50)[::-1]}, {"xx": xx, "yy": yy})
+    out = _run_bitext([s], bootstrap=200)
+    # the first language draws the functions' resamples (seed 0): the same intervals
+    m, err = bitext_mining(en, xx, bootstrap=200), xsim_error(en, xx, bootstrap=200)
+    got_f1, got_err = out["hand/en-xx/f1"], out["hand/en-xx/xsim_error"]
+    assert (float(got_f1), got_f1.low, got_f1.high) == pytest.approx(
+        (float(m["f1"]), m["f1"].low, m["f1"].high))
+    assert (float(got_err), got_err.low, got_err.high) == pytest.approx(
+        (float(err), err.low, err.high))
+    points = [float(out[f"hand/{d}/f1"]) for d in ("en-xx", "xx-en", "en-yy", "yy-en")]
+    mean = out["hand/mean/f1"]
+    assert float(mean) == pytest.approx(np.mean(points))
+    assert 0 <= mean.low < float(mean) < mean.high <= 1
+    # averaging four pairs narrows the interval below any one pair's
+    assert mean.high - mean.low < min(out[f"hand/{d}/f1"].high - out[f"hand/{d}/f1"].low
+                                      for d in ("en-xx", "xx-en", "en-yy", "yy-en"))
+    e = out["hand/mean/xsim_error"]
+    assert e.low <= float(e) <= e.high
+
+
+def test_a_set_without_catalogues_is_one_warning_and_no_rows(tmp_path):
+    from repr_jax.data.eval_sets import load_eval_set
+    with pytest.warns(UserWarning) as caught:
+        s = load_eval_set("bitext", tokenizer="", max_len=8, locale_dir=str(tmp_path),
+                          languages=("fr", "de"))
+    assert len(caught) == 1
+    msg = str(caught[0].message)
+    assert "\n" not in msg and "fr: no iso_3166-1.mo; de: no iso_3166-1.mo" in msg
+    assert "apt-get install iso-codes" in msg
+    assert s.kind == "bitext" and s.languages == () and s.english.shape == (0, 8)
+    assert _run_bitext([s]) == {}
+
+
+@pytest.mark.skipif(not HAVE_ISO, reason="iso-codes not installed")
+def test_the_bitext_set_loads_real_catalogues_tokenised_like_the_run():
+    from repr_jax.data.eval_sets import EVAL_SETS, TEXT_SETS, load_eval_set
+    from repr_jax.data.tokenizer import make_tokenizer
+    assert "bitext" in EVAL_SETS and "bitext" in TEXT_SETS
+    with pytest.warns(UserWarning, match=r"left out xx_NONE: no iso_3166-1\.mo under"):
+        s = load_eval_set("bitext", tokenizer="", max_len=24, languages=("fr", "ja", "xx_NONE"))
+    assert s.name == "bitext" and s.languages == ("fr", "ja") and len(s.skipped) == 1
+    tok = make_tokenizer("")
+    for lang in s.languages:
+        pairs = gettext_pairs(lang)
+        want_en = tok.encode([m for m, _ in pairs], max_len=24, pad_to=24).ids
+        want_xx = tok.encode([t for _, t in pairs], max_len=24, pad_to=24).ids
+        assert np.array_equal(s.english[s.rows[lang]], want_en)
+        assert np.array_equal(s.translations[lang], want_xx)
+    assert len(s.english) == len({m for lang in s.languages for m, _ in gettext_pairs(lang)})
+    assert s.reload() is s and s.reload("iso_3166-1", ("fr", "ja", "xx_NONE")) is s
+    other = s.reload(languages=("de",))
+    assert other.languages == ("de",) and other.name == "bitext"
+
+
+@pytest.mark.skipif(not __import__("os").path.exists(
+    "/usr/share/locale/fr/LC_MESSAGES/coreutils.mo"), reason="coreutils' catalogues absent")
+def test_the_catalogue_is_an_option_coreutils():
+    from repr_jax.data.eval_sets import load_eval_set
+    s = load_eval_set("bitext", tokenizer="", max_len=16, languages=("fr",))
+    c = s.reload("coreutils")
+    assert c.name == "bitext_coreutils" and c.catalogue == "coreutils"
+    assert c.languages == ("fr",) and len(c.rows["fr"]) > 1000
+
+
+@pytest.mark.skipif(not HAVE_ISO, reason="iso-codes not installed")
+def test_end_to_end_a_toy_embedder_through_the_runs_evaluation():
+    """The run's wiring: eval.evaluators / eval.bitext.* reach the evaluator through
+    ``evaluate``; a bag of bytes mines French (shared spelling) far better than Russian."""
+    import jax.numpy as jnp
+
+    from repr_jax import config as C
+    from repr_jax.data import Dataset
+    from repr_jax.data.eval_sets import load_eval_set
+    from repr_jax.train.evaluation import Representation, evaluate
+
+    def bag_of_bytes(variables, ids):
+        rows = jnp.broadcast_to(jnp.arange(ids.shape[0])[:, None], ids.shape)
+        return jnp.zeros((ids.shape[0], 260)).at[rows, ids].add((ids > 0).astype(jnp.float32))
+
+    s = load_eval_set("bitext", tokenizer="", max_len=24, languages=("fr", "ru"))
+    cfg = C.override(C.Config(), ["eval.evaluators=('bitext',)", "eval.bootstrap=0",
+                                  "eval.bitext.languages=('fr', 'ru')", "eval.bitext.k=2"])
+    split = {"x": np.zeros((4, 24), np.int32), "label": np.zeros(4, np.int32)}
+    data = Dataset("toy", {"train": split, "test": split}, num_classes=1)
+    rows = evaluate(cfg, data, {"bytes": Representation(bag_of_bytes, None)}, step=0,
+                    eval_sets=[s])
+    by = {r["metric"]: r["value"] for r in rows}
+    assert all(r["evaluator"] == "bitext" for r in rows) and "error" not in rows[0]
+    assert set(by) == {f"bitext/{d}/{m}" for d in ("en-fr", "fr-en", "en-ru", "ru-en", "mean")
+                       for m in ("f1", "xsim_error")}
+    assert by["bitext/en-fr/f1"] > 0.3 > 0.05 > by["bitext/en-ru/f1"]
+    assert by["bitext/mean/f1"] == pytest.approx(np.mean(
+        [by[f"bitext/{d}/f1"] for d in ("en-fr", "fr-en", "en-ru", "ru-en")]))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not HAVE_ISO, reason="iso-codes not installed")
+def test_a_text_run_reports_bitext_rows(tmp_path):
+    """eval.sets=('bitext',) and eval.evaluators=(..., 'bitext') in a trained text run (2
+    steps): rows with intervals for each language pair, direction and the mean."""
+    import json
+
+    from repr_jax import config as C
+    from repr_jax.train import train_and_evaluate
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text("".join(json.dumps({"query": f"what is item {i}?",
+                                         "positive": f"item {i} is kind {i % 7}"}) + "\n"
+                             for i in range(200)))
+    cfg = C.Config(
+        seed=0, data=C.DataConfig(name=f"pairs:{pairs}", max_len=16),
+        encoder=C.EncoderConfig(name="text_transformer", variant="tiny", width=32, num_heads=2,
+                                mlp_dim=64, depth=1),
+        method=C.MethodConfig(name="biencoder", objective="info_nce", proj_dim=16),
+        optim=C.OptimConfig(warmup_steps=0),
+        train=C.TrainConfig(batch_size=16, steps=2, ckpt_every=0, num_devices=1),
+        eval=C.EvalConfig(evaluators=("retrieval", "bitext"), sets=("bitext",), bootstrap=20,
+                          reference_rows=False))
+    cfg = C.override(cfg, ["eval.bitext.languages=('fr', 'ar')"])
+    rows = train_and_evaluate(cfg, tmp_path / "run", progress=False, verbose=False)
+    rows = rows if isinstance(rows, list) else json.loads(
+        next((tmp_path / "run" / "eval").glob("step_*.json")).read_text())
+    bitext = {r["metric"]: r for r in rows if r["evaluator"] == "bitext"}
+    assert {"bitext/en-fr/f1", "bitext/ar-en/xsim_error", "bitext/mean/f1"} <= set(bitext)
+    for r in bitext.values():
+        assert r["ci_low"] <= r["value"] <= r["ci_high"]

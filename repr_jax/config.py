@@ -236,11 +236,11 @@ class EvalConfig:
     evaluators: tuple[str, ...] = static(
         ("linear_probe", "knn", "fewshot", "retrieval", "sts", "clustering", "geometry"),
         doc="linear_probe | knn | fewshot | retrieval | quantization | sts | clustering | geometry "
-            "| layerwise | matryoshka | rerank | late_interaction | sae | concepts (searches: pairs "
-            "or sets)")
-    sets: tuple[str, ...] = static((), doc="extra evaluation sets: lee | wordsim353 | simlex999 | "
-                                           "polarity | wordnet_retrieval | latent_retrieval | "
-                                           "latent_sts | beir:DIR (its test qrels)")
+            "| layerwise | matryoshka | rerank | late_interaction | sae | concepts | bitext "
+            "(searches: pairs or sets; sts, bitext: their sets)")
+    sets: tuple[str, ...] = static((), doc=(
+        "extra evaluation sets: lee | wordsim353 | simlex999 | polarity | wordnet_retrieval | "
+        "latent_retrieval | latent_sts | beir:DIR (its test qrels) | bitext | needle:LENGTH"))
     max_examples: int = static(0, ">=0", "evaluate on a fixed random subset of at most N examples "
                                          "per split (0 = all)")
     bootstrap: int = static(1000, ">=0", "bootstrap resamples for intervals (0 = none)")

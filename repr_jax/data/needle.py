@@ -1,8 +1,8 @@
 """A needle set for long-context embedders: one WordNet gloss hidden at a chosen depth of a long
 document made of other glosses (LongEmbed's needle retrieval, Zhu et al. 2024, built offline).
 
-For ``num_queries`` noun, verb, adjective and adverb synsets that have a usage example (drawn with
-``seed``), query ``i`` is that example ("he barked orders at the recruits") and document ``i`` is
+For ``num_queries`` noun, verb, adjective and adverb synsets that have a usage example and a gloss
+within half the length (drawn with ``seed``), query ``i`` is that example ("he barked orders at the recruits") and document ``i`` is
 about ``length`` tokens of the run's tokenizer: glosses of other synsets (``lemmas: definition.``,
 never one of the query synsets, each used once per length) with synset ``i``'s gloss inserted so
 that ``depth_i`` of the document's tokens come before it; depths are evenly spaced over [0, 1]
@@ -58,19 +58,24 @@ def needle_documents(length: int, tokenizer, *, num_queries: int = 50, seed: int
     synsets = read_wordnet(wordnet_dir or WORDNET_DIR)
     rng = np.random.default_rng(seed)
     order = rng.permutation(len(synsets))
-    with_example = [i for i in order if synsets[i]["examples"] and synsets[i]["definition"]]
-    needles = with_example[:num_queries]
+    budget = length - MARGIN
+    needles = []  # synsets with an example whose gloss takes at most half the budget
+    for i in order:
+        if len(needles) == num_queries:
+            break
+        if synsets[i]["examples"] and synsets[i]["definition"] and \
+                len(tokenizer.tokenize(" " + _gloss(synsets[i]))) <= budget // 2:
+            needles.append(i)
+    if len(needles) < num_queries:
+        raise ValueError(f"needle: only {len(needles)} glosses fit in half of {length} tokens; "
+                         f"ask for fewer queries or a longer length")
     taken = set(needles)
     hay = [i for i in order if i not in taken and synsets[i]["definition"]]
-    budget = length - MARGIN
     queries, documents, depths = [], [], np.linspace(0.0, 1.0, num_queries)
     cursor = 0
     for q, depth in zip(needles, depths):
         needle = _gloss(synsets[q])
         room = budget - len(tokenizer.tokenize(" " + needle))
-        if room < 0:
-            raise ValueError(f"needle: length={length} is shorter than a gloss "
-                             f"({needle[:60]!r}...)")
         parts, counts, used = [], [], 0  # used: tokens so far, a space each at most
         while used < room:
             if cursor >= len(hay):
@@ -91,6 +96,16 @@ def needle_documents(length: int, tokenizer, *, num_queries: int = 50, seed: int
         documents.append(" ".join(parts[:at] + [needle] + parts[at:]))
         queries.append(synsets[q]["examples"][0])
     return queries, documents, depths
+
+
+def needle_length(entry: str) -> int:
+    """The length of an ``eval.sets`` entry ``needle:LENGTH``; a one-line ValueError
+    otherwise."""
+    text = entry.partition(":")[2]
+    if not text.isdigit() or int(text) < 4 * MARGIN:
+        raise ValueError(f"eval.sets entry {entry!r}: write needle:LENGTH with a length in tokens "
+                         f">= {4 * MARGIN}, e.g. needle:2048")
+    return int(text)
 
 
 def needle(length: int = 2048, tokenizer: str = "", num_queries: int = 50, seed: int = 0,

@@ -88,14 +88,19 @@ def load_eval_sets(cfg: Config, dataset: data.Dataset) -> list:
         raise ConfigError(str(e)) from None
     d, out = cfg.data, []
     for name in cfg.eval.sets:
-        if name.startswith("beir:") or name in eval_sets.TEXT_SETS:
+        if name.startswith(("beir:", "needle:")) or name in eval_sets.TEXT_SETS:
             if not isinstance(d, TextData) or dataset.vocab is None:
                 raise ConfigError(f"eval.sets: {name!r} is text; dataset {d.name!r} is not text "
                                   f"read by a tokenizer")
             text = dict(tokenizer=d.tokenizer, max_len=d.max_len or 64, data_dir=d.data_dir,
                         sides=Sides.of_section(d))
-            out.append(eval_sets.beir(name[len("beir:"):], **text) if name.startswith("beir:")
-                       else eval_sets.load_eval_set(name, **text))
+            if name.startswith("beir:"):
+                out.append(eval_sets.beir(name[len("beir:"):], **text))
+            elif name.startswith("needle:"):
+                from repr_jax.data.needle import needle_length, needle
+                out.append(needle(needle_length(name), **text))
+            else:
+                out.append(eval_sets.load_eval_set(name, **text))
         else:
             if d.name not in ("latent_classes", "latent_modalities"):
                 raise ConfigError(f"eval.sets: {name!r} is drawn in latent_classes' input space; "
@@ -216,8 +221,15 @@ def _check_eval_section(e) -> None:
         if name.startswith("beir:"):  # a user's collection: its files are checked up front
             from repr_jax.data import beir
             beir.check_layout(name[len("beir:"):])
+        elif name.startswith("needle:"):
+            from repr_jax.data.needle import needle_length
+            try:
+                needle_length(name)
+            except ValueError as err:
+                raise ConfigError(str(err)) from None
         elif name not in EVAL_SETS:
-            raise ConfigError(unknown_choice("eval.sets", name, (*EVAL_SETS, "beir:DIR")))
+            raise ConfigError(unknown_choice("eval.sets", name,
+                                             (*EVAL_SETS, "beir:DIR", "needle:LENGTH")))
     for section in ("layerwise", "matryoshka"):
         protocol = getattr(e, section).protocol
         if protocol not in PROTOCOLS:

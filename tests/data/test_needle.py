@@ -63,3 +63,35 @@ def test_real_wordnet_documents_at_8192_tokens():
     queries, docs, _ = needle_documents(8192, tok, num_queries=3)
     assert all(8100 <= len(tok.tokenize(d)) <= 8184 for d in docs)
     assert len(set(queries)) == 3
+
+
+def test_an_eval_sets_entry_names_its_length():
+    from repr_jax.data.needle import needle_length
+    assert needle_length("needle:2048") == 2048
+    for bad in ("needle:", "needle:2k", "needle:8"):
+        with pytest.raises(ValueError, match="needle:LENGTH") as info:
+            needle_length(bad)
+        assert "\n" not in str(info.value)
+
+
+@pytest.mark.skipif(not Path(WORDNET_DIR, "data.noun").is_file(),
+                    reason="WordNet 3.0 absent: apt-get install wordnet-base")
+def test_a_run_evaluates_retrieval_on_the_needle_set(tmp_path):
+    from repr_jax import config as C
+    from repr_jax.data import beir
+    from repr_jax.train import train_and_evaluate
+    from tiny_llm import tiny_params, write_gguf
+    root = beir.synthetic_collection(tmp_path / "coll", num_docs=40, num_queries=4, num_train=16,
+                                     seed=1)
+    write_gguf(tmp_path / "tiny.gguf", tiny_params())
+    cfg = C.Config(
+        seed=0, data=C.DataConfig(name=f"beir:{root}", max_len=16, data_dir=str(tmp_path / "t")),
+        encoder=C.EncoderConfig(name="decoder_lm", init_from=str(tmp_path / "tiny.gguf"),
+                                pooling="mean"),
+        method=C.MethodConfig(name="biencoder", proj_dim=0, tied_towers=True),
+        train=C.TrainConfig(batch_size=8, steps=1, ckpt_every=0, num_devices=1),
+        eval=C.EvalConfig(evaluators=("retrieval",), reference_rows=False, bootstrap=0,
+                          sets=("needle:96",)))
+    rows = train_and_evaluate(cfg, tmp_path / "run", progress=False, verbose=False)["eval_rows"]
+    values = {r["metric"]: r["value"] for r in rows}
+    assert 0 <= values["needle_96/ndcg@10"] <= 1

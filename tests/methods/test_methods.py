@@ -59,14 +59,14 @@ def _run(cfg, workdir):
     return out, losses, acc
 
 
-# The methods that read query/document text together train end to end in their own tests
-# (tests/methods/test_cross_encoder.py, test_colbert.py, test_splade.py,
-# tests/train/test_second_stage.py).
-TEXT_PAIR_METHODS = ("cross_encoder", "colbert", "splade")
+# The methods that read query/document text together, and mntp (a decoder LLM's head), train end
+# to end in their own tests (tests/methods/test_cross_encoder.py, test_colbert.py,
+# test_splade.py, test_mntp.py, tests/train/test_second_stage.py).
+OWN_TESTS = ("cross_encoder", "colbert", "splade", "mntp")
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", sorted(set(METHODS) - set(TEXT_PAIR_METHODS)))
+@pytest.mark.parametrize("name", sorted(set(METHODS) - set(OWN_TESTS)))
 def test_method_lowers_loss_and_beats_chance(tmp_path, name):
     cfg = method_config(name)
     if name == "biencoder":

@@ -14,14 +14,15 @@ import numpy as np
 
 from repr_jax.config import config, static
 from repr_jax.eval.base import Evaluator
-from repr_jax.eval.retrieval import _normalize
+from repr_jax.eval.retrieval import normalize_rows
 
 
 @jax.jit
 def alignment(z1, z2, alpha: float = 2.0) -> jax.Array:
     """Mean ``||f(x) - f(x+)||^alpha`` of L2-normalised positive pairs (Wang & Isola 2020; lower is
     better aligned, in ``[0, 2^alpha]``). Time and memory ``O(N D)``."""
-    z1, z2 = _normalize(jnp.asarray(z1, jnp.float32)), _normalize(jnp.asarray(z2, jnp.float32))
+    z1 = normalize_rows(jnp.asarray(z1, jnp.float32))
+    z2 = normalize_rows(jnp.asarray(z2, jnp.float32))
     return jnp.mean(jnp.linalg.norm(z1 - z2, axis=-1) ** alpha)
 
 
@@ -41,7 +42,7 @@ def uniformity(z, t: float = 2.0) -> jax.Array:
 
 @jax.jit
 def _uniformity_exact(z, t):
-    z = _normalize(z)
+    z = normalize_rows(z)
     n = z.shape[0]
     sq_NxN = jnp.maximum(2.0 - 2.0 * z @ z.T, 0.0)
     iu = jnp.triu_indices(n, k=1)
@@ -50,7 +51,7 @@ def _uniformity_exact(z, t):
 
 @functools.partial(jax.jit, static_argnames=("block",))
 def _uniformity_blocked(z, t, block: int):
-    z = _normalize(z)
+    z = normalize_rows(z)
     n = z.shape[0]
     padded_PxD = jnp.pad(z, ((0, -n % block), (0, 0)))
     cols_N = jnp.arange(n)
@@ -91,7 +92,7 @@ def anisotropy(z) -> jax.Array:
     """Mean cosine similarity of two *different* random embeddings (Ethayarajh 2019), computed exactly
     over all ``N (N - 1)`` ordered pairs: ``(||sum_i u_i||^2 - N) / (N (N - 1))`` with ``u = z/||z||``.
     0 for isotropic embeddings, 1 when all point the same way. Time and memory ``O(N D)``."""
-    u = _normalize(jnp.asarray(z, jnp.float32))
+    u = normalize_rows(jnp.asarray(z, jnp.float32))
     n = u.shape[0]
     return (jnp.sum(jnp.sum(u, 0) ** 2) - n) / (n * (n - 1.0))  # a float: N^2 passes int32
 
@@ -162,7 +163,7 @@ def _coding_rate(z, eps, dual: bool):
 def feature_std(z) -> jax.Array:
     """Mean over dimensions of the std of L2-normalised embeddings: ``1/sqrt(D)`` for spread-out
     features, 0 for a collapsed representation (the collapse monitor of SimSiam, Chen & He 2021)."""
-    return jnp.mean(jnp.std(_normalize(jnp.asarray(z, jnp.float32)), axis=0))
+    return jnp.mean(jnp.std(normalize_rows(jnp.asarray(z, jnp.float32)), axis=0))
 
 
 @config
@@ -199,7 +200,7 @@ class Geometry(Evaluator):
         yield "uniformity", float(uniformity(z))
         yield "effective_rank", float(effective_rank(z))
         yield "anisotropy", float(anisotropy(z))
-        yield "coding_rate", float(coding_rate(_normalize(z)))
+        yield "coding_rate", float(coding_rate(normalize_rows(z)))
         yield "feature_std", float(feature_std(z))
         x = np.asarray(test["x"][:n])
         if x.dtype.kind == "f":

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 
 from repr_jax.config import config, static
 from repr_jax.eval.base import Evaluator
-from repr_jax.eval.retrieval import (SIMILARITIES, _normalize, metric_cutoffs, rerank,
+from repr_jax.eval.retrieval import (SIMILARITIES, normalize_rows, metric_cutoffs, rerank,
                                      retrieval_tasks, retrieve, topk_metrics, without)
 from repr_jax.eval.stats import with_ci
 
@@ -72,7 +72,7 @@ def quantized_search(queries, corpus, *, precision: str = "int8", k: int = 10,
     queries = jnp.asarray(queries, jnp.float32)
     corpus = jnp.asarray(corpus, jnp.float32)
     if similarity == "cosine":
-        queries, corpus, float_sim = _normalize(queries), _normalize(corpus), "dot"
+        queries, corpus, float_sim = normalize_rows(queries), normalize_rows(corpus), "dot"
     else:
         float_sim = similarity
     if precision == "float32":

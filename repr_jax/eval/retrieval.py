@@ -74,7 +74,6 @@ def normalize_rows(x):
     return x / jnp.maximum(jnp.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
 
 
-_normalize = normalize_rows  # the former private name: sts, geometry, quantization import it
 _normalize_jit = jax.jit(normalize_rows)
 
 

@@ -11,14 +11,14 @@ import jax.numpy as jnp
 
 from repr_jax.config import config, static
 from repr_jax.eval.base import Evaluator
-from repr_jax.eval.retrieval import SIMILARITIES, _normalize
+from repr_jax.eval.retrieval import SIMILARITIES, normalize_rows
 from repr_jax.eval.stats import with_ci
 
 
 def pair_similarity(a_PxD: jax.Array, b_PxD: jax.Array, similarity: str = "cosine") -> jax.Array:
     """Row-wise ``cosine``, ``dot`` or ``l2`` (negative Euclidean distance) similarity ``[P]``."""
     if similarity == "cosine":
-        return jnp.sum(_normalize(a_PxD) * _normalize(b_PxD), -1)
+        return jnp.sum(normalize_rows(a_PxD) * normalize_rows(b_PxD), -1)
     if similarity == "dot":
         return jnp.sum(a_PxD * b_PxD, -1)
     if similarity == "l2":

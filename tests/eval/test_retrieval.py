@@ -187,7 +187,7 @@ def test_bfloat16_scan_settles_near_ties_exactly(similarity, max_rescored, monke
     k = 7
     q, c = jnp.asarray(queries), jnp.asarray(corpus)
     if similarity == "cosine":
-        q, c = R._normalize(q), R._normalize(c)
+        q, c = R.normalize_rows(q), R.normalize_rows(c)
     _, _, proven, _ = R._topk_blocks(q, c, k=k, similarity="dot" if similarity == "cosine"
                                      else similarity, corpus_chunk=256, block=8, low=True)
     assert np.mean(np.asarray(proven)) < 0.5

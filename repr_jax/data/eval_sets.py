@@ -225,19 +225,9 @@ def bitext(tokenizer: str = "", max_len: int = 64, languages: tuple[str, ...] = 
 def _bitext(tokenizer: str, max_len: int, languages: tuple[str, ...], catalogue: str,
             locale_dir: str, keep_identical: bool, sides: Sides) -> BitextSet:
     from repr_jax.data.tokenizer import make_tokenizer
-    from repr_jax.eval.bitext import LOCALE_DIR, gettext_pairs
-    pairs, skipped = {}, []
-    for lang in dict.fromkeys(languages):
-        try:
-            p = gettext_pairs(lang, catalogue, locale_dir or LOCALE_DIR,
-                              keep_identical=keep_identical)
-        except FileNotFoundError:
-            skipped.append(f"{lang}: no {catalogue}.mo")
-            continue
-        if len(p) < 2:
-            skipped.append(f"{lang}: {len(p)} pairs in {catalogue}.mo")
-            continue
-        pairs[lang] = p
+    from repr_jax.eval.bitext import LOCALE_DIR, language_pairs
+    pairs, skipped = language_pairs(languages, catalogue, locale_dir or LOCALE_DIR,
+                                    keep_identical=keep_identical)
     if skipped:  # one line for all: the set goes on with the languages it has
         hint = " (apt-get install iso-codes)" if catalogue.startswith("iso_") else ""
         warnings.warn(f"eval.sets 'bitext' ({catalogue}): left out {'; '.join(skipped)} under "

@@ -326,6 +326,25 @@ def char_ngram_embed(texts: Sequence[str], dim: int = 256, n: int = 3) -> np.nda
     return out
 
 
+def language_pairs(langs: Sequence[str], catalogue: str = "iso_3166-1",
+                   locale_dir: str | Path = LOCALE_DIR, *, keep_identical: bool = True
+                   ) -> tuple[dict[str, list[tuple[str, str]]], list[str]]:
+    """``({lang: gettext_pairs}, skipped)`` for each distinct language of ``langs`` that has
+    ``<catalogue>.mo`` with at least two pairs; ``skipped``: ``"lang: why"`` for the others."""
+    pairs, skipped = {}, []
+    for lang in dict.fromkeys(langs):
+        try:
+            p = gettext_pairs(lang, catalogue, locale_dir, keep_identical=keep_identical)
+        except FileNotFoundError:
+            skipped.append(f"{lang}: no {catalogue}.mo")
+            continue
+        if len(p) < 2:
+            skipped.append(f"{lang}: {len(p)} pairs in {catalogue}.mo")
+            continue
+        pairs[lang] = p
+    return pairs, skipped
+
+
 def bitext_table(embed_fn: Callable[[list[str]], np.ndarray], langs: Sequence[str],
                  catalogue: str = "iso_3166-1", *, locale_dir: str | Path = LOCALE_DIR,
                  keep_identical: bool = True, margin: str = "ratio", k: int = 4,
@@ -347,17 +366,7 @@ def bitext_table(embed_fn: Callable[[list[str]], np.ndarray], langs: Sequence[st
     Cost per language (n pairs): ``O(n^2 D + R n)`` time, memory ``O(chunk n + n D)``, plus the
     embedder's.
     """
-    pairs, skipped = {}, []
-    for lang in langs:
-        try:
-            p = gettext_pairs(lang, catalogue, locale_dir, keep_identical=keep_identical)
-        except FileNotFoundError as e:
-            skipped.append(f"{lang}: {e}")
-            continue
-        if len(p) < 2:
-            skipped.append(f"{lang}: {len(p)} pairs in {catalogue}")
-            continue
-        pairs[lang] = p
+    pairs, skipped = language_pairs(langs, catalogue, locale_dir, keep_identical=keep_identical)
     english = sorted({m for p in pairs.values() for m, _ in p})
     en_emb = np.asarray(embed_fn(english), np.float32) if english else None
     row_of = {m: i for i, m in enumerate(english)}

@@ -315,8 +315,8 @@ def beir(root: str | Path, *, tokenizer: str = "", max_len: int = 64, data_dir: 
     row = np.searchsorted(used, r["query"])
     stamp = files.version_stamp(collection.root / f for f in reader.FILES)
     sides = sides or Sides.of(max_len)
-    digest = hashlib.sha1(f"{collection.root}|{stamp}|{tokenizer}|{sides}".encode()
-                          ).hexdigest()[:12]
+    digest = hashlib.sha1(f"{collection.root}|{stamp}|{tokenizer}|{sides.tag()}".encode()
+                          ).hexdigest()[:12]  # the tag names how instructions are marked
     base = Path(data_dir or default_data_dir())
     cache = files.no_symlinks(base / "beir" / f"{collection.root.name}_{digest}", below=base,
                               what="a collection's token ids")

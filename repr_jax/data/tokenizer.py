@@ -88,9 +88,9 @@ class Sides:
         """A short name for caches and prepared copies: equal for equal settings."""
         out = f"q{self.query_len}d{self.doc_len}" if self.query_len != self.doc_len else \
             f"t{self.query_len}"
-        if self.query_prefix or self.doc_prefix:
+        if self.query_prefix or self.doc_prefix:  # _j: instruction tokens by offsets (_i: count)
             import hashlib
-            out += "_i" + hashlib.sha1(f"{self.query_prefix}\0{self.doc_prefix}".encode()
+            out += "_j" + hashlib.sha1(f"{self.query_prefix}\0{self.doc_prefix}".encode()
                                        ).hexdigest()[:8]
         return out
 
@@ -305,6 +305,14 @@ def _pre_tokenizer(kind: str | None):
         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
 
 
+def _within(offsets: Sequence[tuple[int, int]], end: int) -> int:
+    """How many leading tokens (character ``offsets``) end at or before character ``end``."""
+    n = 0
+    while n < len(offsets) and offsets[n][1] <= end:
+        n += 1
+    return n
+
+
 class BPETokenizer:
     """A decoder LLM's byte-level BPE, run by the Rust ``tokenizers`` library: built from a GGUF
     file's vocabulary and merges, or a Hugging Face folder's ``tokenizer.json``. Rows are
@@ -388,8 +396,11 @@ class BPETokenizer:
     def rows(self, texts: Sequence[str], *, max_len: int = 512, prefix: str = "",
              append_eos: bool = False, cut: list | None = None) -> list[list[int]]:
         """Each text's row: [BOS +] ``prefix + text`` tokenised together, the prefix's tokens
-        (as many as the prefix alone has, and the BOS with them) marked ``-2 - id``, the text's
-        cut to fit ``max_len`` (``cut``: a list that gains, for each text, whether it was)."""
+        (those that end within the prefix's characters, and the BOS with them) marked
+        ``-2 - id``, the text's cut to fit ``max_len`` (``cut``: a list that gains, for each
+        text, whether it was). A token across the boundary is the text's: a prefix ending in a
+        space gives that space to the text's first word (``▁word``, ``Ġword``), and counting
+        the prefix's tokens alone would take that word for the instruction."""
         eos = [self.eos_id] if append_eos and self.eos_id is not None else []
         bos = [self.bos_id] if self.add_bos else []
         n = len(bos) + len(self.tokenize(prefix)) if prefix else 0
@@ -400,7 +411,8 @@ class BPETokenizer:
         for enc in self.backend.encode_batch([prefix + t for t in texts],
                                              add_special_tokens=False):
             ids = bos + enc.ids
-            out.append([-2 - i for i in ids[:n]] + ids[n:max_len - len(eos)] + eos)
+            k = len(bos) + _within(enc.offsets, len(prefix)) if prefix else 0
+            out.append([-2 - i for i in ids[:k]] + ids[k:max_len - len(eos)] + eos)
             if cut is not None:
                 cut.append(len(ids) > max_len - len(eos))
         return out

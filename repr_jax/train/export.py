@@ -13,6 +13,7 @@ the run's config (``train_config.json``: ``repr-jax train --config`` reproduces 
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from pathlib import Path
 
 import jax
@@ -232,6 +233,8 @@ def write_sentence_transformer(cfg: Config, dataset, flat: dict, out: Path,
         length = sides.doc_len if route == "document" else sides.query_len
         projection = _projection(cfg, flat, prefix)
         if cfg.encoder.name == "decoder_lm":
+            _warn_prompt_boundary(sides.prefix("doc" if route == "document" else "query"),
+                                  cfg.encoder.pooling)
             routes[route] = Route(_llama_writer(cfg, dataset, tree, length), cfg.encoder.pooling,
                                   include_prompt=False, projection=projection)
         else:
@@ -244,6 +247,18 @@ def write_sentence_transformer(cfg: Config, dataset, flat: dict, out: Path,
     return write_model(out, routes, normalize=cfg.eval.retrieval.similarity == "cosine",
                        prompts={"query": sides.query_prefix, "document": sides.doc_prefix},
                        card=card)
+
+
+def _warn_prompt_boundary(prompt: str, pooling: str) -> None:
+    """sentence-transformers leaves out of the mean as many tokens as the prompt has alone; a
+    run leaves out the tokens that end within it (:meth:`BPETokenizer.rows`). They differ where
+    the prompt's trailing space joins the text's first word: said once per prompt."""
+    if prompt and prompt[-1].isspace() and pooling != "last_token":
+        warnings.warn(f"prompt {prompt!r} ends in a space: sentence-transformers counts its "
+                      f"tokens alone and leaves out of the {pooling} pooling the text's first "
+                      f"word where that space joins it (▁word, Ġword), which the run pools; the "
+                      f"export differs from the run for those texts (a prompt ending in another "
+                      f"character exports exactly)", stacklevel=3)
 
 
 def _check_bert_tree(loaded: LoadedModel, tree: dict, dataset) -> None:

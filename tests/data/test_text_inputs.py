@@ -221,3 +221,19 @@ def test_preparation_counts_the_texts_it_cut_once_and_records_them(tmp_path, cap
     again = text_pairs.prepare(f"pairs:{path}", **settings)  # reused: quiet, still told
     assert "prepared" not in capsys.readouterr().err
     assert text_pairs.cut_counts(again) == recorded
+
+
+def test_an_instruction_ending_in_a_space_leaves_the_first_word_to_the_text(tmp_path):
+    """Byte-level BPE joins the space to the next word: "t " alone is [t, Ġ], "t the the" is
+    [t, Ġthe, Ġthe]; only "t" is the instruction's (counting the prefix's own two tokens took
+    the text's first word for the instruction, and a one-word text pooled nothing)."""
+    from repr_jax.data.tokenizer import make_tokenizer
+    from tiny_llm import tiny_params, write_gguf
+    gguf = tmp_path / "tiny.gguf"
+    write_gguf(gguf, tiny_params())
+    tok = make_tokenizer(str(gguf))
+    assert len(tok.tokenize("t ")) == 2
+    for prefix, text in (("t ", "the the"), ("t ", "the"), ("t", " the")):
+        (row,) = tok.rows([text], prefix=prefix, max_len=32)
+        assert sum(i <= -2 for i in row) == 1, (prefix, text, row)
+        assert tok.decode([i for i in row if i >= 0]) == " " + text.strip()

@@ -278,7 +278,9 @@ def test_the_gguf_tokenizer_keeps_control_tokens_whole(tmp_path):
     assert ids[0] == tokens.index("<|im_start|>") and tokens.index("Ġthe") in ids
     assert tok.decode(ids) == "<|im_start|>the the"
     rows = tok.rows(["the"], prefix="the ", append_eos=True, max_len=8)
-    assert rows[0][-1] == tok.eos_id and all(i <= -2 for i in rows[0][:len(tok.tokenize("the "))])
+    # "the " + "the": [t, he, Ġthe]: the space goes with the text's word, "t he" are the prefix's
+    assert rows[0][-1] == tok.eos_id and all(i <= -2 for i in rows[0][:2])
+    assert rows[0][2] == tokens.index("Ġthe")
 
 
 @pytest.mark.parametrize("case", ["architecture", "truncated", "not_gguf", "quantisation"])

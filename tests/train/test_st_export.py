@@ -103,7 +103,7 @@ def test_a_decoder_with_lora_tied_towers_and_instructions_exports_as_llama(tmp_p
         cfg = C.Config(
             seed=0,
             data=C.DataConfig(name=f"beir:{root}", max_len=32, data_dir=str(tmp_path / "tfds"),
-                              query_prefix="the ", doc_prefix="he "),
+                              query_prefix="the:", doc_prefix="he:"),
             encoder=C.EncoderConfig(name="decoder_lm", init_from=str(gguf), pooling=pooling),
             method=C.MethodConfig(name="biencoder", objective="info_nce", temperature=0.1,
                                   proj_dim=0, tied_towers=True),
@@ -113,4 +113,4 @@ def test_a_decoder_with_lora_tied_towers_and_instructions_exports_as_llama(tmp_p
                               sets=()))
         out = _compare(tmp_path / pooling, cfg, tmp_path / pooling / "run")
         prompts = json.loads((out / "config_sentence_transformers.json").read_text())["prompts"]
-        assert prompts == {"query": "the ", "document": "he "}
+        assert prompts == {"query": "the:", "document": "he:"}

@@ -74,6 +74,7 @@ def test_an_eval_sets_entry_names_its_length():
         assert "\n" not in str(info.value)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not Path(WORDNET_DIR, "data.noun").is_file(),
                     reason="WordNet 3.0 absent: apt-get install wordnet-base")
 def test_a_run_evaluates_retrieval_on_the_needle_set(tmp_path):

@@ -116,6 +116,7 @@ def _config(root, tmp_path, init_from, method, steps=4):
         eval=C.EvalConfig(evaluators=(), reference_rows=False, bootstrap=0, sets=()))
 
 
+@pytest.mark.slow
 def test_mntp_then_contrastive_starts_from_the_adapted_decoder(tmp_path):
     root, gguf = _collection(tmp_path)
     first = _config(root, tmp_path, gguf, C.MethodConfig(name="mntp", mask_ratio=0.3))

@@ -125,34 +125,47 @@ def _tokenize(texts: list[str], tokenizer: str, max_len: int) -> np.ndarray:
     return make_tokenizer(tokenizer).encode(texts, max_len=max_len, pad_to=max_len).ids
 
 
-def _word_pairs(file: str, tokenizer: str, max_len: int, name: str) -> SimilaritySet:
-    rows = [line.split("\t") for line in (gensim_test_data() / file).read_text().splitlines()
+SIMILARITY_FILES = {"wordsim353": "wordsim353.tsv", "simlex999": "simlex999.txt"}
+
+
+def similarity_texts(name: str) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """``(texts, pairs [P, 2] int32, gold [P] float32)`` of a gensim similarity set (``lee``,
+    ``wordsim353``, ``simlex999``), as text: what :func:`lee` and the word-pair sets tokenise and
+    what :mod:`repr_jax.integrations.mteb_tasks` hands to other harnesses."""
+    root = gensim_test_data()
+    if name == "lee":  # Lee et al. 2005: the upper triangle of the 50 x 50 mean human similarities
+        docs = [d for d in (root / "lee.cor").read_text(encoding="latin-1").splitlines()
+                if d.strip()]
+        sim = np.loadtxt(root / "similarities0-1.txt", dtype=np.float32)
+        if len(docs) != 50 or sim.shape != (50, 50):
+            raise ValueError(f"unexpected Lee data: {len(docs)} documents, {sim.shape} "
+                             f"similarities")
+        i, j = np.triu_indices(50, k=1)
+        return docs, np.stack([i, j], 1).astype(np.int32), sim[i, j]
+    rows = [line.split("\t") for line in (root / SIMILARITY_FILES[name]).read_text().splitlines()
             if line.strip() and not line.startswith("#")]
     words = sorted({w for r in rows for w in r[:2]})
     index = {w: i for i, w in enumerate(words)}
     pairs = np.asarray([[index[r[0]], index[r[1]]] for r in rows], np.int32)
-    gold = np.asarray([float(r[2]) for r in rows], np.float32)
-    return SimilaritySet(name, _tokenize(words, tokenizer, max_len), pairs, gold)
+    return words, pairs, np.asarray([float(r[2]) for r in rows], np.float32)
+
+
+def _similarity_set(name: str, tokenizer: str, max_len: int) -> SimilaritySet:
+    texts, pairs, gold = similarity_texts(name)
+    return SimilaritySet(name, _tokenize(texts, tokenizer, max_len), pairs, gold)
 
 
 def lee(tokenizer: str = "", max_len: int = 64, **_) -> SimilaritySet:
     """Lee et al. 2005: the upper triangle of the 50 × 50 mean human similarity matrix."""
-    root = gensim_test_data()
-    docs = [d for d in (root / "lee.cor").read_text(encoding="latin-1").splitlines() if d.strip()]
-    sim = np.loadtxt(root / "similarities0-1.txt", dtype=np.float32)
-    if len(docs) != 50 or sim.shape != (50, 50):
-        raise ValueError(f"unexpected Lee data: {len(docs)} documents, {sim.shape} similarities")
-    i, j = np.triu_indices(50, k=1)
-    return SimilaritySet("lee", _tokenize(docs, tokenizer, max_len),
-                         np.stack([i, j], 1).astype(np.int32), sim[i, j])
+    return _similarity_set("lee", tokenizer, max_len)
 
 
 def wordsim353(tokenizer: str = "", max_len: int = 64, **_) -> SimilaritySet:
-    return _word_pairs("wordsim353.tsv", tokenizer, max_len, "wordsim353")
+    return _similarity_set("wordsim353", tokenizer, max_len)
 
 
 def simlex999(tokenizer: str = "", max_len: int = 64, **_) -> SimilaritySet:
-    return _word_pairs("simlex999.txt", tokenizer, max_len, "simlex999")
+    return _similarity_set("simlex999", tokenizer, max_len)
 
 
 def polarity(tokenizer: str = "", max_len: int = 64, **_) -> ClassificationSet:

@@ -87,7 +87,7 @@ def _resampled_streamed(statistic, arrays, num_resamples: int, seed, per_chunk: 
     return jax.lax.map(chunk_of, jnp.arange(chunks)).reshape(-1)[:num_resamples]
 
 
-def _interval(samples: jax.Array, level: float) -> tuple[float, float]:
+def percentile_interval(samples: jax.Array, level: float) -> tuple[float, float]:
     if not 0 < level < 1:
         raise ValueError(f"level must be in (0, 1); got {level}")
     alpha = (1 - level) / 2
@@ -141,7 +141,7 @@ def bootstrap_ci(values: Any, statistic: Callable[..., jax.Array] | None = None,
     statistic = statistic or _mean
     point = float(statistic(*arrays))
     samples = resampled(statistic, arrays, num_resamples, seed, chunk)
-    return Estimate(point, *_interval(samples, level))
+    return Estimate(point, *percentile_interval(samples, level))
 
 
 def paired_bootstrap(values_a: Any, values_b: Any, statistic: Callable[..., jax.Array] | None = None,
@@ -154,14 +154,30 @@ def paired_bootstrap(values_a: Any, values_b: Any, statistic: Callable[..., jax.
     interval, and the two-sided bootstrap p-value ``min(1, 2 * min(P*(d <= 0), P*(d >= 0)))`` for
     "no difference" (Koehn 2004's paired bootstrap resampling, two-sided).
     """
+    observed, samples = paired_samples(values_a, values_b, statistic,
+                                       num_resamples=num_resamples, seed=seed, chunk=chunk)
+    return paired_summary(observed, samples, level)
+
+
+def paired_samples(values_a: Any, values_b: Any, statistic: Callable[..., jax.Array] | None = None,
+                   *, num_resamples: int = 1000, seed: int = 0, chunk: int = 100
+                   ) -> tuple[float, jax.Array]:
+    """``(observed difference, [R] resampled differences)`` of :func:`paired_bootstrap`: what
+    an average over several example sets (a task type's tasks) adds up sample by sample."""
     a, b = _as_tuple(values_a), _as_tuple(values_b)
     if a[0].shape[0] != b[0].shape[0]:
         raise ValueError(f"paired_bootstrap needs the same examples for both; got "
                          f"{a[0].shape[0]} and {b[0].shape[0]}")
     statistic = statistic or _mean
     samples = resampled(_Difference(statistic, len(a)), a + b, num_resamples, seed, chunk)
-    lo, hi = _interval(samples, level)
-    observed = float(statistic(*a) - statistic(*b))
+    return float(statistic(*a) - statistic(*b)), samples
+
+
+def paired_summary(observed: float, samples: jax.Array, level: float = 0.95) -> dict[str, float]:
+    """:func:`paired_bootstrap`'s ``{"difference", "low", "high", "p_value"}`` from an observed
+    difference and its resampled differences (:func:`paired_samples`)."""
+    samples = jnp.asarray(samples)
+    lo, hi = percentile_interval(samples, level)
     # Differences within float32 rounding of zero count on both sides (identical inputs: p = 1).
     tie = 1e-6 * max(1.0, float(jnp.max(jnp.abs(samples))))
     p = 2 * min(float(jnp.mean(samples <= tie)), float(jnp.mean(samples >= -tie)))

@@ -109,9 +109,13 @@ def mining_data(spec: str) -> MiningData:
 
 @dataclasses.dataclass
 class Encoders:
-    """Texts to embeddings: ``query(texts)`` and ``document(texts)`` ``[n, D]`` float32."""
+    """Texts to embeddings: ``query(texts)`` and ``document(texts)`` ``[n, D]`` float32;
+    ``plain(texts)``: the representation with no prefix, as the similarity sets (STS) embed."""
     query: Callable[[Sequence[str]], np.ndarray]
     document: Callable[[Sequence[str]], np.ndarray]
+    plain: Callable[[Sequence[str]], np.ndarray] | None = None
+    identity: str = ""  # the model's path, checkpoint step and lengths: what names its cache
+    instructed: bool = False  # its queries or documents carry a prefix (an instruction)
 
 
 def max_len_limit(*, workdir: str | None = None, init_from: str | None = None
@@ -173,7 +177,8 @@ def encoders_of(*, workdir: str | None = None, init_from: str | None = None, max
 
         def query(params, ids):
             return module.apply({"params": params}, ids)[0]
-        document = query
+        document = represent = query
+        plain_sides = sides
         identity = f"{Path(init_from).absolute()}|{length}"
     else:
         from repr_jax.train.run import load_trained
@@ -186,22 +191,26 @@ def encoders_of(*, workdir: str | None = None, init_from: str | None = None, max
         length = sides
         query = method.embed_query or method.embed
         document = method.embed_pos or method.embed
+        represent = method.embed  # as the run's similarity sets embed: no prefix
+        plain_sides = Sides.of(max_len or cfg.data.max_len or 64)
         identity = f"{Path(workdir).absolute()}|step {int(jax.device_get(state.step))}|{length}"
     if cache_dir:
         cache_dir = files.no_symlinks(
             Path(cache_dir) / hashlib.blake2b(identity.encode(), digest_size=8).hexdigest(),
             below=Path(cache_dir).parent, what="cached embeddings")
     label = progress if isinstance(progress, str) else "mine: encoding"
-    embedder = Embedder(query, {}, batch_size=batch_size, query_fn=query, pos_fn=document,
+    embedder = Embedder(represent, {}, batch_size=batch_size, query_fn=query, pos_fn=document,
                         cache_dir=cache_dir, progress=label if progress else "",
                         pad_id=tokenizer.pad_id)
 
     def texts_to(which: str):
         def embed(texts: Sequence[str]) -> np.ndarray:
-            ids = sides.encode(tokenizer, texts, "query" if which == "query" else "doc")
+            side = "query" if which == "query" else "doc"
+            ids = (plain_sides if which == "x" else sides).encode(tokenizer, texts, side)
             return np.asarray(embedder.embed(variables, ids, which))
         return embed
-    return Encoders(texts_to("query"), texts_to("pos"))
+    return Encoders(texts_to("query"), texts_to("pos"), texts_to("x"), identity,
+                    bool(sides.query_prefix or sides.doc_prefix))
 
 
 def check_max_len(max_len: int, *, workdir: str | None = None,

@@ -269,14 +269,14 @@ def test_large_inputs_run_in_memory_linear_in_n():
 def test_the_normal_interval_is_centred_on_the_point_with_the_resamples_spread():
     """Resamples shifted c above the point (as duplicated words shift whitened statistics):
     the interval stays on the point, point -+ 1.96 sd, where the percentile one misses it."""
-    from repr_jax.eval.stats import _interval, normal_interval
+    from repr_jax.eval.stats import normal_interval, percentile_interval
     rng = np.random.default_rng(0)
     point, c, sd = 1.0, 0.5, 0.1
     shifted = point + c + sd * rng.standard_normal(100_000)
     lo, hi = normal_interval(shifted, point, 0.95)
     assert lo == pytest.approx(point - 1.95996 * sd, abs=1e-3)
     assert hi == pytest.approx(point + 1.95996 * sd, abs=1e-3)
-    assert _interval(shifted, 0.95)[0] > point  # the percentile interval misses the point
+    assert percentile_interval(shifted, 0.95)[0] > point  # the percentile interval misses the point
     assert all(np.isnan(normal_interval([np.nan, 1.0], 0.0)))
     with pytest.raises(ValueError, match="level"):
         normal_interval(shifted, point, 1.0)

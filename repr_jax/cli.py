@@ -399,6 +399,25 @@ def _parser() -> argparse.ArgumentParser:
                    help="also write the rows there (and as .json beside it)")
     c.add_argument("--no-progress", action="store_true", help="no progress bars")
 
+    mt = sub.add_parser("mteb", help="runs on offline MTEB tasks through mteb, paired table",
+                        description="Hand text bi-encoder runs (or sentence-transformers "
+                        "folders: minilm) to mteb 2.x as models and run the offline tasks built "
+                        "from data that ships here (--list), or any beir:DIR: mteb's result "
+                        "files under --out, and one table of each task's main score with its "
+                        "interval and every run's paired bootstrap difference from the first "
+                        "(and per task type). Needs pip install -e \".[mteb]\".")
+    mt.add_argument("--list", action="store_true", help="the tasks, one a line: name, type, size")
+    mt.add_argument("--workdir", nargs="+", metavar="RUN",
+                    help="run directories or sentence-transformers folders; the first is the "
+                         "baseline")
+    mt.add_argument("--tasks", default="", metavar="A,B",
+                    help="task names or beir:DIR, comma-separated (default: every built-in)")
+    mt.add_argument("--out", default=None, metavar="DIR",
+                    help="mteb's results/, the embeddings cache and table.csv/.json go here")
+    mt.add_argument("--bootstrap", type=_at_least(1), default=1000, help="resamples (1000)")
+    mt.add_argument("--batch-size", type=_at_least(1), default=128, help="texts a batch (128)")
+    mt.add_argument("--no-progress", action="store_true", help="no progress bars")
+
     sub.add_parser("list", help="list the experiments, sweeps and studies with their claims",
                    description="List experiments/: what each file defines (train it, sweep it, "
                    "run its study) and its one-line claim.")
@@ -678,6 +697,11 @@ def _compare(args) -> int:
     return compare_main(args)
 
 
+def _mteb(args) -> int:
+    from repr_jax.integrations.mteb import main as mteb_main
+    return mteb_main(args)
+
+
 def _score(args) -> int:
     from repr_jax.train.score import score_file
     score_file(workdir=args.workdir, data=args.data, out=args.out, batch_size=args.batch_size,
@@ -815,10 +839,8 @@ def _check_folder_args(args) -> None:
     mine's and fit's outputs by theirs, for library callers too)."""
     from repr_jax import files
     from repr_jax.config import ConfigError
-    for flag in ("workdir",):
-        value = getattr(args, flag, None)
-        if not value:
-            continue
+    values = getattr(args, "workdir", None) or []
+    for flag, value in [("workdir", v) for v in (values if isinstance(values, list) else [values])]:
         path = Path(value)
         if path.is_symlink() and not path.exists():
             raise ConfigError(f"--{flag} {path} is a symbolic link to a missing "
@@ -854,7 +876,7 @@ def main(argv: list[str] | None = None) -> int:
         _check_folder_args(args)
         return {"train": _train, "eval": _eval, "sweep": _sweep, "study": _study,
                 "fit": _fit, "export": _export, "list": _list, "mine": _mine,
-                "compare": _compare, "score": _score, "expand": _expand,
+                "compare": _compare, "mteb": _mteb, "score": _score, "expand": _expand,
                 "index": _index, "search": _search,
                 "activations": _activations, "features": _features,
                 "steer": _steer, "concepts": _concepts}[args.command](args)

@@ -1,0 +1,234 @@
+"""A repr_jax run (or a local sentence-transformers model) as an mteb 2.x model, the offline
+tasks of :mod:`repr_jax.integrations.mteb_tasks` as mteb tasks, and ``repr-jax mteb``.
+
+mteb is an optional extra (``pip install -e ".[mteb]"``: it brings torch, which repr_jax itself
+never imports); it is imported inside the functions here, after :func:`check_mteb`.
+
+The model implements mteb's ``EncoderProtocol`` through
+:func:`repr_jax.train.mine.encoders_of`: mteb's query prompt type goes to the run's query tower
+with its query prefix (its instruction), the document type to the document tower with its
+prefix, and a symmetric task (STS: no prompt type) to the run's representation with no prefix,
+as the run's own similarity evaluation embeds. Batches are the project's ``Embedder``'s
+(length-sorted, one compilation per shape) and embeddings are kept under ``OUT/embeddings``,
+keyed by the model (path, checkpoint step, lengths) and the token ids, written verified: a
+second ``repr-jax mteb`` on the same run encodes nothing again. The same embeddings give
+repr_jax's own per-example scores (:func:`repr_jax.integrations.mteb_tasks.per_example`), which
+pair the runs in the table and are checked against mteb's main score.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.metadata
+import math
+import sys
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from repr_jax.integrations import mteb_tasks
+
+SUPPORTED = ("2.0", "3.0")  # mteb >= 2.0, < 3.0: the encoder protocol and task classes used here
+INSTALL = 'pip install -e ".[mteb]"'
+AGREE = 1e-5  # |repr_jax's score - mteb's| above which the table flags the task
+
+
+def check_mteb() -> str:
+    """mteb's version, or a one-line ValueError: not installed, or outside :data:`SUPPORTED`."""
+    try:
+        version = importlib.metadata.version("mteb")
+    except importlib.metadata.PackageNotFoundError:
+        raise ValueError(f"repr-jax mteb needs mteb {SUPPORTED[0]} up to (not including) "
+                          f"{SUPPORTED[1]}: {INSTALL}") from None
+    parts = tuple(int(p) for p in version.split(".")[:2] if p.isdigit())
+    low, high = (tuple(map(int, v.split("."))) for v in SUPPORTED)
+    if not low <= parts < high:
+        raise ValueError(f"mteb {version} is installed; repr_jax supports mteb >= {SUPPORTED[0]}, "
+                          f"< {SUPPORTED[1]} (its encoder protocol changed): "
+                          f"pip install 'mteb>={SUPPORTED[0]},<{SUPPORTED[1]}'")
+    return version
+
+
+def check_model(name: str) -> str:
+    """``"run"`` or ``"pretrained"`` for a text bi-encoder run or a sentence-transformers folder
+    (``minilm``), from its files alone; anything else a one-line ValueError saying why."""
+    from repr_jax.train.arms import check_arm, is_sparse
+    if name == "bm25":
+        raise ValueError("--workdir bm25: BM25 has no embeddings to hand mteb; give a text "
+                         "bi-encoder run or a sentence-transformers folder")
+    kind = check_arm(name, label=f"--workdir {name}")
+    if kind == "run":
+        from repr_jax import config as config_lib
+        if is_sparse(config_lib.load_json(Path(name) / "config.json")):
+            raise ValueError(f"--workdir {name}: a splade run's term weights need mteb's sparse "
+                             f"search, which repr-jax mteb does not drive yet; use repr-jax "
+                             f"compare for it")
+    return kind
+
+
+@functools.cache
+def _model_class():
+    from mteb.models.abs_encoder import AbsEncoder
+
+    class ReprJaxModel(AbsEncoder):
+        """A repr_jax run in mteb (see the module docstring)."""
+
+        def __init__(self, encoders, meta):
+            self.encoders, self.mteb_model_meta = encoders, meta
+
+        def texts(self, prompt_type: str | None, texts: Sequence[str]) -> np.ndarray:
+            fn = {"query": self.encoders.query, "document": self.encoders.document}.get(
+                prompt_type, self.encoders.plain)
+            return np.asarray(fn(list(texts)), np.float32)
+
+        def encode(self, inputs, *, task_metadata, hf_split, hf_subset, prompt_type=None,
+                   **kwargs) -> np.ndarray:
+            texts = [t for batch in inputs for t in batch["text"]]
+            kind = getattr(prompt_type, "value", prompt_type)
+            # widened: mteb's similarities then carry no float32 rounding that ours lack
+            return self.texts(kind, texts).astype(np.float64)
+
+    return ReprJaxModel
+
+
+def model(name: str, *, cache_dir: str | Path | None = None, batch_size: int = 128,
+          progress: bool = True):
+    """The mteb model of run directory or sentence-transformers folder ``name``."""
+    check_mteb()
+    from mteb.models.model_meta import ModelMeta
+
+    from repr_jax.train.mine import encoders_of
+    kind = check_model(name)
+    label = Path(name).name
+    where = dict(init_from=name) if kind == "pretrained" else dict(workdir=name)
+    encoders = encoders_of(**where, batch_size=batch_size, cache_dir=cache_dir,
+                           progress=f"{label}: encoding" if progress else False)
+    revision = hashlib.blake2b(encoders.identity.encode(), digest_size=6).hexdigest()
+    meta = ModelMeta(
+        loader=None, name=f"repr_jax/{label}", revision=revision, release_date=None,
+        languages=None, n_parameters=None, memory_usage_mb=None, max_tokens=None,
+        embed_dim=None, license=None, open_weights=True, public_training_code=None,
+        public_training_data=None, framework=["JAX"], similarity_fn_name="cosine",
+        use_instructions=bool(encoders.instructed), training_datasets=None,
+        reference=None)
+    return _model_class()(encoders, meta)
+
+
+def mteb_task(task: mteb_tasks.Task, data):
+    """``task`` as an mteb task object holding ``data`` (its test split, subset ``default``)."""
+    from datasets import Dataset, DatasetDict
+    from mteb.abstasks.retrieval import AbsTaskRetrieval
+    from mteb.abstasks.retrieval_dataset_loaders import RetrievalSplitData
+    from mteb.abstasks.sts import AbsTaskSTS
+    from mteb.abstasks.task_metadata import TaskMetadata
+    meta = TaskMetadata(
+        name=task.name, type=task.type, main_score=task.main_score, description=task.description,
+        reference=None, dataset={"path": f"repr_jax/{task.name}", "revision": "local"},
+        category="t2t", eval_splits=["test"], eval_langs=["eng-Latn"], date=None, dialect=[],
+        domains=[], task_subtypes=[], license=None, annotations_creators=None,
+        modalities=["text"], sample_creation=None, bibtex_citation="")
+    if isinstance(data, mteb_tasks.STSData):
+        split = Dataset.from_dict({"sentence1": [data.texts[i] for i in data.pairs[:, 0]],
+                                   "sentence2": [data.texts[j] for j in data.pairs[:, 1]],
+                                   "score": [float(g) for g in data.gold]})
+
+        def load_sts(self, num_proc=None, **kwargs):
+            self.dataset, self.data_loaded = DatasetDict({"test": split}), True
+        cls = type(task.name, (AbsTaskSTS,), dict(
+            metadata=meta, min_score=data.min_score, max_score=data.max_score,
+            load_data=load_sts))
+        return cls()
+    q, d, g = data.judged
+    relevant: dict[str, dict[str, int]] = {}
+    for qi, di, gi in zip(q.tolist(), d.tolist(), g.tolist()):
+        relevant.setdefault(data.query_ids[qi], {})[data.doc_ids[di]] = int(gi)
+
+    def load_retrieval(self, num_proc=None, **kwargs):
+        self.dataset = {"default": {"test": RetrievalSplitData(
+            queries=Dataset.from_dict({"id": data.query_ids, "text": data.queries}),
+            corpus=Dataset.from_dict({"id": data.doc_ids, "text": data.corpus,
+                                      "title": [""] * len(data.corpus)}),
+            relevant_docs=relevant, top_ranked=None)}}
+        self.data_loaded = True
+    cls = type(task.name, (AbsTaskRetrieval,), dict(
+        metadata=meta, ignore_identical_ids=True, load_data=load_retrieval))
+    return cls()
+
+
+def run(names: Sequence[str], task_names: Sequence[str] | str, out: str | Path, *,
+        bootstrap: int = 1000, batch_size: int = 128, progress: bool = True) -> list[dict]:
+    """Every model of ``names`` on every task through mteb (its result files under
+    ``out/results``), then the paired table (:func:`repr_jax.integrations.mteb_tasks.table`)
+    with mteb's main score beside repr_jax's, written to ``out/table.csv`` and ``.json``.
+    Everything is checked before any model is loaded: mteb's version, the task names, each
+    model's files and each task's data."""
+    from repr_jax import files
+    check_mteb()
+    import mteb
+    from mteb.cache import ResultCache
+    tasks = mteb_tasks.tasks(task_names)
+    for name in names:
+        check_model(name)
+    out = files.check_output(out, flag="--out", inputs=names, folder=True)
+    data = {}
+    for t in tasks:
+        try:
+            data[t.name] = t.load()
+        except (OSError, ValueError) as e:
+            raise ValueError(f"task {t.name}: its data is missing or unreadable: "
+                             f"{files.first_line(e)}") from None
+    scores, mteb_scores = {}, {}
+    for name in names:
+        m = model(name, cache_dir=out / "embeddings", batch_size=batch_size, progress=progress)
+        result = mteb.evaluate(m, [mteb_task(t, data[t.name]) for t in tasks],
+                               cache=ResultCache(out), overwrite_strategy="always",
+                               show_progress_bar=progress)
+        mteb_scores[name] = {r.task_name: float(r.get_score()) for r in result.task_results}
+        scores[name] = {t.name: mteb_tasks.per_example(data[t.name], m.texts) for t in tasks}
+    rows = mteb_tasks.table(scores, {t.name: t.type for t in tasks}, bootstrap=bootstrap)
+    for r in rows:
+        r["mteb"] = mteb_scores[r["run"]].get(r["task"], math.nan)
+    _write(out, rows)
+    return rows
+
+
+def _write(out: Path, rows: list[dict]) -> None:
+    import csv
+    import io
+
+    from repr_jax import files
+    fields = list(mteb_tasks.FIELDS) + ["mteb"]
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n")
+    w.writeheader()
+    w.writerows(rows)
+    files.write_text(out / "table.csv", buf.getvalue())
+    files.write_json(out / "table.json", rows)
+
+
+def disagreements(rows: Sequence[dict], tol: float = AGREE) -> list[str]:
+    """One line per task whose repr_jax score and mteb's differ by more than ``tol``."""
+    return [f"{r['task']} ({Path(r['run']).name}): repr_jax {r['value']:.6f}, mteb "
+            f"{r['mteb']:.6f}" for r in rows
+            if not math.isnan(r.get("mteb", math.nan)) and abs(r["value"] - r["mteb"]) > tol]
+
+
+def main(args) -> int:
+    """``repr-jax mteb``: ``--list``, or the runs on the tasks (see :func:`run`)."""
+    if args.list:
+        print("\n".join(mteb_tasks.listing()))
+        return 0
+    if not args.workdir:
+        raise ValueError("give --workdir RUN [RUN ...] (or --list for the tasks)")
+    if not args.out:
+        raise ValueError("give --out DIR: where mteb's result files and the table go")
+    rows = run(args.workdir, args.tasks or "", args.out, bootstrap=args.bootstrap,
+               batch_size=args.batch_size, progress=not args.no_progress)
+    print(f"baseline: {args.workdir[0]} (each task's queries or pairs resampled together)")
+    print(mteb_tasks.format_table(rows, args.bootstrap))
+    for line in disagreements(rows):
+        print(f"warning: repr_jax's score and mteb's differ: {line}", file=sys.stderr)
+    print(f"-> {args.out}/table.csv, {args.out}/results (mteb's files)", file=sys.stderr)
+    return 0

@@ -1,0 +1,186 @@
+"""repr-jax mteb: the offline tasks, repr_jax's scores of them against the definitions mteb
+uses (pytrec_eval's nDCG@10, scipy's Spearman), the paired table, and one-line errors. The run
+through mteb itself (it needs torch) is the slow test at the end, skipped where mteb is absent."""
+
+import importlib.metadata
+import json
+import math
+import zlib
+
+import numpy as np
+import pytest
+import scipy.stats
+
+from repr_jax.data import beir
+from repr_jax.integrations import mteb_tasks
+
+
+def bag_of_words(dim: int = 32):
+    """A text's embedding: the sum of a fixed random vector per word (texts sharing words are
+    close), whatever the prompt type."""
+    def encode(kind, texts):
+        out = np.zeros((len(texts), dim), np.float32)
+        for i, t in enumerate(texts):
+            for w in t.split():
+                out[i] += np.random.default_rng(zlib.crc32(w.encode())).normal(size=dim)
+        return out
+    return encode
+
+
+def noisy(encode, scale: float, seed: int = 1):
+    def out(kind, texts):
+        x = encode(kind, texts)
+        return x + scale * np.random.default_rng(seed).normal(size=x.shape).astype(np.float32)
+    return out
+
+
+def collection(tmp_path, num_docs=300, num_queries=60):
+    """A synthetic BEIR collection plus one query whose id is also a document's (it may not
+    retrieve itself: mteb's ignore_identical_ids)."""
+    root = beir.synthetic_collection(tmp_path / "col", num_docs=num_docs, num_queries=num_queries)
+    with open(root / "queries.jsonl", "a") as f:
+        f.write(json.dumps({"_id": "d5", "text": "w1 w2 w3"}) + "\n")
+    with open(root / "qrels" / "test.tsv", "a") as f:
+        f.write("d5\td7\t1\n")
+    return root
+
+
+def pytrec_ndcg10(data, encode) -> dict[str, float]:
+    """pytrec_eval's per-query ndcg_cut_10 over every document's cosine score, a query's own
+    id left out: what mteb's retrieval evaluator computes."""
+    import pytrec_eval
+    q = encode("query", data.queries)
+    c = encode("document", data.corpus)
+    q /= np.linalg.norm(q, axis=1, keepdims=True)
+    c /= np.linalg.norm(c, axis=1, keepdims=True)
+    scores = q.astype(np.float64) @ c.T.astype(np.float64)
+    run = {qid: {did: float(s) for did, s in zip(data.doc_ids, row) if did != qid}
+           for qid, row in zip(data.query_ids, scores)}
+    qrels = {}
+    for qi, di, g in zip(*data.judged):
+        qrels.setdefault(data.query_ids[qi], {})[data.doc_ids[di]] = int(g)
+    per_q = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut.10"}).evaluate(run)
+    return {k: v["ndcg_cut_10"] for k, v in per_q.items()}
+
+
+def test_retrieval_score_is_pytrec_evals_ndcg_at_10_per_query(tmp_path):
+    data = mteb_tasks.task(f"beir:{collection(tmp_path)}").load()
+    assert data.exclude[data.query_ids.index("d5")] == data.doc_ids.index("d5")
+    encode = bag_of_words()
+    scored = mteb_tasks.per_example(data, encode)
+    ref = pytrec_ndcg10(data, encode)
+    ours = dict(zip(data.query_ids, scored.arrays[0]))  # every query here is judged
+    assert len(ours) == len(ref) == 61
+    for qid in ref:
+        assert ours[qid] == pytest.approx(ref[qid], abs=1e-6), qid
+    assert scored.value == pytest.approx(np.mean(list(ref.values())), abs=1e-6)
+    assert 0.3 < scored.value < 1.0  # shared words find the source documents
+
+
+def test_sts_score_is_scipys_spearman_of_cosines():
+    data = mteb_tasks.task("LeeSTS").load()
+    assert data.size() == "1225 pairs of 50 texts"
+    encode = bag_of_words()
+    scored = mteb_tasks.per_example(data, encode)
+    e = encode(None, data.texts).astype(np.float64)
+    e /= np.linalg.norm(e, axis=1, keepdims=True)
+    cos = np.sum(e[data.pairs[:, 0]] * e[data.pairs[:, 1]], axis=1)
+    ref = scipy.stats.spearmanr(cos, data.gold).statistic
+    assert scored.value == pytest.approx(ref, abs=1e-6)
+    assert float(scored.statistic(*scored.arrays)) == pytest.approx(ref, abs=1e-4)  # float32
+
+
+def test_word_pair_tasks_read_gensims_files():
+    for name, pairs in (("WordSim353", 353), ("SimLex999", 999)):
+        data = mteb_tasks.task(name).load()
+        assert len(data.pairs) == len(data.gold) == pairs
+        assert data.min_score <= data.gold.min() and data.gold.max() <= data.max_score
+
+
+def test_the_table_pairs_runs_per_task_and_per_type(tmp_path):
+    tasks = {"LeeSTS": "STS", f"beir:{collection(tmp_path)}": "Retrieval"}
+    loaded = {n: mteb_tasks.task(n).load() for n in tasks}
+    good, worse = bag_of_words(), noisy(bag_of_words(), 1000.0)  # noise drowns the words
+    scores = {run: {n: mteb_tasks.per_example(d, enc) for n, d in loaded.items()}
+              for run, enc in (("base", good), ("same", good), ("worse", worse))}
+    rows = mteb_tasks.table(scores, tasks, bootstrap=300)
+    by = {(r["task"], r["run"]): r for r in rows}
+    for n in tasks:
+        assert math.isnan(by[n, "base"]["difference"])
+        same = by[n, "same"]
+        assert same["difference"] == 0 and same["p_value"] == 1.0
+        w = by[n, "worse"]
+        assert w["difference"] == pytest.approx(w["value"] - by[n, "base"]["value"])
+        assert w["diff_low"] <= w["difference"] <= w["diff_high"]
+        assert by[n, "base"]["low"] <= by[n, "base"]["value"] <= by[n, "base"]["high"]
+    retrieval = list(tasks)[1]
+    w = by[retrieval, "worse"]  # (bags of words find documents; on Lee they do no better)
+    assert w["diff_high"] < 0 and w["p_value"] < 0.05, w  # noise hurts, clearly
+    for run in ("base", "worse"):  # one task a type: its mean is that task's score
+        mean, one = by["Retrieval (mean of 1)", run], by[retrieval, run]
+        assert mean["value"] == one["value"] and mean["examples"] == one["examples"]
+    assert by["Retrieval (mean of 1)", "worse"]["difference"] == pytest.approx(
+        by[retrieval, "worse"]["difference"])
+    text = mteb_tasks.format_table(rows, 300)
+    assert text.splitlines()[1].startswith("STS (mean of 1)")
+    assert len(text.splitlines()) == 1 + len(rows)
+
+
+def test_an_unknown_task_names_the_close_ones():
+    with pytest.raises(ValueError, match="did you mean LeeSTS.*repr-jax mteb --list"):
+        mteb_tasks.tasks("LeeSTS,LeeST")
+
+
+def test_list_is_one_task_a_line_name_first(capsys):
+    from repr_jax import cli
+    assert cli.main(["mteb", "--list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [ln.split()[0] for ln in lines] == list(mteb_tasks.TASKS) + ["beir:DIR"]
+    assert lines[0].split()[1] == "Retrieval" and "2000 queries" in lines[0]
+
+
+def test_mteb_missing_or_out_of_range_is_one_line(monkeypatch, tmp_path, capsys):
+    from repr_jax import cli
+    from repr_jax.integrations import mteb as bridge
+
+    def missing(name):
+        raise importlib.metadata.PackageNotFoundError(name)
+    monkeypatch.setattr(importlib.metadata, "version", missing)
+    assert cli.main(["mteb", "--workdir", "minilm", "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and 'pip install -e ".[mteb]"' in err
+    for version, ok in (("1.38.2", False), ("2.26.24", True), ("3.0.0", False)):
+        monkeypatch.setattr(importlib.metadata, "version", lambda name, v=version: v)
+        if ok:
+            assert bridge.check_mteb() == version
+        else:
+            with pytest.raises(ValueError, match=f"mteb {version} is installed.*>= 2.0, < 3.0"):
+                bridge.check_mteb()
+
+
+def test_a_model_that_cannot_embed_text_is_refused(tmp_path):
+    from repr_jax.integrations import mteb as bridge
+    with pytest.raises(ValueError, match="BM25 has no embeddings"):
+        bridge.check_model("bm25")
+    with pytest.raises(ValueError, match="not a run directory"):
+        bridge.check_model(str(tmp_path / "nothing"))
+
+
+@pytest.mark.slow
+def test_minilm_through_mteb_agrees_with_repr_jax(tmp_path, capsys):
+    """The real thing (mteb installed: pip install -e ".[mteb]"): MiniLM on LeeSTS and a BEIR
+    collection through mteb.evaluate; mteb's files are written, its main scores equal ours
+    (nDCG@10 to mteb's 5 rounded decimals), and a second run encodes nothing again."""
+    pytest.importorskip("mteb")
+    from repr_jax.integrations import mteb as bridge
+    tasks = f"LeeSTS,beir:{collection(tmp_path, num_docs=200, num_queries=30)}"
+    out = tmp_path / "out"
+    rows = bridge.run(["minilm"], tasks, out, bootstrap=100, progress=False)
+    for r in rows[:2]:
+        assert abs(r["value"] - r["mteb"]) <= (1e-6 if r["type"] == "STS" else 5e-6), r
+    results = list((out / "results").rglob("*.json"))
+    assert {p.stem for p in results} >= {"LeeSTS", "BEIR_col", "model_meta"}
+    cached = sorted(p.name for p in (out / "embeddings").rglob("*.npz"))
+    assert bridge.run(["minilm"], tasks, out, bootstrap=100, progress=False)[0]["value"] == \
+        rows[0]["value"]
+    assert sorted(p.name for p in (out / "embeddings").rglob("*.npz")) == cached

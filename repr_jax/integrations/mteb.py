@@ -123,12 +123,24 @@ def mteb_task(task: mteb_tasks.Task, data):
     from mteb.abstasks.retrieval_dataset_loaders import RetrievalSplitData
     from mteb.abstasks.sts import AbsTaskSTS
     from mteb.abstasks.task_metadata import TaskMetadata
+    from mteb.abstasks.text.bitext_mining import AbsTaskBitextMining
+    bitext = isinstance(data, mteb_tasks.BitextData)
     meta = TaskMetadata(
         name=task.name, type=task.type, main_score=task.main_score, description=task.description,
         reference=None, dataset={"path": f"repr_jax/{task.name}", "revision": "local"},
-        category="t2t", eval_splits=["test"], eval_langs=["eng-Latn"], date=None, dialect=[],
+        category="t2t", eval_splits=["test"],
+        eval_langs=data.languages if bitext else ["eng-Latn"], date=None, dialect=[],
         domains=[], task_subtypes=[], license=None, annotations_creators=None,
         modalities=["text"], sample_creation=None, bibtex_citation="")
+    if bitext:
+        subsets = DatasetDict({name: DatasetDict({"test": Dataset.from_dict(
+            {"sentence1": english, "sentence2": translated})})
+            for name, (english, translated) in data.subsets.items()})
+
+        def load_bitext(self, num_proc=None, **kwargs):
+            self.dataset, self.data_loaded = subsets, True
+        return type(task.name, (AbsTaskBitextMining,), dict(metadata=meta,
+                                                            load_data=load_bitext))()
     if isinstance(data, mteb_tasks.STSData):
         split = Dataset.from_dict({"sentence1": [data.texts[i] for i in data.pairs[:, 0]],
                                    "sentence2": [data.texts[j] for j in data.pairs[:, 1]],

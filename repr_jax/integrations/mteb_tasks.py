@@ -8,6 +8,7 @@ WordNetDefinitionRetrieval Retrieval WordNet's test split: a definition finds it
 LeeSTS                     STS       gensim's Lee et al. 2005 documents (1,225 rated pairs)
 WordSim353                 STS       gensim's wordsim353.tsv
 SimLex999                  STS       gensim's simlex999.txt
+GettextCountryBitextMining Bitext    iso-codes' country names: English to 7 languages (F1)
 ``beir:DIR``               Retrieval a BEIR collection's test (else dev) judgements
 ========================== ========= ==========================================================
 
@@ -69,13 +70,31 @@ class STSData:
 
 
 @dataclasses.dataclass(frozen=True)
+class BitextData:
+    """Per subset (``"eng-fra"``, one a language): English names and their translations, row i
+    of one the translation of row i of the other; ``languages[subset]``: its two sides in
+    mteb's codes (ISO 639-3 and script)."""
+    subsets: dict[str, tuple[list[str], list[str]]]
+    languages: dict[str, list[str]]
+
+    def size(self) -> str:
+        pairs = sum(len(e) for e, _ in self.subsets.values())
+        return f"{pairs} pairs in {len(self.subsets)} languages"
+
+
+# The bitext set's default languages (gettext's codes) in mteb's: ISO 639-3 and script
+BITEXT_CODES = {"fr": "fra-Latn", "de": "deu-Latn", "es": "spa-Latn", "ru": "rus-Cyrl",
+                "zh_CN": "cmn-Hans", "ar": "ara-Arab", "ja": "jpn-Jpan"}
+
+
+@dataclasses.dataclass(frozen=True)
 class Task:
     """One task: its name in mteb, mteb's task type and main score, and its data's loader."""
     name: str
     type: str
     main_score: str
     description: str
-    load: Callable[[], RetrievalData | STSData]
+    load: Callable[[], RetrievalData | STSData | BitextData]
 
 
 def _wordnet() -> RetrievalData:
@@ -95,6 +114,18 @@ def _similarity(name: str, low: float, high: float) -> Callable[[], STSData]:
         texts, pairs, gold = similarity_texts(name)
         return STSData(texts, pairs, gold, low, high)
     return load
+
+
+def _gettext_bitext() -> BitextData:
+    from repr_jax.eval.bitext import LOCALE_DIR, language_pairs
+    pairs, skipped = language_pairs(tuple(BITEXT_CODES), "iso_3166-1", LOCALE_DIR)
+    if skipped:  # a fixed task: every language or none, so scores compare across machines
+        raise FileNotFoundError(f"{'; '.join(skipped)} under {LOCALE_DIR} (apt-get install "
+                                f"iso-codes)")
+    return BitextData({f"eng-{BITEXT_CODES[lang][:3]}": ([m for m, _ in p], [t for _, t in p])
+                       for lang, p in pairs.items()},
+                      {f"eng-{BITEXT_CODES[lang][:3]}": ["eng-Latn", BITEXT_CODES[lang]]
+                       for lang in pairs})
 
 
 def _beir(root: str) -> RetrievalData:
@@ -121,6 +152,9 @@ TASKS = {t.name: t for t in (
     Task("SimLex999", "STS", "cosine_spearman",
          "SimLex-999: word pairs rated for similarity, not relatedness (0-10).",
          _similarity("simlex999", 0.0, 10.0)),
+    Task("GettextCountryBitextMining", "BitextMining", "f1",
+         "Country names (iso-codes' iso_3166-1 catalogue) in English and in 7 languages: each "
+         "English name finds its translation.", _gettext_bitext),
 )}
 
 
@@ -156,8 +190,8 @@ def listing() -> list[str]:
             size = t.load().size()
         except (OSError, ValueError) as e:  # its data missing here: say so, list the rest
             size = f"data missing: {str(e).splitlines()[0]}"
-        out.append(f"{t.name:<28} {t.type:<10} {size}")
-    out.append(f"{'beir:DIR':<28} {'Retrieval':<10} a BEIR collection's test (else dev) qrels")
+        out.append(f"{t.name:<28} {t.type:<12} {size}")
+    out.append(f"{'beir:DIR':<28} {'Retrieval':<12} a BEIR collection's test (else dev) qrels")
     return out
 
 
@@ -168,37 +202,60 @@ def listing() -> list[str]:
 @dataclasses.dataclass(frozen=True)
 class Scored:
     """Per-example arrays, the JAX statistic that makes the task's main score of them (mean
-    nDCG@10 over queries; Spearman over (cosine, gold) pairs: what a bootstrap resamples; None
-    for the mean) and that score, computed in float64 (as pytrec_eval and scipy do)."""
+    nDCG@10 over queries; Spearman over (cosine, gold) pairs; weighted F1 over (gold,
+    prediction): what a bootstrap resamples; None for the mean) and that score, computed in
+    float64 (as pytrec_eval, scipy and scikit-learn do). A task of several subsets (bitext: one
+    a language) has no arrays of its own: its ``parts``, whose mean is its score. ``normal``:
+    its interval is the normal one (F1, which resampling biases upward:
+    :func:`repr_jax.eval.stats.normal_interval`), else the percentile one."""
     arrays: tuple[np.ndarray, ...]
     statistic: Callable | None
     value: float
+    parts: tuple["Scored", ...] = ()
+    normal: bool = False
 
     def __len__(self) -> int:
-        return len(self.arrays[0])
+        return sum(map(len, self.parts)) if self.parts else len(self.arrays[0])
 
 
-def per_example(data: RetrievalData | STSData, encode: Callable[[str | None, list[str]],
-                                                                  np.ndarray]) -> Scored:
+Encode = Callable[[str | None, list[str]], np.ndarray]
+
+
+def per_example(data: RetrievalData | STSData | BitextData, encode: Encode) -> Scored:
     """repr_jax's per-example scores of a task from ``encode(prompt_type, texts)`` (``"query"``,
     ``"document"``, or None for a symmetric task: what an mteb model is asked for). Retrieval:
     exact cosine top-10 (:func:`repr_jax.eval.retrieve`, ``O(Q N D)``), per judged query
-    nDCG@10; STS: per-pair cosine and gold, Spearman (``O(P D)``)."""
+    nDCG@10; STS: per-pair cosine and gold, Spearman (``O(P D)``); bitext: each English name's
+    cosine-nearest translation, weighted F1 per language (``O(N^2 D)`` each)."""
+    if isinstance(data, STSData):
+        return _sts(data, encode)
+    if isinstance(data, BitextData):
+        return _bitext_scores(data, encode)
+    return _retrieval(data, encode)
+
+
+def _unit64(x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x, np.float64)
+    return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-300)
+
+
+def _sts(data: STSData, encode: Encode) -> Scored:
     import jax.numpy as jnp
     import scipy.stats
 
-    from repr_jax.eval.retrieval import SparseQrels, retrieve, topk_metrics, without
     from repr_jax.eval.sts import pair_similarity, spearman
-    if isinstance(data, STSData):
-        emb = np.asarray(encode(None, list(data.texts)))
-        a, b = jnp.asarray(emb[data.pairs[:, 0]]), jnp.asarray(emb[data.pairs[:, 1]])
-        sim = pair_similarity(a, b, "cosine")
-        unit = emb.astype(np.float64) / np.linalg.norm(emb.astype(np.float64), axis=1,
-                                                        keepdims=True)
-        sim64 = np.sum(unit[data.pairs[:, 0]] * unit[data.pairs[:, 1]], axis=1)  # near ties
-        gold = np.asarray(data.gold, np.float32)
-        return Scored((np.asarray(sim), gold), spearman,
-                      float(scipy.stats.spearmanr(sim64, gold.astype(np.float64)).statistic))
+    emb = np.asarray(encode(None, list(data.texts)))
+    a, b = jnp.asarray(emb[data.pairs[:, 0]]), jnp.asarray(emb[data.pairs[:, 1]])
+    sim = pair_similarity(a, b, "cosine")
+    unit = _unit64(emb)
+    sim64 = np.sum(unit[data.pairs[:, 0]] * unit[data.pairs[:, 1]], axis=1)  # near ties
+    gold = np.asarray(data.gold, np.float32)
+    return Scored((np.asarray(sim), gold), spearman,
+                  float(scipy.stats.spearmanr(sim64, gold.astype(np.float64)).statistic))
+
+
+def _retrieval(data: RetrievalData, encode: Encode) -> Scored:
+    from repr_jax.eval.retrieval import SparseQrels, retrieve, topk_metrics, without
     q = encode("query", list(data.queries))
     c = encode("document", list(data.corpus))
     qrels = SparseQrels(*data.judged, (len(data.queries), len(data.corpus)))
@@ -210,24 +267,64 @@ def per_example(data: RetrievalData | STSData, encode: Callable[[str | None, lis
     return Scored((per_q,), None, float(np.mean(per_q, dtype=np.float64)))
 
 
+def _bitext_scores(data: BitextData, encode: Encode) -> Scored:
+    from repr_jax.eval.bitext import f1_statistic, weighted_f1
+    parts = []
+    for english, translated in data.subsets.values():
+        sims = _unit64(encode(None, list(english))) @ _unit64(encode(None, list(translated))).T
+        pred = np.argmax(sims, axis=1).astype(np.int32)  # ties: the lower index
+        gold = np.arange(len(pred), dtype=np.int32)
+        parts.append(Scored((gold, pred), f1_statistic, weighted_f1(pred), normal=True))
+    return Scored((), None, float(np.mean([p.value for p in parts])), tuple(parts), normal=True)
+
+
 FIELDS = ("task", "type", "run", "value", "low", "high", "difference", "diff_low", "diff_high",
           "p_value", "examples")
 
 
-def _statistic(scored: Scored) -> Callable:
+def _samples(s: Scored, bootstrap: int, seed: int) -> np.ndarray:
+    """``[R]`` resampled scores of ``s`` (a task of parts: the mean of theirs, each part drawn
+    with its own seed). Time ``O(R E)``."""
     import jax.numpy as jnp
-    return scored.statistic or jnp.mean
+
+    from repr_jax.eval import stats
+    if s.parts:
+        return np.mean([_samples(p, bootstrap, seed * 1009 + k) for k, p in enumerate(s.parts)],
+                       axis=0)
+    arrays = tuple(jnp.asarray(a) for a in s.arrays)
+    return np.asarray(stats.resampled(s.statistic or jnp.mean, arrays, bootstrap, seed, 100))
+
+
+def _paired(s: Scored, b: Scored, bootstrap: int, seed: int) -> np.ndarray:
+    """``[R]`` resampled differences ``s - b`` on the same examples (parts: their mean)."""
+    from repr_jax.eval import stats
+    if len(s.parts) != len(b.parts) or len(s) != len(b):
+        raise ValueError(f"scored {len(s)} and {len(b)} examples (in {len(s.parts)} and "
+                         f"{len(b.parts)} parts); a paired comparison needs the same ones")
+    if s.parts:
+        return np.mean([_paired(p, q, bootstrap, seed * 1009 + k)
+                        for k, (p, q) in enumerate(zip(s.parts, b.parts))], axis=0)
+    return np.asarray(stats.paired_samples(s.arrays, b.arrays, s.statistic,
+                                           num_resamples=bootstrap, seed=seed)[1])
+
+
+def _bounds(samples: np.ndarray, point: float, normal: bool, level: float) -> tuple[float, float]:
+    from repr_jax.eval import stats
+    if normal:
+        return stats.normal_interval(samples, point, level)
+    return stats.percentile_interval(samples, level)
 
 
 def table(scores: dict[str, dict[str, Scored]], types: dict[str, str], *,
           bootstrap: int = 1000, level: float = 0.95) -> list[dict]:
     """Rows of the comparison: for each task (``types``: task -> type, in order) and run
-    (``scores[run][task]``, the first run the baseline), the main score with its percentile
-    interval, and each other run's paired difference from the baseline's with its interval and
-    p-value (:func:`repr_jax.eval.stats.paired_bootstrap`: the same queries or pairs resampled
-    for both). Then one row per type and run, ``task = "<type> (mean of n)"``: the mean of its
-    tasks' scores, whose interval averages the tasks' resampled values (each task resampled on
-    its own: a different seed). Time ``O(R E)`` for R resamples over E examples in all."""
+    (``scores[run][task]``, the first run the baseline), the main score with its interval, and
+    each other run's difference from the baseline's with its paired interval and p-value (the
+    same queries, pairs or sentences resampled for both, as
+    :func:`repr_jax.eval.stats.paired_bootstrap`). Then one row per type and run, ``task =
+    "<type> (mean of n)"``: the mean of its tasks' scores, whose intervals average the tasks'
+    resampled values (each task drawn on its own: another seed). Time ``O(R E)`` for R
+    resamples over E examples in all."""
     from repr_jax.eval import stats
     runs = list(scores)
     base = runs[0]
@@ -235,36 +332,29 @@ def table(scores: dict[str, dict[str, Scored]], types: dict[str, str], *,
     for i, (name, kind) in enumerate(types.items()):
         for run in runs:
             s = scores[run][name]
-            stat = _statistic(s)
-            samples = stats.resampled(stat, tuple(map(np.asarray, s.arrays)), bootstrap, i, 100)
-            lo, hi = stats.percentile_interval(samples, level)
+            samples = _samples(s, bootstrap, i)
+            lo, hi = _bounds(samples, s.value, s.normal, level)
             row = dict(task=name, type=kind, run=run, value=s.value, low=lo, high=hi,
                        difference=math.nan, diff_low=math.nan, diff_high=math.nan,
                        p_value=math.nan, examples=len(s))
             diff = None
             if run != base:
-                b = scores[base][name]
-                if len(b) != len(s):
-                    raise ValueError(f"{name}: {run} scored {len(s)} examples and {base} "
-                                     f"{len(b)}; a paired comparison needs the same ones")
-                observed, diff = stats.paired_samples(s.arrays, b.arrays, s.statistic,
-                                                      num_resamples=bootstrap, seed=i)
-                t = stats.paired_summary(observed, diff, level)
+                diff = _paired(s, scores[base][name], bootstrap, i)
+                t = stats.paired_summary(s.value - scores[base][name].value, diff, level)
                 row.update(difference=t["difference"], diff_low=t["low"], diff_high=t["high"],
                            p_value=t["p_value"])
             rows.append(row)
-            per_type.setdefault((kind, run), []).append((row, samples, diff))
+            per_type.setdefault((kind, run), []).append((row, samples, diff, s.normal))
     for (kind, run), parts in per_type.items():
-        n = len(parts)
-        value = float(np.mean([r["value"] for r, _, _ in parts]))
-        lo, hi = stats.percentile_interval(np.mean([np.asarray(s) for _, s, _ in parts], 0), level)
-        row = dict(task=f"{kind} (mean of {n})", type=kind, run=run, value=value, low=lo,
-                   high=hi, difference=math.nan, diff_low=math.nan, diff_high=math.nan,
-                   p_value=math.nan, examples=sum(r["examples"] for r, _, _ in parts))
+        value = float(np.mean([r["value"] for r, *_ in parts]))
+        normal = any(n for *_, n in parts)
+        lo, hi = _bounds(np.mean([s for _, s, _, _ in parts], 0), value, normal, level)
+        row = dict(task=f"{kind} (mean of {len(parts)})", type=kind, run=run, value=value,
+                   low=lo, high=hi, difference=math.nan, diff_low=math.nan, diff_high=math.nan,
+                   p_value=math.nan, examples=sum(r["examples"] for r, *_ in parts))
         if run != base:
-            observed = float(np.mean([r["difference"] for r, _, _ in parts]))
-            t = stats.paired_summary(observed, np.mean([np.asarray(d) for _, _, d in parts], 0),
-                                     level)
+            observed = float(np.mean([r["difference"] for r, *_ in parts]))
+            t = stats.paired_summary(observed, np.mean([d for _, _, d, _ in parts], 0), level)
             row.update(difference=t["difference"], diff_low=t["low"], diff_high=t["high"],
                        p_value=t["p_value"])
         rows.append(row)

@@ -28,10 +28,18 @@ def bag_of_words(dim: int = 32):
 
 
 def noisy(encode, scale: float, seed: int = 1):
+    """``encode`` plus noise of a fixed draw per text."""
     def out(kind, texts):
         x = encode(kind, texts)
-        return x + scale * np.random.default_rng(seed).normal(size=x.shape).astype(np.float32)
+        noise = [np.random.default_rng([seed, zlib.crc32(t.encode())]).normal(size=x.shape[1])
+                 for t in texts]
+        return x + scale * np.asarray(noise, np.float32)
     return out
+
+
+def char_trigrams(kind, texts):
+    from repr_jax.eval.bitext import char_ngram_embed
+    return char_ngram_embed(texts, dim=512)
 
 
 def collection(tmp_path, num_docs=300, num_queries=60):
@@ -90,6 +98,31 @@ def test_sts_score_is_scipys_spearman_of_cosines():
     assert float(scored.statistic(*scored.arrays)) == pytest.approx(ref, abs=1e-4)  # float32
 
 
+def test_bitext_score_is_the_mean_of_each_languages_weighted_f1():
+    """Each English country name's cosine-nearest translation; per language scikit-learn's
+    weighted F1 (mteb's main score), their mean the task's. Character trigrams find most
+    Latin-script names and few Chinese ones."""
+    from sklearn.metrics import f1_score
+
+    from repr_jax.eval.bitext import char_ngram_embed
+    data = mteb_tasks.task("GettextCountryBitextMining").load()
+    assert list(data.subsets) == ["eng-fra", "eng-deu", "eng-spa", "eng-rus", "eng-cmn",
+                                  "eng-ara", "eng-jpn"]
+    assert data.languages["eng-cmn"] == ["eng-Latn", "cmn-Hans"]
+    scored = mteb_tasks.per_example(data, lambda kind, texts: char_ngram_embed(texts))
+    f1 = {}
+    for (name, (en, xx)), part in zip(data.subsets.items(), scored.parts):
+        a, b = (char_ngram_embed(t).astype(np.float64) for t in (en, xx))
+        a /= np.linalg.norm(a, axis=1, keepdims=True)
+        b /= np.linalg.norm(b, axis=1, keepdims=True)
+        pred = np.argmax(a @ b.T, axis=1)  # counts tie exactly: the first, as argmax
+        f1[name] = f1_score(np.arange(len(en)), pred, average="weighted", zero_division=0)
+        assert part.value == pytest.approx(f1[name], abs=1e-9)
+    assert scored.value == pytest.approx(np.mean(list(f1.values())), abs=1e-9)
+    assert f1["eng-fra"] > 0.5 > f1["eng-cmn"]
+    assert len(scored) == sum(len(en) for en, _ in data.subsets.values())
+
+
 def test_word_pair_tasks_read_gensims_files():
     for name, pairs in (("WordSim353", 353), ("SimLex999", 999)):
         data = mteb_tasks.task(name).load()
@@ -98,9 +131,10 @@ def test_word_pair_tasks_read_gensims_files():
 
 
 def test_the_table_pairs_runs_per_task_and_per_type(tmp_path):
-    tasks = {"LeeSTS": "STS", f"beir:{collection(tmp_path)}": "Retrieval"}
+    tasks = {"LeeSTS": "STS", f"beir:{collection(tmp_path)}": "Retrieval",
+             "GettextCountryBitextMining": "BitextMining"}
     loaded = {n: mteb_tasks.task(n).load() for n in tasks}
-    good, worse = bag_of_words(), noisy(bag_of_words(), 1000.0)  # noise drowns the words
+    good, worse = char_trigrams, noisy(char_trigrams, 1000.0)  # noise drowns the spelling
     scores = {run: {n: mteb_tasks.per_example(d, enc) for n, d in loaded.items()}
               for run, enc in (("base", good), ("same", good), ("worse", worse))}
     rows = mteb_tasks.table(scores, tasks, bootstrap=300)
@@ -114,8 +148,11 @@ def test_the_table_pairs_runs_per_task_and_per_type(tmp_path):
         assert w["diff_low"] <= w["difference"] <= w["diff_high"]
         assert by[n, "base"]["low"] <= by[n, "base"]["value"] <= by[n, "base"]["high"]
     retrieval = list(tasks)[1]
-    w = by[retrieval, "worse"]  # (bags of words find documents; on Lee they do no better)
-    assert w["diff_high"] < 0 and w["p_value"] < 0.05, w  # noise hurts, clearly
+    for n in (retrieval, "GettextCountryBitextMining"):  # (trigrams do no better on Lee)
+        w = by[n, "worse"]
+        assert w["diff_high"] < 0 and w["p_value"] < 0.05, w  # noise hurts, clearly
+    bitext = by["GettextCountryBitextMining", "base"]
+    assert bitext["low"] < bitext["value"] < bitext["high"]  # F1: the normal interval
     for run in ("base", "worse"):  # one task a type: its mean is that task's score
         mean, one = by["Retrieval (mean of 1)", run], by[retrieval, run]
         assert mean["value"] == one["value"] and mean["examples"] == one["examples"]
@@ -136,6 +173,7 @@ def test_list_is_one_task_a_line_name_first(capsys):
     assert cli.main(["mteb", "--list"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert [ln.split()[0] for ln in lines] == list(mteb_tasks.TASKS) + ["beir:DIR"]
+    assert "pairs in 7 languages" in lines[4]
     assert lines[0].split()[1] == "Retrieval" and "2000 queries" in lines[0]
 
 
@@ -173,13 +211,15 @@ def test_minilm_through_mteb_agrees_with_repr_jax(tmp_path, capsys):
     (nDCG@10 to mteb's 5 rounded decimals), and a second run encodes nothing again."""
     pytest.importorskip("mteb")
     from repr_jax.integrations import mteb as bridge
-    tasks = f"LeeSTS,beir:{collection(tmp_path, num_docs=200, num_queries=30)}"
+    tasks = (f"LeeSTS,beir:{collection(tmp_path, num_docs=200, num_queries=30)},"
+             f"GettextCountryBitextMining")
     out = tmp_path / "out"
     rows = bridge.run(["minilm"], tasks, out, bootstrap=100, progress=False)
-    for r in rows[:2]:
-        assert abs(r["value"] - r["mteb"]) <= (1e-6 if r["type"] == "STS" else 5e-6), r
+    for r in rows[:3]:
+        assert abs(r["value"] - r["mteb"]) <= (5e-6 if r["type"] == "Retrieval" else 1e-6), r
     results = list((out / "results").rglob("*.json"))
-    assert {p.stem for p in results} >= {"LeeSTS", "BEIR_col", "model_meta"}
+    assert {p.stem for p in results} >= {"LeeSTS", "BEIR_col", "GettextCountryBitextMining",
+                                         "model_meta"}
     cached = sorted(p.name for p in (out / "embeddings").rglob("*.npz"))
     assert bridge.run(["minilm"], tasks, out, bootstrap=100, progress=False)[0]["value"] == \
         rows[0]["value"]

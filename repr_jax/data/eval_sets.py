@@ -185,6 +185,18 @@ def polarity(tokenizer: str = "", max_len: int = 64, **_) -> ClassificationSet:
         "test": {"x": ids[test], "label": labels[test]}}, num_classes=2)
 
 
+def wordnet_definitions(num: int, data_dir: str = "") -> tuple[list[str], list[str]]:
+    """The first ``num`` synsets of the WordNet test split (never trained on: WordNet runs split
+    by synset): their definitions and their lemma lists (``"bank, depository"``)."""
+    from repr_jax.data.pipeline import _builder, default_data_dir
+    from repr_jax.data.source import SourceSplit
+    builder = _builder("wordnet", data_dir or default_data_dir(), pairs="definition_lemmas")
+    split = SourceSplit(builder, "test", input_key="x", label_key="label")
+    test = split.take(np.arange(min(num, len(split))))
+    defs = [t.decode() if isinstance(t, bytes) else str(t) for t in test["x"][:num]]
+    return defs, [t.decode() if isinstance(t, bytes) else str(t) for t in test["x_pos"][:num]]
+
+
 def wordnet_retrieval(tokenizer: str = "", max_len: int = 64, data_dir: str = "",
                       num_queries: int = 2000, sides: Sides | None = None,
                       **_) -> RetrievalSet:
@@ -192,13 +204,7 @@ def wordnet_retrieval(tokenizer: str = "", max_len: int = 64, data_dir: str = ""
     split (never trained on: WordNet runs split by synset). A lemma list shared by several
     synsets is relevant to each of their definitions. ``sides``: the queries' and documents'
     lengths and prefixes (default: ``max_len`` both, no prefix)."""
-    from repr_jax.data.pipeline import _builder, default_data_dir
-    from repr_jax.data.source import SourceSplit
-    builder = _builder("wordnet", data_dir or default_data_dir(), pairs="definition_lemmas")
-    split = SourceSplit(builder, "test", input_key="x", label_key="label")
-    test = split.take(np.arange(min(num_queries, len(split))))
-    defs = [t.decode() if isinstance(t, bytes) else str(t) for t in test["x"][:num_queries]]
-    lemmas = [t.decode() if isinstance(t, bytes) else str(t) for t in test["x_pos"][:num_queries]]
+    defs, lemmas = wordnet_definitions(num_queries, data_dir)
     unique = sorted(set(lemmas))
     col = {w: i for i, w in enumerate(unique)}
     qrels = np.zeros((len(defs), len(unique)), np.int8)

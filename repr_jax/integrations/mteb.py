@@ -119,6 +119,7 @@ def model(name: str, *, cache_dir: str | Path | None = None, batch_size: int = 1
 def mteb_task(task: mteb_tasks.Task, data):
     """``task`` as an mteb task object holding ``data`` (its test split, subset ``default``)."""
     from datasets import Dataset, DatasetDict
+    from mteb.abstasks.pair_classification import AbsTaskPairClassification
     from mteb.abstasks.retrieval import AbsTaskRetrieval
     from mteb.abstasks.retrieval_dataset_loaders import RetrievalSplitData
     from mteb.abstasks.sts import AbsTaskSTS
@@ -141,6 +142,15 @@ def mteb_task(task: mteb_tasks.Task, data):
             self.dataset, self.data_loaded = subsets, True
         return type(task.name, (AbsTaskBitextMining,), dict(metadata=meta,
                                                             load_data=load_bitext))()
+    if isinstance(data, mteb_tasks.PairData):
+        pairs = DatasetDict({"test": Dataset.from_dict(
+            {"sentence1": data.first, "sentence2": data.second,
+             "labels": [int(x) for x in data.labels]})})
+
+        def load_pairs(self, num_proc=None, **kwargs):
+            self.dataset, self.data_loaded = pairs, True
+        return type(task.name, (AbsTaskPairClassification,), dict(metadata=meta,
+                                                                  load_data=load_pairs))()
     if isinstance(data, mteb_tasks.STSData):
         split = Dataset.from_dict({"sentence1": [data.texts[i] for i in data.pairs[:, 0]],
                                    "sentence2": [data.texts[j] for j in data.pairs[:, 1]],
@@ -169,17 +179,10 @@ def mteb_task(task: mteb_tasks.Task, data):
     return cls()
 
 
-def run(names: Sequence[str], task_names: Sequence[str] | str, out: str | Path, *,
-        bootstrap: int = 1000, batch_size: int = 128, progress: bool = True) -> list[dict]:
-    """Every model of ``names`` on every task through mteb (its result files under
-    ``out/results``), then the paired table (:func:`repr_jax.integrations.mteb_tasks.table`)
-    with mteb's main score beside repr_jax's, written to ``out/table.csv`` and ``.json``.
-    Everything is checked before any model is loaded: mteb's version, the task names, each
-    model's files and each task's data."""
+def prepare(names: Sequence[str], task_names: Sequence[str] | str, out: str | Path):
+    """``(tasks, {task: data}, out)`` once every name, model, the output folder and each task's
+    data check out (no mteb needed); else a one-line ValueError naming what is wrong."""
     from repr_jax import files
-    check_mteb()
-    import mteb
-    from mteb.cache import ResultCache
     tasks = mteb_tasks.tasks(task_names)
     for name in names:
         check_model(name)
@@ -191,6 +194,20 @@ def run(names: Sequence[str], task_names: Sequence[str] | str, out: str | Path, 
         except (OSError, ValueError) as e:
             raise ValueError(f"task {t.name}: its data is missing or unreadable: "
                              f"{files.first_line(e)}") from None
+    return tasks, data, out
+
+
+def run(names: Sequence[str], task_names: Sequence[str] | str, out: str | Path, *,
+        bootstrap: int = 1000, batch_size: int = 128, progress: bool = True) -> list[dict]:
+    """Every model of ``names`` on every task through mteb (its result files under
+    ``out/results``), then the paired table (:func:`repr_jax.integrations.mteb_tasks.table`)
+    with mteb's main score beside repr_jax's, written to ``out/table.csv`` and ``.json``.
+    Everything is checked before any model is loaded: mteb's version, the task names, each
+    model's files and each task's data."""
+    check_mteb()
+    import mteb
+    from mteb.cache import ResultCache
+    tasks, data, out = prepare(names, task_names, out)
     scores, mteb_scores = {}, {}
     for name in names:
         m = model(name, cache_dir=out / "embeddings", batch_size=batch_size, progress=progress)

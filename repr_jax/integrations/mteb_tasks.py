@@ -8,6 +8,7 @@ WordNetDefinitionRetrieval Retrieval WordNet's test split: a definition finds it
 LeeSTS                     STS       gensim's Lee et al. 2005 documents (1,225 rated pairs)
 WordSim353                 STS       gensim's wordsim353.tsv
 SimLex999                  STS       gensim's simlex999.txt
+WordNetSameWordPair...     Pair      two WordNet definitions: senses of one word or not (AP)
 GettextCountryBitextMining Bitext    iso-codes' country names: English to 7 languages (F1)
 ``beir:DIR``               Retrieval a BEIR collection's test (else dev) judgements
 ========================== ========= ==========================================================
@@ -22,7 +23,9 @@ Definitions, where mteb's number and ours could differ: nDCG@10 has linear gains
 ``log2(rank + 1)`` discount in both (pytrec_eval's ``ndcg_cut_10``); a query that is also a
 document does not retrieve itself (mteb's ``ignore_identical_ids``, which these tasks set);
 Spearman averages tied ranks in both; mteb rescales STS gold scores to [0, 1], which no rank
-correlation sees.
+correlation sees. Pair classification's main score here is ``cosine_ap`` (scikit-learn's average
+precision of the cosines), not the ``max_ap`` of mteb's own tasks: that is the best of five
+scoring functions chosen after seeing the labels; mteb's result file has both.
 """
 
 from __future__ import annotations
@@ -82,6 +85,17 @@ class BitextData:
         return f"{pairs} pairs in {len(self.subsets)} languages"
 
 
+@dataclasses.dataclass(frozen=True)
+class PairData:
+    """Pairs ``(first[i], second[i])`` labelled 1 (a positive) or 0."""
+    first: list[str]
+    second: list[str]
+    labels: np.ndarray
+
+    def size(self) -> str:
+        return f"{len(self.labels)} pairs, {int(np.sum(self.labels))} positive"
+
+
 # The bitext set's default languages (gettext's codes) in mteb's: ISO 639-3 and script
 BITEXT_CODES = {"fr": "fra-Latn", "de": "deu-Latn", "es": "spa-Latn", "ru": "rus-Cyrl",
                 "zh_CN": "cmn-Hans", "ar": "ara-Arab", "ja": "jpn-Jpan"}
@@ -94,7 +108,7 @@ class Task:
     type: str
     main_score: str
     description: str
-    load: Callable[[], RetrievalData | STSData | BitextData]
+    load: Callable[[], RetrievalData | STSData | BitextData | PairData]
 
 
 def _wordnet() -> RetrievalData:
@@ -128,6 +142,28 @@ def _gettext_bitext() -> BitextData:
                        for lang in pairs})
 
 
+def _same_word() -> PairData:
+    """Every pair of WordNet test synsets that share a lemma (case-sensitive: two senses of one
+    word), each a positive, and as many pairs sharing none, drawn with a fixed seed."""
+    from repr_jax.data.eval_sets import wordnet_definitions
+    defs, lemmas = wordnet_definitions(10**9)
+    words = [set(ls.split(", ")) for ls in lemmas]
+    senses: dict[str, list[int]] = {}
+    for i, ws in enumerate(words):
+        for w in ws:
+            senses.setdefault(w, []).append(i)
+    positive = sorted({(a, b) for v in senses.values() for a in v for b in v if a < b})
+    rng, negative, taken = np.random.default_rng(0), [], set(positive)
+    while len(negative) < len(positive):
+        a, b = sorted(int(x) for x in rng.integers(len(defs), size=2))
+        if a != b and (a, b) not in taken and not words[a] & words[b]:
+            negative.append((a, b))
+            taken.add((a, b))
+    pairs = positive + negative
+    return PairData([defs[a] for a, _ in pairs], [defs[b] for _, b in pairs],
+                    np.asarray([1] * len(positive) + [0] * len(negative), np.int64))
+
+
 def _beir(root: str) -> RetrievalData:
     from repr_jax.data import beir
     c = beir.read_collection(root)
@@ -152,6 +188,9 @@ TASKS = {t.name: t for t in (
     Task("SimLex999", "STS", "cosine_spearman",
          "SimLex-999: word pairs rated for similarity, not relatedness (0-10).",
          _similarity("simlex999", 0.0, 10.0)),
+    Task("WordNetSameWordPairClassification", "PairClassification", "cosine_ap",
+         "Two WordNet definitions: senses of one word (they share a lemma) or of unrelated "
+         "words; scored by the average precision of their cosine.", _same_word),
     Task("GettextCountryBitextMining", "BitextMining", "f1",
          "Country names (iso-codes' iso_3166-1 catalogue) in English and in 7 languages: each "
          "English name finds its translation.", _gettext_bitext),
@@ -190,8 +229,8 @@ def listing() -> list[str]:
             size = t.load().size()
         except (OSError, ValueError) as e:  # its data missing here: say so, list the rest
             size = f"data missing: {str(e).splitlines()[0]}"
-        out.append(f"{t.name:<28} {t.type:<12} {size}")
-    out.append(f"{'beir:DIR':<28} {'Retrieval':<12} a BEIR collection's test (else dev) qrels")
+        out.append(f"{t.name:<34} {t.type:<18} {size}")
+    out.append(f"{'beir:DIR':<34} {'Retrieval':<18} a BEIR collection's test (else dev) qrels")
     return out
 
 
@@ -221,14 +260,18 @@ class Scored:
 Encode = Callable[[str | None, list[str]], np.ndarray]
 
 
-def per_example(data: RetrievalData | STSData | BitextData, encode: Encode) -> Scored:
+def per_example(data: RetrievalData | STSData | BitextData | PairData, encode: Encode
+                ) -> Scored:
     """repr_jax's per-example scores of a task from ``encode(prompt_type, texts)`` (``"query"``,
     ``"document"``, or None for a symmetric task: what an mteb model is asked for). Retrieval:
     exact cosine top-10 (:func:`repr_jax.eval.retrieve`, ``O(Q N D)``), per judged query
-    nDCG@10; STS: per-pair cosine and gold, Spearman (``O(P D)``); bitext: each English name's
-    cosine-nearest translation, weighted F1 per language (``O(N^2 D)`` each)."""
+    nDCG@10; STS: per-pair cosine and gold, Spearman (``O(P D)``); pairs: per-pair cosine and
+    label, average precision (``O(P D + P log P)``); bitext: each English name's cosine-nearest
+    translation, weighted F1 per language (``O(N^2 D)`` each)."""
     if isinstance(data, STSData):
         return _sts(data, encode)
+    if isinstance(data, PairData):
+        return _pairs(data, encode)
     if isinstance(data, BitextData):
         return _bitext_scores(data, encode)
     return _retrieval(data, encode)
@@ -252,6 +295,30 @@ def _sts(data: STSData, encode: Encode) -> Scored:
     gold = np.asarray(data.gold, np.float32)
     return Scored((np.asarray(sim), gold), spearman,
                   float(scipy.stats.spearmanr(sim64, gold.astype(np.float64)).statistic))
+
+
+def average_precision(scores_N, labels_N):
+    """Average precision of ranking by ``scores_N`` (higher first) against 0/1 ``labels_N``:
+    the mean over positives of the precision where their score's tie group ends (scikit-learn's
+    ``average_precision_score``: one threshold per distinct score). JAX: the bootstrap
+    statistic. Time ``O(N log N)``."""
+    import jax.numpy as jnp
+    order = jnp.argsort(-scores_N)
+    neg = -scores_N[order]  # ascending
+    rel = labels_N[order].astype(jnp.float32)
+    hits = jnp.cumsum(rel)
+    end = jnp.searchsorted(neg, neg, side="right") - 1  # each position's tie group's last
+    precision = hits[end] / (end + 1).astype(jnp.float32)
+    return jnp.sum(precision * rel) / jnp.maximum(jnp.sum(rel), 1.0)
+
+
+def _pairs(data: PairData, encode: Encode) -> Scored:
+    from sklearn.metrics import average_precision_score
+    a, b = _unit64(encode(None, list(data.first))), _unit64(encode(None, list(data.second)))
+    cos = np.sum(a * b, axis=1)
+    labels = np.asarray(data.labels, np.int32)
+    return Scored((cos.astype(np.float32), labels), average_precision,
+                  float(average_precision_score(labels, cos)))
 
 
 def _retrieval(data: RetrievalData, encode: Encode) -> Scored:
@@ -363,7 +430,7 @@ def table(scores: dict[str, dict[str, Scored]], types: dict[str, str], *,
 
 def format_table(rows: Sequence[dict], bootstrap: int) -> str:
     """The table :func:`table` makes, as text: type averages first, then each task."""
-    lines = [f"{'task':30s} {'run':24s} {'score [95%]':>25s} {'vs baseline [95% paired]':>28s} "
+    lines = [f"{'task':34s} {'run':24s} {'score [95%]':>25s} {'vs baseline [95% paired]':>28s} "
              f"{'p':>7s} {'n':>6s}"]
     floor = 1 / max(bootstrap, 1)
     means = [r for r in rows if r["task"].endswith(")")]
@@ -372,7 +439,7 @@ def format_table(rows: Sequence[dict], bootstrap: int) -> str:
         if not math.isnan(r["difference"]):
             diff = f"{r['difference']:+.4f} [{r['diff_low']:+.4f}, {r['diff_high']:+.4f}]"
             p = f"<{floor:.0e}" if r["p_value"] < floor else f"{r['p_value']:.3f}"
-        lines.append(f"{r['task'][:30]:30s} {Path(r['run']).name[:24]:24s} "
+        lines.append(f"{r['task'][:34]:34s} {Path(r['run']).name[:24]:24s} "
                      f"{r['value']:7.4f} [{r['low']:.4f}, {r['high']:.4f}] {diff:>28s} "
                      f"{p:>7s} {r['examples']:6d}")
     return "\n".join(lines)

@@ -123,6 +123,21 @@ def test_bitext_score_is_the_mean_of_each_languages_weighted_f1():
     assert len(scored) == sum(len(en) for en, _ in data.subsets.values())
 
 
+def test_pair_score_is_scikit_learns_average_precision_of_cosines():
+    from sklearn.metrics import average_precision_score
+    data = mteb_tasks.task("WordNetSameWordPairClassification").load()
+    labels = np.asarray(data.labels)
+    assert labels.sum() * 2 == len(labels) > 3000  # as many unrelated pairs as same-word ones
+    for a, b, y in zip(data.first[:50], data.second[:50], labels[:50]):
+        assert y == 1 and a != b  # two senses: two definitions
+    scored = mteb_tasks.per_example(data, char_trigrams)
+    e1, e2 = (char_trigrams(None, t).astype(np.float64) for t in (data.first, data.second))
+    cos = np.sum(e1 * e2, 1) / np.linalg.norm(e1, axis=1) / np.linalg.norm(e2, axis=1)
+    assert scored.value == pytest.approx(average_precision_score(labels, cos), abs=1e-6)
+    assert float(scored.statistic(*scored.arrays)) == pytest.approx(scored.value, abs=1e-4)
+    assert 0.5 < scored.value < 0.9  # chance is 0.5; shared spelling helps a little
+
+
 def test_word_pair_tasks_read_gensims_files():
     for name, pairs in (("WordSim353", 353), ("SimLex999", 999)):
         data = mteb_tasks.task(name).load()
@@ -132,7 +147,7 @@ def test_word_pair_tasks_read_gensims_files():
 
 def test_the_table_pairs_runs_per_task_and_per_type(tmp_path):
     tasks = {"LeeSTS": "STS", f"beir:{collection(tmp_path)}": "Retrieval",
-             "GettextCountryBitextMining": "BitextMining"}
+             "GettextCountryBitextMining": "BitextMining", "SimLex999": "STS"}
     loaded = {n: mteb_tasks.task(n).load() for n in tasks}
     good, worse = char_trigrams, noisy(char_trigrams, 1000.0)  # noise drowns the spelling
     scores = {run: {n: mteb_tasks.per_example(d, enc) for n, d in loaded.items()}
@@ -153,13 +168,18 @@ def test_the_table_pairs_runs_per_task_and_per_type(tmp_path):
         assert w["diff_high"] < 0 and w["p_value"] < 0.05, w  # noise hurts, clearly
     bitext = by["GettextCountryBitextMining", "base"]
     assert bitext["low"] < bitext["value"] < bitext["high"]  # F1: the normal interval
+    sts = [by[n, "worse"] for n in ("LeeSTS", "SimLex999")]
+    mean = by["STS (mean of 2)", "worse"]
+    assert mean["value"] == pytest.approx(np.mean([r["value"] for r in sts]))
+    assert mean["difference"] == pytest.approx(np.mean([r["difference"] for r in sts]))
+    assert mean["examples"] == sum(r["examples"] for r in sts)
     for run in ("base", "worse"):  # one task a type: its mean is that task's score
         mean, one = by["Retrieval (mean of 1)", run], by[retrieval, run]
         assert mean["value"] == one["value"] and mean["examples"] == one["examples"]
     assert by["Retrieval (mean of 1)", "worse"]["difference"] == pytest.approx(
         by[retrieval, "worse"]["difference"])
     text = mteb_tasks.format_table(rows, 300)
-    assert text.splitlines()[1].startswith("STS (mean of 1)")
+    assert text.splitlines()[1].startswith("STS (mean of 2)")
     assert len(text.splitlines()) == 1 + len(rows)
 
 
@@ -173,7 +193,7 @@ def test_list_is_one_task_a_line_name_first(capsys):
     assert cli.main(["mteb", "--list"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert [ln.split()[0] for ln in lines] == list(mteb_tasks.TASKS) + ["beir:DIR"]
-    assert "pairs in 7 languages" in lines[4]
+    assert "pairs in 7 languages" in lines[5]
     assert lines[0].split()[1] == "Retrieval" and "2000 queries" in lines[0]
 
 
@@ -204,6 +224,32 @@ def test_a_model_that_cannot_embed_text_is_refused(tmp_path):
         bridge.check_model(str(tmp_path / "nothing"))
 
 
+def test_a_run_that_reads_no_text_is_refused(tmp_path):
+    from repr_jax import config
+    from repr_jax.integrations import mteb as bridge
+    config.save_json(config.load("simclr_mnist1d"), tmp_path / "config.json")
+    with pytest.raises(ValueError, match="does not read text"):
+        bridge.prepare([str(tmp_path)], "LeeSTS", tmp_path.parent / "out")
+
+
+def test_a_task_whose_data_is_missing_is_named(tmp_path, monkeypatch):
+    from repr_jax.eval import bitext
+    from repr_jax.integrations import mteb as bridge
+    monkeypatch.setattr(bitext, "LOCALE_DIR", str(tmp_path / "no_locales"))
+    with pytest.raises(ValueError, match="task GettextCountryBitextMining: its data is missing "
+                                         ".*no iso_3166-1.mo.*apt-get install iso-codes"):
+        bridge.prepare(["minilm"], "LeeSTS,GettextCountryBitextMining", tmp_path / "out")
+    assert not (tmp_path / "out").exists()  # nothing written before the checks passed
+
+
+def test_the_output_is_never_an_input():
+    from repr_jax.integrations import mteb as bridge
+    from repr_jax.train.pretrained import weights_path
+    folder = str(weights_path("minilm"))
+    with pytest.raises(ValueError, match="--out .* is an input of this command"):
+        bridge.prepare([folder], "LeeSTS", folder)
+
+
 @pytest.mark.slow
 def test_minilm_through_mteb_agrees_with_repr_jax(tmp_path, capsys):
     """The real thing (mteb installed: pip install -e ".[mteb]"): MiniLM on LeeSTS and a BEIR
@@ -212,14 +258,14 @@ def test_minilm_through_mteb_agrees_with_repr_jax(tmp_path, capsys):
     pytest.importorskip("mteb")
     from repr_jax.integrations import mteb as bridge
     tasks = (f"LeeSTS,beir:{collection(tmp_path, num_docs=200, num_queries=30)},"
-             f"GettextCountryBitextMining")
+             f"GettextCountryBitextMining,WordNetSameWordPairClassification")
     out = tmp_path / "out"
     rows = bridge.run(["minilm"], tasks, out, bootstrap=100, progress=False)
-    for r in rows[:3]:
+    for r in rows[:4]:
         assert abs(r["value"] - r["mteb"]) <= (5e-6 if r["type"] == "Retrieval" else 1e-6), r
     results = list((out / "results").rglob("*.json"))
     assert {p.stem for p in results} >= {"LeeSTS", "BEIR_col", "GettextCountryBitextMining",
-                                         "model_meta"}
+                                         "WordNetSameWordPairClassification", "model_meta"}
     cached = sorted(p.name for p in (out / "embeddings").rglob("*.npz"))
     assert bridge.run(["minilm"], tasks, out, bootstrap=100, progress=False)[0]["value"] == \
         rows[0]["value"]

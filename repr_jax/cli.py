@@ -414,6 +414,9 @@ def _parser() -> argparse.ArgumentParser:
                     help="task names or beir:DIR, comma-separated (default: every built-in)")
     mt.add_argument("--out", default=None, metavar="DIR",
                     help="mteb's results/, the embeddings cache and table.csv/.json go here")
+    mt.add_argument("--prompts", default=None, metavar="FILE.json",
+                    help="instructions instead of the runs' prefixes, keyed by task, task type "
+                         "or prompt type: {\"Retrieval-query\": \"...\", \"STS\": \"...\"}")
     mt.add_argument("--bootstrap", type=_at_least(1), default=1000, help="resamples (1000)")
     mt.add_argument("--batch-size", type=_at_least(1), default=128, help="texts a batch (128)")
     mt.add_argument("--no-progress", action="store_true", help="no progress bars")

@@ -23,6 +23,7 @@ import hashlib
 import importlib.metadata
 import math
 import sys
+import warnings
 from pathlib import Path
 from typing import Sequence
 
@@ -68,6 +69,39 @@ def check_model(name: str) -> str:
     return kind
 
 
+def prompt_for(prompts: dict[str, str], name: str, kind: str, prompt_type: str | None
+               ) -> str | None:
+    """The instruction ``prompts`` give texts of ``prompt_type`` (``"query"``, ``"document"``
+    or None) in task ``name`` of type ``kind``, most specific first as mteb's own models choose:
+    ``"<task>-<prompt type>"``, ``"<task>"``, ``"<type>-<prompt type>"``, ``"<type>"``,
+    ``"<prompt type>"``; None (the run's own prefix) where none is given.
+
+    >>> prompt_for({"STS": "a: ", "Retrieval-query": "q: "}, "LeeSTS", "STS", None)
+    'a: '
+    >>> prompt_for({"STS": "a: ", "Retrieval-query": "q: "}, "X", "Retrieval", "document") is None
+    True
+    """
+    typed = prompt_type is not None
+    keys = [f"{name}-{prompt_type}"] * typed + [name] + [f"{kind}-{prompt_type}"] * typed + \
+        [kind] + [prompt_type] * typed
+    return next((prompts[k] for k in keys if k in prompts), None)
+
+
+def read_prompts(path: str | Path | None) -> dict[str, str]:
+    """``--prompts FILE.json``: an object of instruction strings keyed as :func:`prompt_for`
+    reads them; a file that is not one is a one-line ValueError."""
+    if not path:
+        return {}
+    from repr_jax import files
+    value = files.read_json(path)
+    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                              for k, v in value.items()):
+        raise ValueError(f"--prompts {path}: expected a JSON object of strings, e.g. "
+                         f'{{"Retrieval-query": "Instruct: find the word\\nQuery: ", '
+                         f'"STS": "..."}}')
+    return value
+
+
 @functools.cache
 def _model_class():
     from mteb.models.abs_encoder import AbsEncoder
@@ -75,27 +109,38 @@ def _model_class():
     class ReprJaxModel(AbsEncoder):
         """A repr_jax run in mteb (see the module docstring)."""
 
-        def __init__(self, encoders, meta):
-            self.encoders, self.mteb_model_meta = encoders, meta
+        def __init__(self, encoders, meta, prompts: dict[str, str]):
+            self.encoders, self.mteb_model_meta, self.prompts = encoders, meta, prompts
 
-        def texts(self, prompt_type: str | None, texts: Sequence[str]) -> np.ndarray:
+        def texts(self, prompt_type: str | None, texts: Sequence[str],
+                  prefix: str | None = None) -> np.ndarray:
             fn = {"query": self.encoders.query, "document": self.encoders.document}.get(
                 prompt_type, self.encoders.plain)
-            return np.asarray(fn(list(texts)), np.float32)
+            return np.asarray(fn(list(texts), prefix), np.float32)
+
+        def for_task(self, name: str, kind: str):
+            """``encode(prompt_type, texts)`` for task ``name`` of type ``kind``: its
+            instruction (:func:`prompt_for`) before each text."""
+            def encode(prompt_type, texts):
+                return self.texts(prompt_type, texts,
+                                  prompt_for(self.prompts, name, kind, prompt_type))
+            return encode
 
         def encode(self, inputs, *, task_metadata, hf_split, hf_subset, prompt_type=None,
                    **kwargs) -> np.ndarray:
             texts = [t for batch in inputs for t in batch["text"]]
             kind = getattr(prompt_type, "value", prompt_type)
+            embed = self.for_task(task_metadata.name, task_metadata.type)
             # widened: mteb's similarities then carry no float32 rounding that ours lack
-            return self.texts(kind, texts).astype(np.float64)
+            return embed(kind, texts).astype(np.float64)
 
     return ReprJaxModel
 
 
 def model(name: str, *, cache_dir: str | Path | None = None, batch_size: int = 128,
-          progress: bool = True):
-    """The mteb model of run directory or sentence-transformers folder ``name``."""
+          progress: bool = True, prompts: dict[str, str] | None = None):
+    """The mteb model of run directory or sentence-transformers folder ``name``; ``prompts``:
+    instructions per task, type or prompt type (:func:`prompt_for`) instead of the run's."""
     check_mteb()
     from mteb.models.model_meta import ModelMeta
 
@@ -111,9 +156,9 @@ def model(name: str, *, cache_dir: str | Path | None = None, batch_size: int = 1
         languages=None, n_parameters=None, memory_usage_mb=None, max_tokens=None,
         embed_dim=None, license=None, open_weights=True, public_training_code=None,
         public_training_data=None, framework=["JAX"], similarity_fn_name="cosine",
-        use_instructions=bool(encoders.instructed), training_datasets=None,
+        use_instructions=bool(encoders.instructed or prompts), training_datasets=None,
         reference=None)
-    return _model_class()(encoders, meta)
+    return _model_class()(encoders, meta, dict(prompts or {}))
 
 
 def mteb_task(task: mteb_tasks.Task, data):
@@ -198,7 +243,8 @@ def prepare(names: Sequence[str], task_names: Sequence[str] | str, out: str | Pa
 
 
 def run(names: Sequence[str], task_names: Sequence[str] | str, out: str | Path, *,
-        bootstrap: int = 1000, batch_size: int = 128, progress: bool = True) -> list[dict]:
+        bootstrap: int = 1000, batch_size: int = 128, progress: bool = True,
+        prompts: dict[str, str] | None = None) -> list[dict]:
     """Every model of ``names`` on every task through mteb (its result files under
     ``out/results``), then the paired table (:func:`repr_jax.integrations.mteb_tasks.table`)
     with mteb's main score beside repr_jax's, written to ``out/table.csv`` and ``.json``.
@@ -210,12 +256,16 @@ def run(names: Sequence[str], task_names: Sequence[str] | str, out: str | Path, 
     tasks, data, out = prepare(names, task_names, out)
     scores, mteb_scores = {}, {}
     for name in names:
-        m = model(name, cache_dir=out / "embeddings", batch_size=batch_size, progress=progress)
-        result = mteb.evaluate(m, [mteb_task(t, data[t.name]) for t in tasks],
-                               cache=ResultCache(out), overwrite_strategy="always",
-                               show_progress_bar=progress)
+        m = model(name, cache_dir=out / "embeddings", batch_size=batch_size, progress=progress,
+                  prompts=prompts)
+        with warnings.catch_warnings():  # mteb's bitext evaluator copies tensors: harmless
+            warnings.filterwarnings("ignore", message="To copy construct from a tensor")
+            result = mteb.evaluate(m, [mteb_task(t, data[t.name]) for t in tasks],
+                                   cache=ResultCache(out), overwrite_strategy="always",
+                                   show_progress_bar=progress)
         mteb_scores[name] = {r.task_name: float(r.get_score()) for r in result.task_results}
-        scores[name] = {t.name: mteb_tasks.per_example(data[t.name], m.texts) for t in tasks}
+        scores[name] = {t.name: mteb_tasks.per_example(data[t.name], m.for_task(t.name, t.type))
+                        for t in tasks}
     rows = mteb_tasks.table(scores, {t.name: t.type for t in tasks}, bootstrap=bootstrap)
     for r in rows:
         r["mteb"] = mteb_scores[r["run"]].get(r["task"], math.nan)
@@ -254,7 +304,8 @@ def main(args) -> int:
     if not args.out:
         raise ValueError("give --out DIR: where mteb's result files and the table go")
     rows = run(args.workdir, args.tasks or "", args.out, bootstrap=args.bootstrap,
-               batch_size=args.batch_size, progress=not args.no_progress)
+               batch_size=args.batch_size, progress=not args.no_progress,
+               prompts=read_prompts(args.prompts))
     print(f"baseline: {args.workdir[0]} (each task's queries or pairs resampled together)")
     print(mteb_tasks.format_table(rows, args.bootstrap))
     for line in disagreements(rows):

@@ -110,7 +110,8 @@ def mining_data(spec: str) -> MiningData:
 @dataclasses.dataclass
 class Encoders:
     """Texts to embeddings: ``query(texts)`` and ``document(texts)`` ``[n, D]`` float32;
-    ``plain(texts)``: the representation with no prefix, as the similarity sets (STS) embed."""
+    ``plain(texts)``: the representation with no prefix, as the similarity sets (STS) embed.
+    Each takes ``prefix=`` to put another instruction before the texts than the run's."""
     query: Callable[[Sequence[str]], np.ndarray]
     document: Callable[[Sequence[str]], np.ndarray]
     plain: Callable[[Sequence[str]], np.ndarray] | None = None
@@ -204,10 +205,14 @@ def encoders_of(*, workdir: str | None = None, init_from: str | None = None, max
                         pad_id=tokenizer.pad_id)
 
     def texts_to(which: str):
-        def embed(texts: Sequence[str]) -> np.ndarray:
+        def embed(texts: Sequence[str], prefix: str | None = None) -> np.ndarray:
+            """``prefix``: this side's instruction instead of the run's (None: the run's)."""
             side = "query" if which == "query" else "doc"
-            ids = (plain_sides if which == "x" else sides).encode(tokenizer, texts, side)
-            return np.asarray(embedder.embed(variables, ids, which))
+            used = plain_sides if which == "x" else sides
+            if prefix is not None:
+                used = dataclasses.replace(used, **{f"{side}_prefix": prefix})
+            return np.asarray(embedder.embed(variables, used.encode(tokenizer, texts, side),
+                                             which))
         return embed
     return Encoders(texts_to("query"), texts_to("pos"), texts_to("x"), identity,
                     bool(sides.query_prefix or sides.doc_prefix))

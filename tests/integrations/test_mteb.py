@@ -250,6 +250,22 @@ def test_the_output_is_never_an_input():
         bridge.prepare([folder], "LeeSTS", folder)
 
 
+def test_prompts_replace_the_runs_instruction_most_specific_first(tmp_path):
+    from repr_jax.integrations import mteb as bridge
+    from repr_jax.train.mine import encoders_of
+    prompts = {"query": "q: ", "Retrieval": "r: ", "LeeSTS": "lee: "}
+    assert bridge.prompt_for(prompts, "BEIR_x", "Retrieval", "query") == "r: "
+    assert bridge.prompt_for(prompts, "LeeSTS", "STS", None) == "lee: "
+    assert bridge.prompt_for(prompts, "SimLex999", "STS", None) is None  # the run's own
+    enc = encoders_of(init_from="minilm", progress=False)
+    plain, prefixed = enc.query(["a bank"]), enc.query(["a bank"], "query: ")
+    assert np.allclose(enc.query(["query: a bank"]), prefixed, atol=1e-6)
+    assert not np.allclose(plain, prefixed, atol=1e-3)
+    (tmp_path / "p.json").write_text('["not", "an object"]')
+    with pytest.raises(ValueError, match="--prompts .*p.json: expected a JSON object of strings"):
+        bridge.read_prompts(tmp_path / "p.json")
+
+
 @pytest.mark.slow
 def test_minilm_through_mteb_agrees_with_repr_jax(tmp_path, capsys):
     """The real thing (mteb installed: pip install -e ".[mteb]"): MiniLM on LeeSTS and a BEIR

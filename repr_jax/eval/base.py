@@ -149,8 +149,13 @@ class Embedder:
             from tqdm.auto import tqdm
             chunks = tqdm(chunks, total=-(-len(x) // bs), desc=f"{self.progress}: {which}",
                           unit="batch", leave=False, dynamic_ncols=True)
+        trims = self._trims(x)
         for chunk in chunks:
-            pad = bs - len(chunk)  # every batch has one shape: one compilation for all inputs
+            # Every batch has one shape: one compilation for all inputs. Token ids already
+            # take a few widths; their last, short batch is padded to a power of two rows (at
+            # most log2(bs) more shapes) rather than to bs rows of the longest texts.
+            rows_to = min(bs, max(8, 1 << (len(chunk) - 1).bit_length())) if trims else bs
+            pad = rows_to - len(chunk)
             if pad:
                 chunk = np.concatenate([chunk, np.zeros((pad,) + chunk.shape[1:], chunk.dtype)])
             out = self._jitted[which](variables, jnp.asarray(chunk))

@@ -114,9 +114,14 @@ def _model_class():
 
         def texts(self, prompt_type: str | None, texts: Sequence[str],
                   prefix: str | None = None) -> np.ndarray:
+            """``[n, D]`` float32, each distinct text encoded once (an STS or pair task
+            repeats its texts: Lee's 2,450 are 50)."""
             fn = {"query": self.encoders.query, "document": self.encoders.document}.get(
                 prompt_type, self.encoders.plain)
-            return np.asarray(fn(list(texts), prefix), np.float32)
+            distinct = list(dict.fromkeys(texts))
+            row = {t: i for i, t in enumerate(distinct)}
+            out = np.asarray(fn(distinct, prefix), np.float32)
+            return out[np.asarray([row[t] for t in texts], np.int64)]
 
         def for_task(self, name: str, kind: str):
             """``encode(prompt_type, texts)`` for task ``name`` of type ``kind``: its

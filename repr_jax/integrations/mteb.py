@@ -234,6 +234,10 @@ def prepare(names: Sequence[str], task_names: Sequence[str] | str, out: str | Pa
     data check out (no mteb needed); else a one-line ValueError naming what is wrong."""
     from repr_jax import files
     tasks = mteb_tasks.tasks(task_names)
+    if len(set(names)) < len(names):
+        twice = sorted({n for n in names if list(names).count(n) > 1})
+        raise ValueError(f"--workdir names {', '.join(twice)} more than once; give each model "
+                         f"once (the first is the baseline)")
     for name in names:
         check_model(name)
     out = files.check_output(out, flag="--out", inputs=names, folder=True)

@@ -242,6 +242,12 @@ def test_a_task_whose_data_is_missing_is_named(tmp_path, monkeypatch):
     assert not (tmp_path / "out").exists()  # nothing written before the checks passed
 
 
+def test_a_model_given_twice_is_refused(tmp_path):
+    from repr_jax.integrations import mteb as bridge
+    with pytest.raises(ValueError, match="--workdir names minilm more than once"):
+        bridge.prepare(["minilm", "minilm"], "LeeSTS", tmp_path / "out")
+
+
 def test_the_output_is_never_an_input():
     from repr_jax.integrations import mteb as bridge
     from repr_jax.train.pretrained import weights_path

@@ -185,16 +185,32 @@ def polarity(tokenizer: str = "", max_len: int = 64, **_) -> ClassificationSet:
         "test": {"x": ids[test], "label": labels[test]}}, num_classes=2)
 
 
-def wordnet_definitions(num: int, data_dir: str = "") -> tuple[list[str], list[str]]:
-    """The first ``num`` synsets of the WordNet test split (never trained on: WordNet runs split
-    by synset): their definitions and their lemma lists (``"bank, depository"``)."""
+def _wordnet_take(num: int, split: str, data_dir: str) -> dict[str, np.ndarray]:
+    """The first ``num`` synsets of WordNet's ``split`` (``definition_lemmas`` pairs)."""
     from repr_jax.data.pipeline import _builder, default_data_dir
     from repr_jax.data.source import SourceSplit
     builder = _builder("wordnet", data_dir or default_data_dir(), pairs="definition_lemmas")
-    split = SourceSplit(builder, "test", input_key="x", label_key="label")
-    test = split.take(np.arange(min(num, len(split))))
-    defs = [t.decode() if isinstance(t, bytes) else str(t) for t in test["x"][:num]]
-    return defs, [t.decode() if isinstance(t, bytes) else str(t) for t in test["x_pos"][:num]]
+    source = SourceSplit(builder, split, input_key="x", label_key="label")
+    return source.take(np.arange(min(num, len(source))))
+
+
+def _text(values) -> list[str]:
+    return [t.decode() if isinstance(t, bytes) else str(t) for t in values]
+
+
+def wordnet_definitions(num: int, data_dir: str = "") -> tuple[list[str], list[str]]:
+    """The first ``num`` synsets of the WordNet test split (never trained on: WordNet runs split
+    by synset): their definitions and their lemma lists (``"bank, depository"``)."""
+    test = _wordnet_take(num, "test", data_dir)
+    return _text(test["x"]), _text(test["x_pos"])
+
+
+def wordnet_categories(num: int, split: str = "test", data_dir: str = ""
+                       ) -> tuple[list[str], np.ndarray]:
+    """The first ``num`` synsets of WordNet's ``split``: their definitions and their
+    lexicographer files (``[n]`` int, 0-44: noun.animal, verb.motion, ...)."""
+    taken = _wordnet_take(num, split, data_dir)
+    return _text(taken["x"]), np.asarray(taken["label"], np.int64)
 
 
 def wordnet_retrieval(tokenizer: str = "", max_len: int = 64, data_dir: str = "",

@@ -184,6 +184,23 @@ def paired_summary(observed: float, samples: jax.Array, level: float = 0.95) -> 
     return {"difference": observed, "low": lo, "high": hi, "p_value": min(1.0, p)}
 
 
+def normal_summary(observed: float, samples, level: float = 0.95) -> dict[str, float]:
+    """:func:`paired_summary` from a few replicated differences (each a whole evaluation on a
+    resample, e.g. one k-means fit, too few for percentiles): the normal interval
+    (:func:`normal_interval`) and the two-sided p-value of ``observed / sd(samples)``.
+
+    >>> {k: round(v, 4) for k, v in normal_summary(0.2, [0.1, 0.2, 0.3]).items()}
+    {'difference': 0.2, 'low': 0.004, 'high': 0.396, 'p_value': 0.0455}
+    """
+    lo, hi = normal_interval(samples, observed, level)
+    sd = float(np.std(np.asarray(samples, np.float64), ddof=1))
+    if not math.isfinite(sd) or sd == 0:
+        p = 1.0 if observed == 0 else 0.0
+    else:
+        p = 2 * (1 - statistics.NormalDist().cdf(abs(observed) / sd))
+    return {"difference": observed, "low": lo, "high": hi, "p_value": p}
+
+
 def paired_row(values: Any, baseline: Any, *, num_resamples: int = 1000) -> dict[str, float]:
     """A comparison table's numbers for per-example ``values`` against ``baseline``'s on the same
     examples: both means, :func:`paired_bootstrap`'s difference, interval and p-value, the count.

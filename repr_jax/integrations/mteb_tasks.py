@@ -9,6 +9,8 @@ LeeSTS                     STS       gensim's Lee et al. 2005 documents (1,225 r
 WordSim353                 STS       gensim's wordsim353.tsv
 SimLex999                  STS       gensim's simlex999.txt
 WordNetSameWordPair...     Pair      two WordNet definitions: senses of one word or not (AP)
+WordNetCategoryClassif...  Classif.  a definition's lexicographer file (45, e.g. noun.animal)
+WordNetCategoryClustering  Cluster.  the same definitions clustered by k-means (V-measure)
 GettextCountryBitextMining Bitext    iso-codes' country names: English to 7 languages (F1)
 ``beir:DIR``               Retrieval a BEIR collection's test (else dev) judgements
 ========================== ========= ==========================================================
@@ -25,7 +27,10 @@ document does not retrieve itself (mteb's ``ignore_identical_ids``, which these 
 Spearman averages tied ranks in both; mteb rescales STS gold scores to [0, 1], which no rank
 correlation sees. Pair classification's main score here is ``cosine_ap`` (scikit-learn's average
 precision of the cosines), not the ``max_ap`` of mteb's own tasks: that is the best of five
-scoring functions chosen after seeing the labels; mteb's result file has both.
+scoring functions chosen after seeing the labels; mteb's result file has both. Classification
+and clustering are mteb's own procedures, repeated here on the same embeddings with the same
+seeds (scikit-learn's logistic regression on 8 examples a label, 10 draws; MiniBatchKMeans on
+10 resamples), so the scores are equal; their intervals are described at :class:`Scored`.
 """
 
 from __future__ import annotations
@@ -96,9 +101,42 @@ class PairData:
         return f"{len(self.labels)} pairs, {int(np.sum(self.labels))} positive"
 
 
+@dataclasses.dataclass(frozen=True)
+class ClassificationData:
+    """Texts labelled ``0 .. C-1``: a logistic regression is fit on a few ``train`` examples
+    of each label (mteb's undersampling) and scored by its accuracy on ``test``."""
+    train_texts: list[str]
+    train_labels: np.ndarray
+    test_texts: list[str]
+    test_labels: np.ndarray
+
+    def size(self) -> str:
+        return (f"{len(self.test_texts)} test texts, {len(np.unique(self.train_labels))} labels, "
+                f"{len(self.train_texts)} to draw training examples from")
+
+
+@dataclasses.dataclass(frozen=True)
+class ClusteringData:
+    """Texts and their labels, which k-means with as many clusters should recover."""
+    texts: list[str]
+    labels: np.ndarray
+
+    def size(self) -> str:
+        return f"{len(self.texts)} texts, {len(np.unique(self.labels))} labels"
+
+
+# mteb 2.x's defaults, which its classification and clustering tasks keep and these repeat
+MTEB_SEED = 42
+SAMPLES_PER_LABEL, CLASSIFIER_DRAWS = 8, 10
+CLUSTERINGS, KMEANS_BATCH = 10, 512
+
 # The bitext set's default languages (gettext's codes) in mteb's: ISO 639-3 and script
 BITEXT_CODES = {"fr": "fra-Latn", "de": "deu-Latn", "es": "spa-Latn", "ru": "rus-Cyrl",
                 "zh_CN": "cmn-Hans", "ar": "ara-Arab", "ja": "jpn-Jpan"}
+
+
+TaskData = (RetrievalData | STSData | BitextData | PairData | ClassificationData
+            | ClusteringData)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,7 +146,7 @@ class Task:
     type: str
     main_score: str
     description: str
-    load: Callable[[], RetrievalData | STSData | BitextData | PairData]
+    load: Callable[[], TaskData]
 
 
 def _wordnet() -> RetrievalData:
@@ -164,6 +202,21 @@ def _same_word() -> PairData:
                     np.asarray([1] * len(positive) + [0] * len(negative), np.int64))
 
 
+WORDNET_TEST = 2000  # the retrieval task's queries: the first synsets of the test split
+
+
+def _categories() -> ClassificationData:
+    from repr_jax.data.eval_sets import wordnet_categories
+    train, train_labels = wordnet_categories(10**9, "validation")
+    test, test_labels = wordnet_categories(WORDNET_TEST)
+    return ClassificationData(train, train_labels, test, test_labels)
+
+
+def _clusters() -> ClusteringData:
+    from repr_jax.data.eval_sets import wordnet_categories
+    return ClusteringData(*wordnet_categories(WORDNET_TEST))
+
+
 def _beir(root: str) -> RetrievalData:
     from repr_jax.data import beir
     c = beir.read_collection(root)
@@ -194,6 +247,13 @@ TASKS = {t.name: t for t in (
     Task("GettextCountryBitextMining", "BitextMining", "f1",
          "Country names (iso-codes' iso_3166-1 catalogue) in English and in 7 languages: each "
          "English name finds its translation.", _gettext_bitext),
+    Task("WordNetCategoryClassification", "Classification", "accuracy",
+         "A WordNet definition's lexicographer file (45: noun.animal, verb.motion, ...): a "
+         "logistic regression on 8 validation-split definitions a label, tested on the retrieval "
+         "task's 2,000 test-split definitions.", _categories),
+    Task("WordNetCategoryClustering", "Clustering", "v_measure",
+         "The retrieval task's 2,000 test-split definitions clustered by k-means into as many "
+         "clusters as lexicographer files, scored by V-measure.", _clusters),
 )}
 
 
@@ -246,28 +306,46 @@ class Scored:
     float64 (as pytrec_eval, scipy and scikit-learn do). A task of several subsets (bitext: one
     a language) has no arrays of its own: its ``parts``, whose mean is its score. ``normal``:
     its interval is the normal one (F1, which resampling biases upward:
-    :func:`repr_jax.eval.stats.normal_interval`), else the percentile one."""
+    :func:`repr_jax.eval.stats.normal_interval`), else the percentile one.
+
+    Classification's per-example array is each test text's share of the 10 classifiers that
+    label it right (its mean: mteb's accuracy); its interval resamples test texts, the training
+    draws held fixed. Clustering has no per-example score: ``replicates`` holds its 10 k-means
+    V-measures, each on a resample of the texts drawn as mteb draws them (the same rows for
+    every run: paired), and its interval and paired test are normal ones from their spread."""
     arrays: tuple[np.ndarray, ...]
     statistic: Callable | None
     value: float
     parts: tuple["Scored", ...] = ()
     normal: bool = False
+    replicates: np.ndarray | None = None
 
     def __len__(self) -> int:
         return sum(map(len, self.parts)) if self.parts else len(self.arrays[0])
+
+    @classmethod
+    def of_replicates(cls, examples: int, replicates: np.ndarray) -> "Scored":
+        """A score that is the mean of ``replicates`` over resamples of ``examples`` rows."""
+        values = np.asarray(replicates, np.float64)
+        return cls((np.zeros(examples),), None, float(np.mean(values)), normal=True,
+                   replicates=values)
 
 
 Encode = Callable[[str | None, list[str]], np.ndarray]
 
 
-def per_example(data: RetrievalData | STSData | BitextData | PairData, encode: Encode
-                ) -> Scored:
+def per_example(data: TaskData, encode: Encode) -> Scored:
     """repr_jax's per-example scores of a task from ``encode(prompt_type, texts)`` (``"query"``,
     ``"document"``, or None for a symmetric task: what an mteb model is asked for). Retrieval:
     exact cosine top-10 (:func:`repr_jax.eval.retrieve`, ``O(Q N D)``), per judged query
     nDCG@10; STS: per-pair cosine and gold, Spearman (``O(P D)``); pairs: per-pair cosine and
     label, average precision (``O(P D + P log P)``); bitext: each English name's cosine-nearest
-    translation, weighted F1 per language (``O(N^2 D)`` each)."""
+    translation, weighted F1 per language (``O(N^2 D)`` each); classification and clustering:
+    mteb's procedures (:func:`_classification`, :func:`_clustering`)."""
+    if isinstance(data, ClassificationData):
+        return _classification(data, encode)
+    if isinstance(data, ClusteringData):
+        return _clustering(data, encode)
     if isinstance(data, STSData):
         return _sts(data, encode)
     if isinstance(data, PairData):
@@ -345,6 +423,72 @@ def _bitext_scores(data: BitextData, encode: Encode) -> Scored:
     return Scored((), None, float(np.mean([p.value for p in parts])), tuple(parts), normal=True)
 
 
+def undersampled(labels: np.ndarray, draws: int = CLASSIFIER_DRAWS,
+                 per_label: int = SAMPLES_PER_LABEL, seed: int = MTEB_SEED) -> list[list[int]]:
+    """mteb's training draws: for each of ``draws``, the row list reshuffled (numpy's
+    ``RandomState(seed)`` on the previous draw's order, as mteb does) and its first
+    ``per_label`` rows of each label taken, in that order. Time ``O(draws N)``."""
+    order, chosen = list(range(len(labels))), []
+    for _ in range(draws):
+        np.random.RandomState(seed).shuffle(order)
+        count: dict[int, int] = {}
+        rows = []
+        for i in order:
+            label = int(labels[i])
+            if count.get(label, 0) < per_label:
+                rows.append(i)
+                count[label] = count.get(label, 0) + 1
+        chosen.append(rows)
+    return chosen
+
+
+def _classification(data: ClassificationData, encode: Encode) -> Scored:
+    """mteb's classification: for each draw of :func:`undersampled`, scikit-learn's
+    ``LogisticRegression(max_iter=100)`` fit on the drawn texts' embeddings (float64, as mteb
+    hands them) and its accuracy on the test texts. Time ``O(draws (L k D I + T L D))`` for L
+    labels, k per label, I solver iterations and T test texts, after encoding ``O(T + draws L
+    k)`` texts."""
+    import warnings
+
+    from sklearn.exceptions import ConvergenceWarning
+    from sklearn.linear_model import LogisticRegression
+    draws = undersampled(data.train_labels)
+    union = sorted(set().union(*draws))
+    at = {row: i for i, row in enumerate(union)}
+    train = np.asarray(encode(None, [data.train_texts[i] for i in union]), np.float64)
+    test = np.asarray(encode(None, list(data.test_texts)), np.float64)
+    correct = np.zeros(len(test))
+    for rows in draws:
+        fit = LogisticRegression(max_iter=100, random_state=MTEB_SEED)
+        with warnings.catch_warnings():  # mteb's 100 iterations, whether or not lbfgs converged
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            fit.fit(train[[at[i] for i in rows]], np.asarray(data.train_labels)[rows])
+        correct += fit.predict(test) == np.asarray(data.test_labels)
+    share = (correct / len(draws)).astype(np.float32)
+    return Scored((share,), None, float(np.mean(correct / len(draws))))
+
+
+def _clustering(data: ClusteringData, encode: Encode) -> Scored:
+    """mteb's clustering: ``CLUSTERINGS`` times, as many rows as there are texts drawn with
+    replacement (Python's ``random.Random(seed).choices``, one generator across the draws),
+    clustered by scikit-learn's ``MiniBatchKMeans`` (k-means++, one init, batch 512, k the
+    number of labels) and scored by V-measure against the labels. Time ``O(CLUSTERINGS N k D
+    I)`` for I k-means steps."""
+    import random
+
+    from sklearn.cluster import MiniBatchKMeans
+    from sklearn.metrics.cluster import v_measure_score
+    emb = np.asarray(encode(None, list(data.texts)), np.float64)
+    labels = np.asarray(data.labels)
+    rng, n, values = random.Random(MTEB_SEED), len(labels), []
+    kmeans = MiniBatchKMeans(n_clusters=np.unique(labels).size, batch_size=KMEANS_BATCH,
+                             init="k-means++", n_init=1, random_state=MTEB_SEED)
+    for _ in range(CLUSTERINGS):
+        rows = rng.choices(range(n), k=n)
+        values.append(float(v_measure_score(labels[rows], kmeans.fit_predict(emb[rows]))))
+    return Scored.of_replicates(n, np.asarray(values))
+
+
 FIELDS = ("task", "type", "run", "value", "low", "high", "difference", "diff_low", "diff_high",
           "p_value", "examples")
 
@@ -355,6 +499,8 @@ def _samples(s: Scored, bootstrap: int, seed: int) -> np.ndarray:
     import jax.numpy as jnp
 
     from repr_jax.eval import stats
+    if s.replicates is not None:
+        return s.replicates
     if s.parts:
         return np.mean([_samples(p, bootstrap, seed * 1009 + k) for k, p in enumerate(s.parts)],
                        axis=0)
@@ -368,11 +514,21 @@ def _paired(s: Scored, b: Scored, bootstrap: int, seed: int) -> np.ndarray:
     if len(s.parts) != len(b.parts) or len(s) != len(b):
         raise ValueError(f"scored {len(s)} and {len(b)} examples (in {len(s.parts)} and "
                          f"{len(b.parts)} parts); a paired comparison needs the same ones")
+    if s.replicates is not None:
+        return s.replicates - b.replicates
     if s.parts:
         return np.mean([_paired(p, q, bootstrap, seed * 1009 + k)
                         for k, (p, q) in enumerate(zip(s.parts, b.parts))], axis=0)
     return np.asarray(stats.paired_samples(s.arrays, b.arrays, s.statistic,
                                            num_resamples=bootstrap, seed=seed)[1])
+
+
+def _summary(observed: float, diffs: np.ndarray, replicated: bool, level: float) -> dict:
+    """The paired test of resampled differences; of a few replicates' (clustering): normal."""
+    from repr_jax.eval import stats
+    if replicated:
+        return stats.normal_summary(observed, diffs, level)
+    return stats.paired_summary(observed, diffs, level)
 
 
 def _bounds(samples: np.ndarray, point: float, normal: bool, level: float) -> tuple[float, float]:
@@ -392,7 +548,6 @@ def table(scores: dict[str, dict[str, Scored]], types: dict[str, str], *,
     "<type> (mean of n)"``: the mean of its tasks' scores, whose intervals average the tasks'
     resampled values (each task drawn on its own: another seed). Time ``O(R E)`` for R
     resamples over E examples in all."""
-    from repr_jax.eval import stats
     runs = list(scores)
     base = runs[0]
     rows, per_type = [], {}
@@ -407,21 +562,23 @@ def table(scores: dict[str, dict[str, Scored]], types: dict[str, str], *,
             diff = None
             if run != base:
                 diff = _paired(s, scores[base][name], bootstrap, i)
-                t = stats.paired_summary(s.value - scores[base][name].value, diff, level)
+                t = _summary(s.value - scores[base][name].value, diff,
+                             s.replicates is not None, level)
                 row.update(difference=t["difference"], diff_low=t["low"], diff_high=t["high"],
                            p_value=t["p_value"])
             rows.append(row)
-            per_type.setdefault((kind, run), []).append((row, samples, diff, s.normal))
+            per_type.setdefault((kind, run), []).append(
+                (row, samples, diff, s.normal, s.replicates is not None))
     for (kind, run), parts in per_type.items():
         value = float(np.mean([r["value"] for r, *_ in parts]))
-        normal = any(n for *_, n in parts)
-        lo, hi = _bounds(np.mean([s for _, s, _, _ in parts], 0), value, normal, level)
+        normal, replicated = (any(p[k] for p in parts) for k in (3, 4))
+        lo, hi = _bounds(np.mean([p[1] for p in parts], 0), value, normal, level)
         row = dict(task=f"{kind} (mean of {len(parts)})", type=kind, run=run, value=value,
                    low=lo, high=hi, difference=math.nan, diff_low=math.nan, diff_high=math.nan,
                    p_value=math.nan, examples=sum(r["examples"] for r, *_ in parts))
         if run != base:
             observed = float(np.mean([r["difference"] for r, *_ in parts]))
-            t = stats.paired_summary(observed, np.mean([d for _, _, d, _ in parts], 0), level)
+            t = _summary(observed, np.mean([p[2] for p in parts], 0), replicated, level)
             row.update(difference=t["difference"], diff_low=t["low"], diff_high=t["high"],
                        p_value=t["p_value"])
         rows.append(row)

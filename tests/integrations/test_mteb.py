@@ -4,6 +4,7 @@ through mteb itself (it needs torch) is the slow test at the end, skipped where 
 
 import importlib.metadata
 import json
+import dataclasses
 import math
 import zlib
 
@@ -138,6 +139,88 @@ def test_pair_score_is_scikit_learns_average_precision_of_cosines():
     assert 0.5 < scored.value < 0.9  # chance is 0.5; shared spelling helps a little
 
 
+def clusters(num_labels: int = 6, per_label: int = 40, dim: int = 16, spread: float = 0.1):
+    """Texts ``"c3 t17"`` whose embedding is label 3's centre plus ``spread`` noise."""
+    rng = np.random.default_rng(0)
+    centres = rng.normal(size=(num_labels, dim))
+    labels = np.repeat(np.arange(num_labels), per_label)
+    texts = [f"c{c} t{i}" for i, c in enumerate(labels)]
+    points = {t: centres[c] + spread * rng.normal(size=dim) for t, c in zip(texts, labels)}
+    return texts, labels, lambda kind, batch: np.asarray([points[t] for t in batch], np.float32)
+
+
+def test_undersampling_draws_as_mteb_does():
+    """mteb's draws (transcribed from mteb 2.x's ``_undersample_data``): each reshuffles the
+    previous draw's order with ``RandomState(42)`` and keeps the first 8 rows of each label."""
+    labels = np.asarray([0] * 30 + [1] * 5 + [2] * 20)
+    draws = mteb_tasks.undersampled(labels)
+    assert len(draws) == 10 and len({tuple(d) for d in draws}) == 10
+    order = list(range(len(labels)))
+    np.random.RandomState(42).shuffle(order)
+    first = [i for i in order if labels[i] == 0][:8] + [i for i in order if labels[i] == 1] + \
+        [i for i in order if labels[i] == 2][:8]
+    assert sorted(draws[0]) == sorted(first)
+    assert draws[0] == [i for i in order if i in set(first)]  # in the shuffled order
+    for d in draws:
+        assert np.bincount(labels[d]).tolist() == [8, 5, 8]
+
+
+def test_classification_is_the_mean_accuracy_of_ten_classifiers():
+    from sklearn.linear_model import LogisticRegression
+    texts, labels, encode = clusters(spread=0.3)
+    test = np.arange(len(texts)) % 2 == 0
+    data = mteb_tasks.ClassificationData([t for t, k in zip(texts, test) if not k],
+                                         labels[~test], [t for t, k in zip(texts, test) if k],
+                                         labels[test])
+    scored = mteb_tasks.per_example(data, encode)
+    assert scored.value == 1.0 and len(scored) == test.sum()  # separated: every draw right
+    shuffled = dataclasses.replace(data, train_labels=np.random.default_rng(1).permutation(
+        data.train_labels))
+    noise = mteb_tasks.per_example(shuffled, encode)
+    assert noise.value < 0.5
+    share = noise.arrays[0]
+    assert set(np.round(share * 10, 4)) <= set(range(11))  # a share of 10 classifiers
+    accuracy = []
+    x_train = encode(None, shuffled.train_texts).astype(np.float64)
+    for rows in mteb_tasks.undersampled(shuffled.train_labels):
+        fit = LogisticRegression(max_iter=100).fit(x_train[rows], shuffled.train_labels[rows])
+        accuracy.append(np.mean(fit.predict(encode(None, data.test_texts).astype(np.float64))
+                                == data.test_labels))
+    assert noise.value == pytest.approx(np.mean(accuracy), abs=1e-12)
+
+
+def test_wordnet_categories_classify_and_cluster_above_chance():
+    """WordNet's lexicographer files from definitions: character trigrams share enough spelling
+    within a category ("a person who ...": noun.person) to beat the majority class; the
+    clustering's replicates are 10 V-measures on resamples, the same rows for any model."""
+    data = mteb_tasks.task("WordNetCategoryClassification").load()
+    assert len(data.test_texts) == 2000 and len(np.unique(data.train_labels)) == 45
+    majority = np.max(np.bincount(data.test_labels)) / len(data.test_labels)
+    scored = mteb_tasks.per_example(data, char_trigrams)
+    assert scored.value > majority / 2 and len(scored) == 2000
+    data = mteb_tasks.task("WordNetCategoryClustering").load()
+    assert data.texts == mteb_tasks.task("WordNetCategoryClassification").load().test_texts
+    scored = mteb_tasks.per_example(data, char_trigrams)
+    assert scored.replicates.shape == (10,) and scored.value == np.mean(scored.replicates)
+    assert 0.05 < scored.value < 0.6 and len(scored) == 2000
+
+
+def test_clustering_is_mtebs_v_measure_on_resamples():
+    import random
+
+    from sklearn.cluster import MiniBatchKMeans
+    from sklearn.metrics.cluster import v_measure_score
+    texts, labels, encode = clusters(spread=2.0)
+    scored = mteb_tasks.per_example(mteb_tasks.ClusteringData(texts, labels), encode)
+    rows = random.Random(42).choices(range(len(texts)), k=len(texts))  # mteb's first resample
+    x = encode(None, texts).astype(np.float64)[rows]
+    kmeans = MiniBatchKMeans(6, batch_size=512, n_init=1, random_state=42)
+    assert scored.replicates[0] == v_measure_score(labels[rows], kmeans.fit_predict(x))
+    assert len(set(scored.replicates)) > 1  # each resample its own fit
+    _, _, tight = clusters(spread=0.01)
+    assert mteb_tasks.per_example(mteb_tasks.ClusteringData(texts, labels), tight).value > 0.99
+
+
 def test_word_pair_tasks_read_gensims_files():
     for name, pairs in (("WordSim353", 353), ("SimLex999", 999)):
         data = mteb_tasks.task(name).load()
@@ -147,9 +230,15 @@ def test_word_pair_tasks_read_gensims_files():
 
 def test_the_table_pairs_runs_per_task_and_per_type(tmp_path):
     tasks = {"LeeSTS": "STS", f"beir:{collection(tmp_path)}": "Retrieval",
-             "GettextCountryBitextMining": "BitextMining", "SimLex999": "STS"}
-    loaded = {n: mteb_tasks.task(n).load() for n in tasks}
-    good, worse = char_trigrams, noisy(char_trigrams, 1000.0)  # noise drowns the spelling
+             "GettextCountryBitextMining": "BitextMining", "SimLex999": "STS",
+             "groups": "Clustering"}
+    loaded = {n: mteb_tasks.task(n).load() for n in tasks if n != "groups"}
+    texts, labels, spelled = clusters(spread=0.3)
+    loaded["groups"] = mteb_tasks.ClusteringData(texts, labels)
+
+    def good(kind, batch):  # the groups' own embedding, trigrams for the real tasks
+        return (spelled if batch[0] in set(texts) else char_trigrams)(kind, batch)
+    worse = noisy(good, 1000.0)  # noise drowns the spelling and the groups
     scores = {run: {n: mteb_tasks.per_example(d, enc) for n, d in loaded.items()}
               for run, enc in (("base", good), ("same", good), ("worse", worse))}
     rows = mteb_tasks.table(scores, tasks, bootstrap=300)
@@ -163,7 +252,7 @@ def test_the_table_pairs_runs_per_task_and_per_type(tmp_path):
         assert w["diff_low"] <= w["difference"] <= w["diff_high"]
         assert by[n, "base"]["low"] <= by[n, "base"]["value"] <= by[n, "base"]["high"]
     retrieval = list(tasks)[1]
-    for n in (retrieval, "GettextCountryBitextMining"):  # (trigrams do no better on Lee)
+    for n in (retrieval, "GettextCountryBitextMining", "groups"):  # (trigrams: no better on Lee)
         w = by[n, "worse"]
         assert w["diff_high"] < 0 and w["p_value"] < 0.05, w  # noise hurts, clearly
     bitext = by["GettextCountryBitextMining", "base"]
@@ -274,20 +363,23 @@ def test_prompts_replace_the_runs_instruction_most_specific_first(tmp_path):
 
 @pytest.mark.slow
 def test_minilm_through_mteb_agrees_with_repr_jax(tmp_path, capsys):
-    """The real thing (mteb installed: pip install -e ".[mteb]"): MiniLM on LeeSTS and a BEIR
-    collection through mteb.evaluate; mteb's files are written, its main scores equal ours
+    """The real thing (mteb installed: pip install -e ".[mteb]"): MiniLM on a task of each type
+    (a BEIR collection for retrieval) through mteb.evaluate; mteb's files are written, its main scores equal ours
     (nDCG@10 to mteb's 5 rounded decimals), and a second run encodes nothing again."""
     pytest.importorskip("mteb")
     from repr_jax.integrations import mteb as bridge
     tasks = (f"LeeSTS,beir:{collection(tmp_path, num_docs=200, num_queries=30)},"
-             f"GettextCountryBitextMining,WordNetSameWordPairClassification")
+             f"GettextCountryBitextMining,WordNetSameWordPairClassification,"
+             f"WordNetCategoryClassification,WordNetCategoryClustering")
     out = tmp_path / "out"
     rows = bridge.run(["minilm"], tasks, out, bootstrap=100, progress=False)
-    for r in rows[:4]:
+    for r in rows[:6]:
         assert abs(r["value"] - r["mteb"]) <= (5e-6 if r["type"] == "Retrieval" else 1e-6), r
     results = list((out / "results").rglob("*.json"))
     assert {p.stem for p in results} >= {"LeeSTS", "BEIR_col", "GettextCountryBitextMining",
-                                         "WordNetSameWordPairClassification", "model_meta"}
+                                         "WordNetSameWordPairClassification", "model_meta",
+                                         "WordNetCategoryClassification",
+                                         "WordNetCategoryClustering"}
     cached = sorted(p.name for p in (out / "embeddings").rglob("*.npz"))
     assert bridge.run(["minilm"], tasks, out, bootstrap=100, progress=False)[0]["value"] == \
         rows[0]["value"]

@@ -117,6 +117,8 @@ class Encoders:
     plain: Callable[[Sequence[str]], np.ndarray] | None = None
     identity: str = ""  # the model's path, checkpoint step and lengths: what names its cache
     instructed: bool = False  # its queries or documents carry a prefix (an instruction)
+    parameters: int = 0  # the encoder's parameter count (its ``params`` collection)
+    max_tokens: int = 0  # the longest text it reads, in tokens (the longer side's length)
 
 
 def max_len_limit(*, workdir: str | None = None, init_from: str | None = None
@@ -214,8 +216,12 @@ def encoders_of(*, workdir: str | None = None, init_from: str | None = None, max
             return np.asarray(embedder.embed(variables, used.encode(tokenizer, texts, side),
                                              which))
         return embed
+    params = variables["params"] if hasattr(variables, "keys") and "params" in variables \
+        else variables
     return Encoders(texts_to("query"), texts_to("pos"), texts_to("x"), identity,
-                    bool(sides.query_prefix or sides.doc_prefix))
+                    bool(sides.query_prefix or sides.doc_prefix),
+                    sum(int(np.size(x)) for x in jax.tree_util.tree_leaves(params)),
+                    max(sides.query_len, sides.doc_len))
 
 
 def check_max_len(max_len: int, *, workdir: str | None = None,

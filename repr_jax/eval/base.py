@@ -10,7 +10,7 @@ evaluators that share it share one feature pass. With ``cache_dir`` it also keep
 in-memory inputs on disk (one ``.npz`` per input content and view), so a later evaluation of the
 same variables — another evaluator, another set — does not encode them again. With ``pad_id``
 (token-id inputs) texts are embedded shortest first and each batch is cut to its longest text
-(rounded up to ``TOKEN_BUCKET``): a corpus of short texts costs its tokens, not its padding.
+(rounded up to :func:`bucket_width`): a corpus of short texts costs its tokens, not its padding.
 """
 
 from __future__ import annotations
@@ -32,20 +32,34 @@ PredictFn = Callable[[Any, jax.Array], Any]  # (variables, x_BxS) -> embedding_B
 
 
 BATCH_ELEMENTS = 1 << 23  # input values in one feature-pass batch (32 MiB of float32)
-TOKEN_BUCKET = 16  # a trimmed batch's length is a multiple of this: few shapes compile
+TOKEN_BUCKET = 16  # a token index's tiles are a multiple of this many tokens wide
 SPARSE = "_sparse"  # the cache key's (and file name's) mark of features kept as scipy CSR
 
 
+def bucket_width(n: int) -> int:
+    """The width a batch whose longest text has ``n`` tokens is cut to: the smallest of 4, 6, 8,
+    12, 16, 24, ... (powers of two and 1.5 times them) that holds it, so a batch carries at most
+    half again its tokens in padding and T tokens take ``O(log T)`` compiled widths.
+
+    >>> [bucket_width(n) for n in (1, 5, 7, 9, 13, 17, 100, 256, 300)]
+    [4, 6, 8, 12, 16, 24, 128, 256, 384]
+    """
+    if n <= 4:
+        return 4
+    power = 1 << (n - 1).bit_length()  # the power of two at or above n
+    return power * 3 // 4 if power * 3 // 4 >= n else power
+
+
 def trim_padding(ids: np.ndarray, pad_id: int) -> np.ndarray:
-    """``ids [B, T]`` without the trailing columns that are padding in every row, kept to a
-    multiple of ``TOKEN_BUCKET`` (few compiled shapes); models mask padding, so their outputs are
-    the same. Time ``O(B T)``.
+    """``ids [B, T]`` without the trailing columns that are padding in every row, kept to
+    :func:`bucket_width` of the longest row (few compiled shapes); models mask padding, so their
+    outputs are the same. Time ``O(B T)``.
 
     >>> trim_padding(np.asarray([[5, 0] + [0] * 30]), 0).shape
-    (1, 16)
+    (1, 4)
     """
     used = np.flatnonzero((ids != pad_id).any(axis=0))
-    width = -(-(int(used[-1]) + 1 if len(used) else 1) // TOKEN_BUCKET) * TOKEN_BUCKET
+    width = bucket_width(int(used[-1]) + 1 if len(used) else 1)
     return ids[:, :width] if width < ids.shape[1] else ids
 
 

@@ -9,7 +9,9 @@ import pytest
 from repr_jax.encoders.decoder_lm import DecoderLM
 from repr_jax.encoders.text_transformer import TextTransformer
 from repr_jax.eval import Embedder
-from repr_jax.eval.base import TOKEN_BUCKET
+from repr_jax.eval.base import bucket_width
+
+WIDTH = 64
 
 
 def _ids(rng, n, width, pad, vocab=50):
@@ -31,7 +33,7 @@ def _models():
 def test_trimmed_batches_give_the_full_width_embeddings_in_order():
     rng = np.random.default_rng(0)
     for module, pad in _models():
-        ids, _ = _ids(rng, 4 * TOKEN_BUCKET + 3, 4 * TOKEN_BUCKET, pad)
+        ids, lengths = _ids(rng, WIDTH + 3, WIDTH, pad)
         params = module.init(jax.random.PRNGKey(0), ids[:2])["params"]
         def traced(seen, module=module):  # a new function each time: jit traces each shape once
             def fn(p, x):
@@ -44,7 +46,10 @@ def test_trimmed_batches_give_the_full_width_embeddings_in_order():
         cut = Embedder(traced(widths_cut), {}, batch_size=8, pad_id=pad).embed(params, ids)
         chex.assert_trees_all_close(cut, full, atol=1e-5, rtol=1e-5)
         assert widths_full == [ids.shape[1]]
-        assert sorted(widths_cut) == [TOKEN_BUCKET * k for k in (1, 2, 3, 4)]
+        # shortest first, 8 a batch: each batch cut to its longest text's rung, compiled once
+        longest = np.sort(lengths)[7::8].tolist() + [WIDTH]
+        assert sorted(widths_cut) == sorted({bucket_width(n) for n in longest})
+        assert sorted(widths_cut) == [6, 16, 24, 32, 48, 64]
 
 
 def test_a_left_padded_batch_is_not_cut():
@@ -55,7 +60,7 @@ def test_a_left_padded_batch_is_not_cut():
     assert e._trimmed(left).shape == (4, 48)
     right = np.full((4, 48), -1, np.int32)
     right[:, :5] = 7
-    assert e._trimmed(right).shape == (4, TOKEN_BUCKET)
+    assert e._trimmed(right).shape == (4, 6)
 
 
 def test_sparse_features_equal_the_dense_ones_in_order_and_from_the_disk_cache(tmp_path):
@@ -63,7 +68,7 @@ def test_sparse_features_equal_the_dense_ones_in_order_and_from_the_disk_cache(t
     order after shortest-first batches; kept on disk and read back equal; a view refuses."""
     import scipy.sparse as sp
     rng = np.random.default_rng(1)
-    ids, _ = _ids(rng, 3 * TOKEN_BUCKET + 5, 2 * TOKEN_BUCKET, 0)
+    ids, _ = _ids(rng, 53, 32, 0)
     proj = rng.normal(size=(50, 40)).astype(np.float32)
 
     def term_weights(p, x):  # mostly zero, non-negative, like SPLADE's

@@ -115,12 +115,15 @@ def _model_class():
         def texts(self, prompt_type: str | None, texts: Sequence[str],
                   prefix: str | None = None) -> np.ndarray:
             """``[n, D]`` float32, each distinct text encoded once (an STS or pair task
-            repeats its texts: Lee's 2,450 are 50)."""
+            repeats its texts: Lee's 2,450 are 50), L2-normalised where the model's output is
+            (a Normalize module; a run compared by cosine): what k-means and a classifier see."""
             fn = {"query": self.encoders.query, "document": self.encoders.document}.get(
                 prompt_type, self.encoders.plain)
             distinct = list(dict.fromkeys(texts))
             row = {t: i for i, t in enumerate(distinct)}
             out = np.asarray(fn(distinct, prefix), np.float32)
+            if self.encoders.normalized:
+                out = out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
             return out[np.asarray([row[t] for t in texts], np.int64)]
 
         def for_task(self, name: str, kind: str):

@@ -117,8 +117,11 @@ class Encoders:
     plain: Callable[[Sequence[str]], np.ndarray] | None = None
     identity: str = ""  # the model's path, checkpoint step and lengths: what names its cache
     instructed: bool = False  # its queries or documents carry a prefix (an instruction)
-    parameters: int = 0  # the encoder's parameter count (its ``params`` collection)
+    parameters: int = 0  # the run's trained parameters (its ``params``: adapters included)
     max_tokens: int = 0  # the longest text it reads, in tokens (the longer side's length)
+    # its declared output is unit length: a Normalize module, or a run compared by cosine (as
+    # its export writes it); the callables return the vectors before that normalisation
+    normalized: bool = False
 
 
 def max_len_limit(*, workdir: str | None = None, init_from: str | None = None
@@ -183,6 +186,7 @@ def encoders_of(*, workdir: str | None = None, init_from: str | None = None, max
         document = represent = query
         plain_sides = sides
         identity = f"{Path(init_from).absolute()}|{length}"
+        normalized = loaded.config.normalize
     else:
         from repr_jax.train.run import load_trained
         check_text_run(workdir)
@@ -197,6 +201,7 @@ def encoders_of(*, workdir: str | None = None, init_from: str | None = None, max
         represent = method.embed  # as the run's similarity sets embed: no prefix
         plain_sides = Sides.of(max_len or cfg.data.max_len or 64)
         identity = f"{Path(workdir).absolute()}|step {int(jax.device_get(state.step))}|{length}"
+        normalized = cfg.eval.retrieval.similarity == "cosine"
     if cache_dir:
         cache_dir = files.no_symlinks(
             Path(cache_dir) / hashlib.blake2b(identity.encode(), digest_size=8).hexdigest(),
@@ -221,7 +226,7 @@ def encoders_of(*, workdir: str | None = None, init_from: str | None = None, max
     return Encoders(texts_to("query"), texts_to("pos"), texts_to("x"), identity,
                     bool(sides.query_prefix or sides.doc_prefix),
                     sum(int(np.size(x)) for x in jax.tree_util.tree_leaves(params)),
-                    max(sides.query_len, sides.doc_len))
+                    max(sides.query_len, sides.doc_len), normalized)
 
 
 def check_max_len(max_len: int, *, workdir: str | None = None,

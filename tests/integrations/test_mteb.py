@@ -358,6 +358,7 @@ def test_prompts_replace_the_runs_instruction_most_specific_first(tmp_path):
     assert not np.allclose(plain, prefixed, atol=1e-3)
     # mteb's model metadata: BERT's count less its pooler (22,713,216 - 384 * 385), 256 tokens
     assert (enc.parameters, enc.max_tokens) == (22_713_216 - 384 * 385, 256)
+    assert enc.normalized  # its 2_Normalize module: mteb's k-means and classifier see unit rows
     (tmp_path / "p.json").write_text('["not", "an object"]')
     with pytest.raises(ValueError, match="--prompts .*p.json: expected a JSON object of strings"):
         bridge.read_prompts(tmp_path / "p.json")

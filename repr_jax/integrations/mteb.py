@@ -162,7 +162,8 @@ def model(name: str, *, cache_dir: str | Path | None = None, batch_size: int = 1
     meta = ModelMeta(
         loader=None, name=f"repr_jax/{label}", revision=revision, release_date=None,
         languages=None, n_parameters=encoders.parameters or None, memory_usage_mb=None,
-        max_tokens=encoders.max_tokens or None, embed_dim=None, license=None, open_weights=True, public_training_code=None,
+        max_tokens=encoders.max_tokens or None, embed_dim=None, license=None,
+        open_weights=True, public_training_code=None,
         public_training_data=None, framework=["JAX"], similarity_fn_name="cosine",
         use_instructions=bool(encoders.instructed or prompts), training_datasets=None,
         reference=None)

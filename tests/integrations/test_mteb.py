@@ -367,8 +367,9 @@ def test_prompts_replace_the_runs_instruction_most_specific_first(tmp_path):
 @pytest.mark.slow
 def test_minilm_through_mteb_agrees_with_repr_jax(tmp_path, capsys):
     """The real thing (mteb installed: pip install -e ".[mteb]"): MiniLM on a task of each type
-    (a BEIR collection for retrieval) through mteb.evaluate; mteb's files are written, its main scores equal ours
-    (nDCG@10 to mteb's 5 rounded decimals), and a second run encodes nothing again."""
+    (a BEIR collection for retrieval) through mteb.evaluate; mteb's files are written, its main
+    scores equal ours (nDCG@10 to mteb's 5 rounded decimals), and a second run encodes nothing
+    again."""
     pytest.importorskip("mteb")
     from repr_jax.integrations import mteb as bridge
     tasks = (f"LeeSTS,beir:{collection(tmp_path, num_docs=200, num_queries=30)},"

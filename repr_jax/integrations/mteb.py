@@ -14,6 +14,11 @@ keyed by the model (path, checkpoint step, lengths) and the token ids, written v
 second ``repr-jax mteb`` on the same run encodes nothing again. The same embeddings give
 repr_jax's own per-example scores (:func:`repr_jax.integrations.mteb_tasks.per_example`), which
 pair the runs in the table and are checked against mteb's main score.
+
+A colbert, splade or cross_encoder run is mteb's other kind of model, a ``SearchProtocol``
+(``index`` a corpus, ``search`` it or reorder a reranking task's candidates), through
+:class:`repr_jax.train.rankers.Ranker`: MaxSim, the inverted index or the pair scores of the
+run's own evaluators. mteb gives such a model retrieval and reranking tasks only.
 """
 
 from __future__ import annotations
@@ -54,19 +59,41 @@ def check_mteb() -> str:
 
 def check_model(name: str) -> str:
     """``"run"`` or ``"pretrained"`` for a text bi-encoder run or a sentence-transformers folder
-    (``minilm``), from its files alone; anything else a one-line ValueError saying why."""
-    from repr_jax.train.arms import check_arm, is_sparse
+    (``minilm``), ``"ranker"`` for a colbert, splade or cross_encoder run (mteb's search
+    protocol), from its files alone; anything else a one-line ValueError saying why."""
+    from repr_jax.train.arms import check_arm
+    from repr_jax.train.rankers import RANKING_METHODS, method_of
     if name == "bm25":
-        raise ValueError("--workdir bm25: BM25 has no embeddings to hand mteb; give a text "
-                         "bi-encoder run or a sentence-transformers folder")
-    kind = check_arm(name, label=f"--workdir {name}")
-    if kind == "run":
-        from repr_jax import config as config_lib
-        if is_sparse(config_lib.load_json(Path(name) / "config.json")):
-            raise ValueError(f"--workdir {name}: a splade run's term weights need mteb's sparse "
-                             f"search, which repr-jax mteb does not drive yet; use repr-jax "
-                             f"compare for it")
-    return kind
+        raise ValueError("--workdir bm25: BM25 has no embeddings to hand mteb (mteb has its own: "
+                         "mteb.get_model('mteb/baseline-bm25s')); give a repr_jax run or a "
+                         "sentence-transformers folder")
+    if (Path(name) / "config.json").is_file() and \
+            not (Path(name) / "model.safetensors").is_file():
+        try:
+            method = method_of(name)
+        except (OSError, ValueError):
+            method = None  # check_arm says what is wrong with it
+        if method in RANKING_METHODS:
+            from repr_jax.train.mine import check_text_run
+            check_text_run(name)
+            return "ranker"
+    return check_arm(name, label=f"--workdir {name}")
+
+
+def check_pairing(name: str, method: str, tasks: Sequence[mteb_tasks.Task]) -> None:
+    """A ranker (``method``: colbert, splade, cross_encoder) on a task it cannot do is a
+    one-line ValueError: mteb gives a search model retrieval and reranking tasks only, and a
+    cross-encoder only reorders a reranking task's candidates."""
+    allowed = ("Reranking",) if method == "cross_encoder" else ("Retrieval", "Reranking")
+    wrong = [t.name for t in tasks if t.type not in allowed]
+    if wrong:
+        what = ("reorders a first stage's candidates (it reads each query with each document)"
+                if method == "cross_encoder" else "ranks documents, it embeds no text as one "
+                                                  "vector")
+        able = [t.name for t in mteb_tasks.TASKS.values() if t.type in allowed]
+        raise ValueError(f"--workdir {name}: a {method} run {what}: it cannot do "
+                         f"{', '.join(wrong)}; its tasks are {', '.join(able)}"
+                         f"{' and beir:DIR' if 'Retrieval' in allowed else ''}")
 
 
 def prompt_for(prompts: dict[str, str], name: str, kind: str, prompt_type: str | None
@@ -142,7 +169,94 @@ def _model_class():
             # widened: mteb's similarities then carry no float32 rounding that ours lack
             return embed(kind, texts).astype(np.float64)
 
+        def scored(self, task: mteb_tasks.Task, data) -> mteb_tasks.Scored:
+            """repr_jax's per-example scores of ``task`` from the same embeddings."""
+            return mteb_tasks.per_example(data, self.for_task(task.name, task.type))
+
     return ReprJaxModel
+
+
+MTEB_TOP_K = 1000  # what mteb's retrieval tasks ask a search for (their largest cut-off)
+
+
+@functools.cache
+def _search_class():
+    class ReprJaxSearch:
+        """A colbert, splade or cross_encoder run in mteb: its ``SearchProtocol`` (``index``,
+        ``search``), through :class:`repr_jax.train.rankers.Ranker`; each search's scores kept
+        for the per-example scores of the same task, which are repr_jax's from them."""
+
+        def __init__(self, ranker, meta):
+            self.ranker, self.mteb_model_meta = ranker, meta
+            self.corpus: tuple[list[str], list[str]] | None = None
+            self.memo: dict[str, np.ndarray | tuple] = {}
+
+        def _kept(self, parts, compute):
+            h = hashlib.blake2b(digest_size=16)
+            for p in parts:
+                h.update(p.tobytes() if isinstance(p, np.ndarray) else
+                         "\0".join(p).encode() if isinstance(p, list) else str(p).encode())
+                h.update(b"\1")
+            key = h.hexdigest()
+            if key not in self.memo:
+                self.memo[key] = compute()
+            return self.memo[key]
+
+        def top(self, queries: list[str], corpus: list[str], k: int):
+            if self.ranker.search is None:
+                raise ValueError("a cross_encoder run reorders a reranking task's candidates; "
+                                 "it cannot search a whole corpus")
+            return self._kept(("top", queries, corpus, k),
+                              lambda: self.ranker.search(queries, corpus, k))
+
+        def pairs(self, queries: list[str], corpus: list[str], q_of, d_of) -> np.ndarray:
+            q_of, d_of = np.asarray(q_of, np.int64), np.asarray(d_of, np.int64)
+            return self._kept(("pairs", queries, corpus, q_of, d_of),
+                              lambda: self.ranker.pairs(queries, corpus, q_of, d_of))
+
+        def index(self, corpus, *, task_metadata, hf_split, hf_subset, encode_kwargs,
+                  num_proc=None, **kwargs) -> None:
+            titles = corpus["title"] if "title" in corpus.column_names else None
+            texts = [(f"{titles[i]} {t}".strip() if titles and titles[i] else t)
+                     for i, t in enumerate(corpus["text"])]  # as mteb joins a title
+            self.corpus = (list(corpus["id"]), texts)
+
+        def search(self, queries, *, task_metadata, hf_split, hf_subset, top_k, encode_kwargs,
+                   top_ranked=None, num_proc=None, **kwargs) -> dict[str, dict[str, float]]:
+            if self.corpus is None:
+                raise ValueError("search before index: mteb indexes the corpus first")
+            doc_ids, docs = self.corpus
+            q_ids, texts = list(queries["id"]), list(queries["text"])
+            out: dict[str, dict[str, float]] = {}
+            if top_ranked is None:
+                scores, ids = self.top(texts, docs, top_k)
+                for qid, srow, irow in zip(q_ids, np.asarray(scores).tolist(),
+                                           np.asarray(ids).tolist()):
+                    out[qid] = {doc_ids[j]: s for s, j in zip(srow, irow)}
+                return out
+            at = {d: j for j, d in enumerate(doc_ids)}
+            q_of, d_of = [], []
+            for i, qid in enumerate(q_ids):
+                for d in top_ranked.get(qid, ()):
+                    q_of.append(i)
+                    d_of.append(at[d])
+            scores = self.pairs(texts, docs, q_of, d_of)
+            for i, j, s in zip(q_of, d_of, scores.tolist()):
+                out.setdefault(q_ids[i], {})[doc_ids[j]] = s
+            return out
+
+        def scored(self, task: mteb_tasks.Task, data) -> mteb_tasks.Scored:
+            """repr_jax's per-query nDCG@10 from the same scores mteb was handed."""
+            queries, corpus = list(data.queries), list(data.corpus)
+            if data.candidates is None:
+                scores, ids = self.top(queries, corpus, MTEB_TOP_K)
+                return mteb_tasks.ranked(data, scores, ids)
+            cand = np.asarray(data.candidates, np.int64)
+            q_of = np.repeat(np.arange(cand.shape[0]), cand.shape[1])
+            scores = self.pairs(queries, corpus, q_of, cand.reshape(-1))
+            return mteb_tasks.ranked(data, scores.reshape(cand.shape), cand)
+
+    return ReprJaxSearch
 
 
 def model(name: str, *, cache_dir: str | Path | None = None, batch_size: int = 128,
@@ -155,18 +269,29 @@ def model(name: str, *, cache_dir: str | Path | None = None, batch_size: int = 1
     from repr_jax.train.mine import encoders_of
     kind = check_model(name)
     label = Path(name).name
-    where = dict(init_from=name) if kind == "pretrained" else dict(workdir=name)
-    encoders = encoders_of(**where, batch_size=batch_size, cache_dir=cache_dir,
-                           progress=f"{label}: encoding" if progress else False)
+    if kind == "ranker":
+        from repr_jax.train.rankers import ranker_of
+        encoders = ranker_of(name, batch_size=batch_size, cache_dir=cache_dir,
+                             progress=label if progress else False)
+        if prompts:
+            print(f"repr-jax mteb: --prompts not used for {name}: a {encoders.method} run reads "
+                  f"with its own prefixes", file=sys.stderr)
+    else:
+        where = dict(init_from=name) if kind == "pretrained" else dict(workdir=name)
+        encoders = encoders_of(**where, batch_size=batch_size, cache_dir=cache_dir,
+                               progress=f"{label}: encoding" if progress else False)
     revision = hashlib.blake2b(encoders.identity.encode(), digest_size=6).hexdigest()
     meta = ModelMeta(
         loader=None, name=f"repr_jax/{label}", revision=revision, release_date=None,
         languages=None, n_parameters=encoders.parameters or None, memory_usage_mb=None,
         max_tokens=encoders.max_tokens or None, embed_dim=None, license=None,
         open_weights=True, public_training_code=None,
-        public_training_data=None, framework=["JAX"], similarity_fn_name="cosine",
-        use_instructions=bool(encoders.instructed or prompts), training_datasets=None,
-        reference=None)
+        public_training_data=None, framework=["JAX"],
+        similarity_fn_name=None if kind == "ranker" else "cosine",
+        use_instructions=bool(encoders.instructed or (prompts and kind != "ranker")),
+        training_datasets=None, reference=None)
+    if kind == "ranker":
+        return _search_class()(encoders, meta)
     return _model_class()(encoders, meta, dict(prompts or {}))
 
 
@@ -245,12 +370,16 @@ def mteb_task(task: mteb_tasks.Task, data):
     for qi, di, gi in zip(q.tolist(), d.tolist(), g.tolist()):
         relevant.setdefault(data.query_ids[qi], {})[data.doc_ids[di]] = int(gi)
 
+    top_ranked = None if data.candidates is None else {
+        data.query_ids[i]: [data.doc_ids[j] for j in row]
+        for i, row in enumerate(np.asarray(data.candidates).tolist())}
+
     def load_retrieval(self, num_proc=None, **kwargs):
         self.dataset = {"default": {"test": RetrievalSplitData(
             queries=Dataset.from_dict({"id": data.query_ids, "text": data.queries}),
             corpus=Dataset.from_dict({"id": data.doc_ids, "text": data.corpus,
                                       "title": [""] * len(data.corpus)}),
-            relevant_docs=relevant, top_ranked=None)}}
+            relevant_docs=relevant, top_ranked=top_ranked)}}
         self.data_loaded = True
     cls = type(task.name, (AbsTaskRetrieval,), dict(
         metadata=meta, ignore_identical_ids=True, load_data=load_retrieval))
@@ -267,7 +396,9 @@ def prepare(names: Sequence[str], task_names: Sequence[str] | str, out: str | Pa
         raise ValueError(f"--workdir names {', '.join(twice)} more than once; give each model "
                          f"once (the first is the baseline)")
     for name in names:
-        check_model(name)
+        if check_model(name) == "ranker":
+            from repr_jax.train.rankers import method_of
+            check_pairing(name, method_of(name), tasks)
     out = files.check_output(out, flag="--out", inputs=names, folder=True)
     data = {}
     for t in tasks:
@@ -303,8 +434,7 @@ def run(names: Sequence[str], task_names: Sequence[str] | str, out: str | Path, 
                                    cache=ResultCache(out), overwrite_strategy="always",
                                    show_progress_bar=progress)
         mteb_scores[name] = {r.task_name: float(r.get_score()) for r in result.task_results}
-        scores[name] = {t.name: mteb_tasks.per_example(data[t.name], m.for_task(t.name, t.type))
-                        for t in tasks}
+        scores[name] = {t.name: m.scored(t, data[t.name]) for t in tasks}
     rows = mteb_tasks.table(scores, {t.name: t.type for t in tasks}, bootstrap=bootstrap)
     for r in rows:
         r["mteb"] = mteb_scores[r["run"]].get(r["task"], math.nan)

@@ -5,6 +5,7 @@ them, so that runs can be paired where mteb reports one number per task (no mteb
 task                       type      from
 ========================== ========= ==========================================================
 WordNetDefinitionRetrieval Retrieval WordNet's test split: a definition finds its lemma list
+WordNetDefinitionReranking Reranking the same queries, each reordering BM25's 20 best documents
 LeeSTS                     STS       gensim's Lee et al. 2005 documents (1,225 rated pairs)
 WordSim353                 STS       gensim's wordsim353.tsv
 SimLex999                  STS       gensim's simlex999.txt
@@ -45,6 +46,7 @@ import numpy as np
 
 BEIR = "beir:"
 RETRIEVAL_K = 10  # nDCG@10: mteb's main score for retrieval
+RERANK_DEPTH = 20  # a reranking task's candidates per query (mteb's English ones have 20-30)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,10 +59,15 @@ class RetrievalData:
     corpus: list[str]
     judged: tuple[np.ndarray, np.ndarray, np.ndarray]
     exclude: np.ndarray
+    # a reranking task's [Q, K] corpus rows, each query's first-stage candidates (BM25's best
+    # first): all a model reorders. None: the whole corpus is searched
+    candidates: np.ndarray | None = None
 
     def size(self) -> str:
+        reranked = "" if self.candidates is None else \
+            f", BM25's top {self.candidates.shape[1]} of each query reranked"
         return (f"{len(self.queries)} queries, {len(self.corpus)} documents, "
-                f"{len(self.judged[0])} judgements")
+                f"{len(self.judged[0])} judgements{reranked}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -168,6 +175,15 @@ def _similarity(name: str, low: float, high: float) -> Callable[[], STSData]:
     return load
 
 
+def _wordnet_reranking() -> RetrievalData:
+    """The retrieval task with each query's :data:`RERANK_DEPTH` best documents by BM25
+    (:class:`repr_jax.eval.bm25.BM25`, ``O(Q N)``) as its candidates."""
+    from repr_jax.eval.bm25 import BM25
+    data = _wordnet()
+    ids, _ = BM25(data.corpus).topk(data.queries, RERANK_DEPTH)
+    return dataclasses.replace(data, candidates=ids)
+
+
 def _gettext_bitext() -> BitextData:
     from repr_jax.eval.bitext import LOCALE_DIR, language_pairs
     pairs, skipped = language_pairs(tuple(BITEXT_CODES), "iso_3166-1", LOCALE_DIR)
@@ -233,6 +249,9 @@ TASKS = {t.name: t for t in (
     Task("WordNetDefinitionRetrieval", "Retrieval", "ndcg_at_10",
          "A WordNet definition finds its synset's lemma list (the first 2,000 synsets of the "
          "test split; a lemma list shared by synsets is relevant to each).", _wordnet),
+    Task("WordNetDefinitionReranking", "Reranking", "ndcg_at_10",
+         "The retrieval task's queries, each with BM25's 20 best documents to reorder (a "
+         "cross-encoder's task: mteb's reranking).", _wordnet_reranking),
     Task("LeeSTS", "STS", "cosine_spearman",
          "Lee et al. 2005: 50 news documents, every pair rated by people (mean rating).",
          _similarity("lee", 0.0, 1.0)),
@@ -403,12 +422,34 @@ def _retrieval(data: RetrievalData, encode: Encode) -> Scored:
     from repr_jax.eval.retrieval import SparseQrels, retrieve, topk_metrics, without
     q = encode("query", list(data.queries))
     c = encode("document", list(data.corpus))
+    if data.candidates is not None:  # reranking: the cosine of each query with its candidates
+        cand = np.asarray(data.candidates, np.int64)
+        return ranked(data, np.einsum("qd,qkd->qk", _unit64(q), _unit64(c)[cand]), cand)
     qrels = SparseQrels(*data.judged, (len(data.queries), len(data.corpus)))
     _, idx = retrieve(q, c, k=min(RETRIEVAL_K + 1, len(data.corpus)))
     if idx.shape[1] > RETRIEVAL_K or (data.exclude >= 0).any():  # k + 1 found: drop one
         idx = without(idx, data.exclude)
     per_q = topk_metrics(idx, qrels, (RETRIEVAL_K,), per_query=True)[f"ndcg@{RETRIEVAL_K}"]
     per_q = np.asarray(per_q)
+    return Scored((per_q,), None, float(np.mean(per_q, dtype=np.float64)))
+
+
+def ranked(data: RetrievalData, scores_QxK: np.ndarray, ids_QxK: np.ndarray) -> Scored:
+    """Per-query nDCG@10 of each query's scored corpus rows ``ids_QxK`` (a search's top k, or
+    a reranking task's candidates), ordered as pytrec_eval orders what mteb hands it: by score,
+    ties by document id as text, the later first (trec_eval's order); a query's own id left
+    out. Time ``O(Q K log K)``."""
+    from repr_jax.eval.retrieval import SparseQrels, topk_metrics, without
+    ids = np.asarray(ids_QxK, np.int64)
+    names = np.asarray(data.doc_ids)
+    text_rank = np.argsort(np.argsort(names, kind="stable"), kind="stable")
+    order = np.lexsort((-text_rank[ids], -np.asarray(scores_QxK, np.float64)), axis=-1)
+    ids = np.take_along_axis(ids, order, axis=1)
+    if (data.exclude >= 0).any():
+        ids = without(np.concatenate([ids, ids[:, -1:]], axis=1), data.exclude)
+    qrels = SparseQrels(*data.judged, (len(data.queries), len(data.corpus)))
+    per_q = np.asarray(topk_metrics(ids[:, :RETRIEVAL_K], qrels, (RETRIEVAL_K,),
+                                    per_query=True)[f"ndcg@{RETRIEVAL_K}"])
     return Scored((per_q,), None, float(np.mean(per_q, dtype=np.float64)))
 
 

@@ -282,8 +282,9 @@ def test_list_is_one_task_a_line_name_first(capsys):
     assert cli.main(["mteb", "--list"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert [ln.split()[0] for ln in lines] == list(mteb_tasks.TASKS) + ["beir:DIR"]
-    assert "pairs in 7 languages" in lines[5]
+    assert "pairs in 7 languages" in lines[6]
     assert lines[0].split()[1] == "Retrieval" and "2000 queries" in lines[0]
+    assert lines[1].split()[1] == "Reranking" and "BM25's top 20 of each query" in lines[1]
 
 
 def test_mteb_missing_or_out_of_range_is_one_line(monkeypatch, tmp_path, capsys):
@@ -329,6 +330,77 @@ def test_a_task_whose_data_is_missing_is_named(tmp_path, monkeypatch):
                                          ".*no iso_3166-1.mo.*apt-get install iso-codes"):
         bridge.prepare(["minilm"], "LeeSTS,GettextCountryBitextMining", tmp_path / "out")
     assert not (tmp_path / "out").exists()  # nothing written before the checks passed
+
+
+def _pytrec(data, run) -> dict[str, float]:
+    import pytrec_eval
+    qrels = {}
+    for qi, di, g in zip(*data.judged):
+        qrels.setdefault(data.query_ids[qi], {})[data.doc_ids[di]] = int(g)
+    per_q = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut.10"}).evaluate(run)
+    return {k: v["ndcg_cut_10"] for k, v in per_q.items()}
+
+
+def test_a_search_models_ties_are_ordered_as_pytrec_eval_orders_them(tmp_path):
+    """Scores of one decimal (ties everywhere, the gold documents among them): per-query nDCG@10
+    equals pytrec_eval's on the same {query: {document: score}}, a query's own id left out."""
+    data = mteb_tasks.task(f"beir:{collection(tmp_path)}").load()
+    rng = np.random.default_rng(0)
+    scores = np.round(rng.uniform(size=(len(data.queries), len(data.corpus))), 1)
+    q, d, _ = data.judged
+    scores[q, d] = 1.0  # tied with a twentieth of the corpus: ties decide the top 10
+    ids = np.argsort(-scores, axis=1, kind="stable")[:, :40]
+    top = np.take_along_axis(scores, ids, 1)
+    scored = mteb_tasks.ranked(data, top, ids)
+    run = {qid: {data.doc_ids[j]: float(s) for j, s in zip(row, srow) if data.doc_ids[j] != qid}
+           for qid, row, srow in zip(data.query_ids, ids, top)}
+    ref = _pytrec(data, run)
+    for qid, value in zip(data.query_ids, scored.arrays[0]):
+        assert value == pytest.approx(ref[qid], abs=1e-6), qid
+    shuffled = rng.permutation(ids.shape[1])  # the order handed over does not matter
+    again = mteb_tasks.ranked(data, top[:, shuffled], ids[:, shuffled])
+    assert again.value == scored.value and 0.1 < scored.value < 0.9
+
+
+def test_a_reranking_task_reorders_its_candidates_by_cosine(tmp_path):
+    """The retrieval task with BM25's candidates: per-query nDCG@10 of the candidates reordered
+    by cosine, as pytrec_eval scores mteb's reranking of them; the WordNet task has 20 each."""
+    from repr_jax.eval.bm25 import BM25
+    data = mteb_tasks.task(f"beir:{collection(tmp_path)}").load()
+    ids, _ = BM25(data.corpus).topk(data.queries, 15)
+    data = dataclasses.replace(data, candidates=ids)
+    encode = bag_of_words()
+    scored = mteb_tasks.per_example(data, encode)
+    q, c = (mteb_tasks._unit64(encode(k, t)) for k, t in (("query", data.queries),
+                                                          ("document", data.corpus)))
+    run = {qid: {data.doc_ids[j]: float(q[i] @ c[j]) for j in row if data.doc_ids[j] != qid}
+           for i, (qid, row) in enumerate(zip(data.query_ids, ids))}
+    ref = _pytrec(data, run)
+    for qid, value in zip(data.query_ids, scored.arrays[0]):
+        assert value == pytest.approx(ref[qid], abs=1e-6), qid
+    task = mteb_tasks.task("WordNetDefinitionReranking")
+    assert task.type == "Reranking" and task.main_score == "ndcg_at_10"
+
+
+@pytest.mark.parametrize("method,tasks,why", [
+    ("colbert", "LeeSTS,WordNetDefinitionRetrieval",
+     "a colbert run ranks documents, it embeds no text as one vector: it cannot do LeeSTS; its "
+     "tasks are WordNetDefinitionRetrieval, WordNetDefinitionReranking and beir:DIR"),
+    ("cross_encoder", "WordNetDefinitionRetrieval",
+     "a cross_encoder run reorders a first stage's candidates .*: it cannot do "
+     "WordNetDefinitionRetrieval; its tasks are WordNetDefinitionReranking$"),
+])
+def test_a_ranker_on_a_task_it_cannot_do_is_refused(tmp_path, method, tasks, why):
+    from repr_jax import config
+    from repr_jax.integrations import mteb as bridge
+    run = tmp_path / method
+    config.save_json(config.Config(data=config.DataConfig(name="wordnet"),
+                                   encoder=config.EncoderConfig(name="text_transformer"),
+                                   method=config.MethodConfig(name=method)),
+                     run / "config.json")
+    assert bridge.check_model(str(run)) == "ranker"
+    with pytest.raises(ValueError, match=f"^--workdir {run}: {why}"):
+        bridge.prepare([str(run)], tasks, tmp_path / "out")
 
 
 def test_a_model_given_twice_is_refused(tmp_path):
@@ -388,3 +460,41 @@ def test_minilm_through_mteb_agrees_with_repr_jax(tmp_path, capsys):
     assert bridge.run(["minilm"], tasks, out, bootstrap=100, progress=False)[0]["value"] == \
         rows[0]["value"]
     assert sorted(p.name for p in (out / "embeddings").rglob("*.npz")) == cached
+
+
+@pytest.mark.slow
+def test_search_models_through_mteb_agree_with_repr_jax(tmp_path):
+    """colbert, splade and cross_encoder runs as mteb search models (mteb installed): MiniLM and
+    the three on the reranking task in one paired table, ColBERT and SPLADE searching a BEIR
+    collection; mteb's nDCG@10 equals ours from the same scores (to its 5 decimals)."""
+    pytest.importorskip("mteb")
+    from repr_jax import config as C
+    from repr_jax.integrations import mteb as bridge
+    from repr_jax.train import train_and_evaluate
+    root = beir.synthetic_collection(tmp_path / "coll", num_docs=60, num_queries=12,
+                                     num_train=32, seed=3)
+    runs = []
+    for method in ("colbert", "splade", "cross_encoder"):
+        cfg = C.Config(
+            seed=0, data=C.DataConfig(name=f"beir:{root}", max_len=16,
+                                      data_dir=str(tmp_path / "tfds")),
+            encoder=C.EncoderConfig(name="text_transformer", width=16, depth=1, num_heads=2,
+                                    mlp_dim=32),
+            method=C.MethodConfig(name=method), optim=C.OptimConfig(lr=1e-3, warmup_steps=0),
+            train=C.TrainConfig(batch_size=8, steps=2, ckpt_every=0, num_devices=1),
+            eval=C.EvalConfig(evaluators=(), bootstrap=0, reference_rows=False))
+        train_and_evaluate(cfg, tmp_path / method, progress=False, verbose=False)
+        runs.append(str(tmp_path / method))
+    rows = bridge.run(["minilm"] + runs, "WordNetDefinitionReranking", tmp_path / "rr",
+                      bootstrap=100, progress=False)
+    rows += bridge.run(runs[:2], f"beir:{root}", tmp_path / "full", bootstrap=100,
+                       progress=False)
+    per_task = [r for r in rows if not r["task"].endswith(")")]
+    assert len(per_task) == 6
+    for r in per_task:
+        assert abs(r["value"] - r["mteb"]) <= 5e-6, r
+    minilm = next(r for r in per_task if r["run"] == "minilm")
+    assert minilm["value"] > max(r["value"] for r in per_task[1:4])  # 2 steps vs a real model
+    assert all(r["p_value"] < 0.05 for r in per_task[1:4])  # paired against it
+    assert {p.stem for p in (tmp_path / "rr" / "results").rglob("*.json")} >= {
+        "WordNetDefinitionReranking", "model_meta"}

@@ -338,16 +338,19 @@ class Scored:
     parts: tuple["Scored", ...] = ()
     normal: bool = False
     replicates: np.ndarray | None = None
+    examples: int = 0  # the rows each replicate resamples (a task scored by replicates)
 
     def __len__(self) -> int:
+        if self.replicates is not None:
+            return self.examples
         return sum(map(len, self.parts)) if self.parts else len(self.arrays[0])
 
     @classmethod
     def of_replicates(cls, examples: int, replicates: np.ndarray) -> "Scored":
         """A score that is the mean of ``replicates`` over resamples of ``examples`` rows."""
         values = np.asarray(replicates, np.float64)
-        return cls((np.zeros(examples),), None, float(np.mean(values)), normal=True,
-                   replicates=values)
+        return cls((), None, float(np.mean(values)), normal=True, replicates=values,
+                   examples=examples)
 
 
 Encode = Callable[[str | None, list[str]], np.ndarray]

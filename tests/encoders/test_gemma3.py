@@ -232,6 +232,23 @@ def test_rope_scalings_by_hand():
         np.testing.assert_array_equal(rope(x, pos, 1e4, (kind, 1.0, 64)), rope(x, pos, 1e4))
 
 
+def test_rope_scalings_equal_transformers():
+    """Linear and YaRN inverse frequencies and attention factors equal transformers'
+    ``ROPE_INIT_FUNCTIONS`` (``tests/data/make_rope_reference.py``: Gemma 3 4B's linear factor 8,
+    YaRN at head sizes 16 to 256 and factors 4 to 16) to float32 rounding."""
+    import json
+    from pathlib import Path
+
+    from repr_jax.encoders.decoder_lm import rope_frequencies
+    ref = json.loads((Path(__file__).parents[1] / "data" / "rope_reference.json").read_text())
+    assert {c["kind"] for c in ref["cases"]} == {"linear", "yarn"}
+    for c in ref["cases"]:
+        inv, factor = rope_frequencies(c["d"], c["base"], c["kind"], c["factor"],
+                                       c["original_context"])
+        np.testing.assert_allclose(inv, c["inv_freq"], rtol=1e-6, err_msg=str(c["kind"]))
+        assert factor == pytest.approx(c["attention_factor"], rel=1e-12)
+
+
 @pytest.mark.parametrize("fields,match", [
     (dict(rope_factor=0.0), "RoPE scaling factor 0.0 must be > 0"),
     (dict(rope_scaling="dynamic"), "rope_scaling 'dynamic'; choose from: none, linear, ntk, yarn"),

@@ -101,9 +101,8 @@ def rope_frequencies(d: int, base: float, scaling: str = "none", factor: float =
     divided by the factor, Chen et al. 2023); ``ntk`` (static NTK-aware: the base times ``factor
     ** (d / (d - 2))``, which keeps the highest frequency and divides the lowest by the factor;
     transformers has only the dynamic form, whose base follows the length read); ``yarn`` (Peng
-    et al.
-    2023: frequencies that turn more than 32 times within ``original_context`` kept, fewer than
-    once interpolated by the factor, a linear ramp between; cos and sin times
+    et al. 2023: frequencies that turn more than 32 times within ``original_context`` kept,
+    fewer than once interpolated by the factor, a linear ramp between; cos and sin times
     ``0.1 ln(factor) + 1``, on queries and keys alike, as transformers does). ``linear`` and
     ``yarn`` equal transformers' ``ROPE_INIT_FUNCTIONS`` (tested). Time ``O(d)``."""
     exponents = jnp.arange(0, d, 2, dtype=jnp.float32) / d

@@ -401,7 +401,9 @@ def _parser() -> argparse.ArgumentParser:
 
     mt = sub.add_parser("mteb", help="runs on offline MTEB tasks through mteb, paired table",
                         description="Hand text bi-encoder runs (or sentence-transformers "
-                        "folders: minilm) to mteb 2.x as models and run the offline tasks built "
+                        "folders: minilm) to mteb 2.x as models, and colbert, splade and "
+                        "cross_encoder runs as search models (retrieval and reranking tasks "
+                        "only), and run the offline tasks built "
                         "from data that ships here (--list), or any beir:DIR: mteb's result "
                         "files under --out, and one table of each task's main score with its "
                         "interval and every run's paired bootstrap difference from the first "

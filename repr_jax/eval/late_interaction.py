@@ -30,6 +30,7 @@ from repr_jax.eval.stats import with_ci
 
 STORAGES = ("float16", "int8")
 SCORE_ELEMENTS = 1 << 25  # query tokens x document tokens scored at once (128 MiB of float32)
+PAIR_DOCS = 1024  # distinct documents embedded at once when scoring pairs
 
 
 def maxsim(q_BxTqxD, q_mask, d_NxTdxD, d_mask) -> jax.Array:
@@ -199,19 +200,74 @@ def search(index: TokenIndex, q_QxTqxD, q_mask, *, k: int = 10, tile: int = 256,
     return np.asarray(best_s), np.asarray(best_i)
 
 
-def embed_tokens(token_fn: Callable, variables: Any, ids, *,
-                 batch_size: int = 128) -> tuple[np.ndarray, np.ndarray]:
-    """``(vectors [Q, T, d], mask [Q, T])`` of queries in memory (batched). Time: the encoder on
-    ``Q`` texts; memory ``O(Q T d)``."""
+def embed_tokens(token_fn: Callable, variables: Any, ids, *, batch_size: int = 128,
+                 pad_id: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """``(vectors [Q, T, d], mask [Q, T])`` of token-id rows in memory (batched). With
+    ``pad_id``, each batch is cut to its longest row and the last one padded to ``batch_size``
+    rows (few compiled shapes). Time: the encoder on ``Q`` texts; memory ``O(Q T d)``."""
     fn = jax.jit(token_fn)
-    outs = [fn(variables, jnp.asarray(np.asarray(ids[i:i + batch_size])))
-            for i in range(0, len(ids), batch_size)]
-    width = max(o[0].shape[1] for o in outs)  # query expansion may widen short batches
-    vecs = np.concatenate([np.pad(np.asarray(v), ((0, 0), (0, width - v.shape[1]), (0, 0)))
+    outs = []
+    for i in range(0, len(ids), batch_size):
+        batch = np.asarray(ids[i:i + batch_size])
+        real = len(batch)
+        if pad_id is not None:
+            batch = trim_padding(batch, pad_id)
+            if real < batch_size:
+                batch = np.concatenate([batch, np.full((batch_size - real,) + batch.shape[1:],
+                                                       pad_id, batch.dtype)])
+        vecs, mask = fn(variables, jnp.asarray(batch))
+        outs.append((np.asarray(vecs)[:real], np.asarray(mask)[:real]))
+    width = max(o[0].shape[1] for o in outs)  # query expansion or trimming: widths differ
+    vecs = np.concatenate([np.pad(v, ((0, 0), (0, width - v.shape[1]), (0, 0)))
                            for v, _ in outs])
-    mask = np.concatenate([np.pad(np.asarray(m), ((0, 0), (0, width - m.shape[1])))
-                           for _, m in outs])
+    mask = np.concatenate([np.pad(m, ((0, 0), (0, width - m.shape[1]))) for _, m in outs])
     return vecs, mask
+
+
+_paired_scores = jax.jit(paired_maxsim)
+
+
+def score_pairs(query_fn: Callable, doc_fn: Callable, variables: Any, queries, docs,
+                q_of: np.ndarray, d_of: np.ndarray, *, pad_id: int, batch_size: int = 128,
+                progress: str = "") -> np.ndarray:
+    """``[P]``: MaxSim of query ``queries[q_of[p]]`` with document ``docs[d_of[p]]`` (token-id
+    rows; ``query_fn`` / ``doc_fn`` as :func:`build_index`'s ``token_fn``): each query and
+    document used is embedded once, where a pair score function (``rerank.score_pairs``) runs
+    the encoder once a pair. Documents go shortest first, ``PAIR_DOCS`` at a time. Time: the
+    encoder over the distinct texts, then ``O(P Tq Td d)``; memory: the used queries' vectors
+    and ``PAIR_DOCS`` documents' vectors."""
+    from tqdm.auto import tqdm
+    q_of, d_of = np.asarray(q_of, np.int64), np.asarray(d_of, np.int64)
+    out = np.zeros(len(d_of), np.float32)
+    if not len(d_of):
+        return out
+    q_used, q_at = np.unique(q_of, return_inverse=True)
+    q, qm = embed_tokens(query_fn, variables, np.asarray(queries[q_used]),
+                         batch_size=batch_size, pad_id=pad_id)
+    d_used, d_at = np.unique(d_of, return_inverse=True)
+    d_ids = np.asarray(docs[d_used])
+    by_length = np.argsort((d_ids != pad_id).sum(axis=1), kind="stable")
+    rank = np.empty_like(by_length)
+    rank[by_length] = np.arange(len(by_length))
+    pair_order = np.argsort(rank[d_at], kind="stable")  # pairs by their document's place
+    bounds = np.searchsorted(rank[d_at][pair_order], np.arange(0, len(d_used) + PAIR_DOCS,
+                                                                PAIR_DOCS))
+    for c, start in enumerate(tqdm(range(0, len(d_used), PAIR_DOCS), desc=progress or "pairs",
+                                   unit="chunk", leave=False, dynamic_ncols=True,
+                                   disable=not progress)):
+        d, dm = embed_tokens(doc_fn, variables, d_ids[by_length[start:start + PAIR_DOCS]],
+                             batch_size=batch_size, pad_id=pad_id)
+        rows = pair_order[bounds[c]:bounds[c + 1]]
+        for i in range(0, len(rows), batch_size):
+            part = rows[i:i + batch_size]
+            qi, di = q_at[part], rank[d_at[part]] - start
+            pad = batch_size - len(part)
+            if pad:  # one shape for every batch of a chunk
+                qi, di = np.pad(qi, (0, pad), mode="edge"), np.pad(di, (0, pad), mode="edge")
+            s = _paired_scores(jnp.asarray(q[qi]), jnp.asarray(qm[qi]), jnp.asarray(d[di]),
+                               jnp.asarray(dm[di]))
+            out[part] = np.asarray(s, np.float32)[:len(part)]
+    return out
 
 
 @config

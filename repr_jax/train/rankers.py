@@ -54,8 +54,9 @@ def ranker_of(workdir: str | Path, *, batch_size: int = 64, progress: bool | str
     built in a scratch folder beside it (``storage`` as ``eval.late_interaction.storage``).
 
     Cost, Q queries and N documents of T tokens: the encoder over the ``Q + N`` texts; then
-    ColBERT ``O(Q Tq N Td d)`` search, SPLADE ``O(postings touched)``; a pair costs one encoder
-    pass over both texts (cross-encoder, ColBERT) or a sparse row product (SPLADE)."""
+    ColBERT ``O(Q Tq N Td d)`` search, SPLADE ``O(postings touched)``; pairs cost one encoder
+    pass each (cross-encoder), or the encoder over their distinct texts and then a MaxSim
+    (ColBERT, ``O(Tq Td d)`` a pair) or a sparse row product (SPLADE)."""
     import jax
 
     from repr_jax import files
@@ -129,6 +130,16 @@ def ranker_of(workdir: str | Path, *, batch_size: int = 64, progress: bool | str
                                 progress=show and f"{label}: maxsim")
                 del index
             return out
+
+        def maxsim_pairs(queries, corpus, q_of, d_of):  # each text embedded once
+            qu, q_at = np.unique(np.asarray(q_of, np.int64), return_inverse=True)
+            du, d_at = np.unique(np.asarray(d_of, np.int64), return_inverse=True)
+            return li.score_pairs(method.token_vectors("query"), method.token_vectors("doc"),
+                                  variables, ids([queries[i] for i in qu], "query"),
+                                  ids([corpus[j] for j in du], "doc"), q_at, d_at,
+                                  pad_id=pad_id, batch_size=batch_size,
+                                  progress=show and f"{label}: pairs")
+        pairs = maxsim_pairs
     params = variables["params"] if "params" in variables else variables
     return Ranker(kind, search, pairs, identity,
                   bool(sides.query_prefix or sides.doc_prefix),

@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 from conftest import collection_vocab
 
+from repr_jax.eval import late_interaction
 from repr_jax.eval.late_interaction import (build_index, maxsim, open_index, paired_maxsim,
-                                            search)
+                                            score_pairs, search)
 from repr_jax.methods.colbert import ColBERT, colbert
 
 
@@ -75,6 +76,33 @@ def test_on_disk_search_equals_brute_force(tmp_path, storage, tol):
     with pytest.raises(ValueError, match="not a complete token index") as e:
         open_index(tmp_path / "idx")
     assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("docs, pairs, chunk", [(5, 7, 1024), (300, 2000, 64)])
+def test_pairs_embed_each_text_once_and_equal_the_direct_loop(monkeypatch, docs, pairs, chunk):
+    monkeypatch.setattr(late_interaction, "PAIR_DOCS", chunk)  # several chunks at the large size
+    rng = np.random.default_rng(2)
+    table = _unit(rng, 60, 8)
+    corpus = np.zeros((docs, 20), np.int32)
+    for row in corpus:
+        n = rng.integers(1, 20)
+        row[:n] = rng.integers(1, 60, n)
+    queries = rng.integers(0, 60, (11, 6)).astype(np.int32)
+    queries[:, 0] = 1 + queries[:, 0] % 59  # at least one token a query
+    q_of, d_of = rng.integers(0, 11, pairs), rng.integers(0, docs, pairs)
+    seen, embed = [], late_interaction.embed_tokens
+
+    def counted(fn, variables, ids, **kw):
+        seen.append(len(ids))
+        return embed(fn, variables, ids, **kw)
+
+    monkeypatch.setattr(late_interaction, "embed_tokens", counted)
+    fn = _token_fn(table)
+    got = score_pairs(fn, fn, None, queries, corpus, q_of, d_of, pad_id=0, batch_size=32)
+    full = _direct(table[queries], queries != 0, table[corpus], corpus != 0)
+    np.testing.assert_allclose(got, full[q_of, d_of], rtol=1e-5, atol=1e-6)
+    assert sum(seen) == len(np.unique(q_of)) + len(np.unique(d_of))  # no text read twice
+    assert len(score_pairs(fn, fn, None, queries, corpus, [], [], pad_id=0)) == 0
 
 
 def test_loss_is_a_softmax_over_maxsim_of_the_batch():

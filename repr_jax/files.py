@@ -443,6 +443,15 @@ def no_symlinks(path: str | Path, *, below: str | Path, what: str) -> Path:
     return path
 
 
+def keyed_cache(cache_dir: str | Path, identity: str, *, what: str) -> Path:
+    """The folder of ``cache_dir`` kept for ``identity`` (a run, its step and its reading):
+    named by a hash of it, so two runs never share cached vectors; checked by
+    :func:`no_symlinks`."""
+    import hashlib
+    digest = hashlib.blake2b(identity.encode(), digest_size=8).hexdigest()
+    return no_symlinks(Path(cache_dir) / digest, below=Path(cache_dir).parent, what=what)
+
+
 def _digest_path(path: Path) -> Path:
     return path.with_name(f"{path.name}.blake2b")
 

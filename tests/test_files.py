@@ -192,3 +192,15 @@ def test_a_symlinked_lock_is_refused_and_its_target_untouched(tmp_path):
     (run / ".lock").unlink()
     with WorkdirLock(run) as lock:  # an ordinary lock still works
         assert lock.path.read_text().startswith("pid ")
+
+
+def test_a_keyed_cache_is_one_folder_a_run_and_never_through_a_link(tmp_path):
+    from repr_jax.files import keyed_cache
+    a = keyed_cache(tmp_path / "cache", "/runs/a|step 10|q16 d16", what="cached embeddings")
+    b = keyed_cache(tmp_path / "cache", "/runs/a|step 20|q16 d16", what="cached embeddings")
+    assert a.parent == b.parent == tmp_path / "cache" and a != b
+    assert a == keyed_cache(tmp_path / "cache", "/runs/a|step 10|q16 d16", what="x")
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "cache").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(ValueError, match=r"cache is a symbolic link .*cached embeddings"):
+        keyed_cache(tmp_path / "cache", "/runs/a|step 10|q16 d16", what="cached embeddings")

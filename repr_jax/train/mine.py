@@ -18,7 +18,6 @@ time and ``O(N D)`` memory plus a tile.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import os
 import sys
@@ -203,9 +202,7 @@ def encoders_of(*, workdir: str | None = None, init_from: str | None = None, max
         identity = f"{Path(workdir).absolute()}|step {int(jax.device_get(state.step))}|{length}"
         normalized = cfg.eval.retrieval.similarity == "cosine"
     if cache_dir:
-        cache_dir = files.no_symlinks(
-            Path(cache_dir) / hashlib.blake2b(identity.encode(), digest_size=8).hexdigest(),
-            below=Path(cache_dir).parent, what="cached embeddings")
+        cache_dir = files.keyed_cache(cache_dir, identity, what="cached embeddings")
     label = progress if isinstance(progress, str) else "mine: encoding"
     embedder = Embedder(represent, {}, batch_size=batch_size, query_fn=query, pos_fn=document,
                         cache_dir=cache_dir, progress=label if progress else "",

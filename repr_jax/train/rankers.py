@@ -10,7 +10,6 @@ searches them with the same functions, so its numbers are theirs.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -91,9 +90,7 @@ def ranker_of(workdir: str | Path, *, batch_size: int = 64, progress: bool | str
         from repr_jax.eval.sparse_retrieval import build_index
         from repr_jax.eval.sparse_retrieval import search as sparse_search
         if cache_dir:
-            cache_dir = files.no_symlinks(
-                Path(cache_dir) / hashlib.blake2b(identity.encode(), digest_size=8).hexdigest(),
-                below=Path(cache_dir).parent, what="cached term weights")
+            cache_dir = files.keyed_cache(cache_dir, identity, what="cached term weights")
         embedder = Embedder(method.embed, {}, batch_size=batch_size, query_fn=method.embed_query,
                             pos_fn=method.embed_pos, cache_dir=cache_dir,
                             progress=f"{label}: encoding" if show else "", pad_id=pad_id)

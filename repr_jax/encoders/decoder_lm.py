@@ -357,6 +357,7 @@ class DecoderBlock(nn.Module):
     causal: bool = True
     attention_chunk: int = 0
     rope_scaling: tuple[str, float, int] = ("none", 1.0, 0)  # rope_frequencies' arguments
+    query_scalar: float = 0.0  # scores divided by sqrt(this) (0: the head size)
 
     @nn.compact
     def __call__(self, x_BxTxD, positions_BxT, mask_Bx1xTxT, valid_BxT=None):
@@ -377,6 +378,8 @@ class DecoderBlock(nn.Module):
         k = rope(proj("k_proj", self.num_kv_heads), positions_BxT, self.rope_base,
                  self.rope_scaling)
         v = proj("v_proj", self.num_kv_heads)
+        if self.query_scalar and self.query_scalar != dh:  # attention divides by sqrt(dh)
+            q = q * jnp.asarray((dh / self.query_scalar) ** 0.5, q.dtype)
         if self.attention_chunk:
             ctx = chunked_attention(q, k, v, valid_BxT, chunk=self.attention_chunk,
                                     window=self.window, causal=self.causal)
@@ -435,6 +438,7 @@ class DecoderLM(nn.Module):
     rope_scaling: str = "none"
     rope_factor: float = 1.0
     rope_original_context: int = 0  # yarn: the context the model was trained on
+    query_scalar: float = 0.0  # attention scores divided by sqrt(this) (0: the head size)
 
     def setup_check(self):
         if self.attention not in ATTENTIONS:
@@ -459,6 +463,9 @@ class DecoderLM(nn.Module):
         if self.rope_scaling == "yarn" and self.rope_original_context <= 0:
             raise ValueError("decoder_lm: rope_scaling='yarn' needs rope_original_context, the "
                              "context the model was trained on (Gemma 3: 32768)")
+        if self.query_scalar < 0:
+            raise ValueError(f"decoder_lm: query_scalar {self.query_scalar} must be >= 0 (0: "
+                             f"the head size)")
         if self.attention_chunk < 0:
             raise ValueError(f"decoder_lm: attention_chunk {self.attention_chunk} must be >= 0 "
                              f"(0: dense, or chunked beyond {AUTO_CHUNK_ABOVE} tokens)")
@@ -504,7 +511,8 @@ class DecoderLM(nn.Module):
                       self.qkv_bias, self.lora, self.head_dim, self.norm_offset, self.post_norms,
                       self.qk_norm, self.mlp_act, self.sliding_window if local else 0,
                       self.attention == "causal", chunk,
-                      ("none", 1.0, 0) if local else scaling, name=f"layer_{i}")(
+                      ("none", 1.0, 0) if local else scaling, self.query_scalar,
+                      name=f"layer_{i}")(
                 x, positions, local_mask if local else mask, valid)
             layers.append(x)
         x = rms_norm(self.eps, self.norm_offset, "norm")(x)

@@ -8,7 +8,8 @@ Two sources, read without torch or network:
   the file. llama.cpp stores the query and key rows of ``llama`` files permuted for its rotary
   layout; they are permuted back here, as transformers does on load.
 - a **Hugging Face folder** (``config.json`` + ``*.safetensors`` + ``tokenizer.json``) of a
-  ``llama``, ``mistral`` or ``qwen2`` model.
+  ``llama``, ``mistral``, ``qwen2`` or ``gemma3_text`` model (norms stored as ``w``, used as
+  ``1 + w``; EmbeddingGemma's folders say ``use_bidirectional_attention``).
 
 Gemma 3 GGUFs (architecture ``gemma3``) are read too: their norms stored as llama.cpp stores them
 (``1 + w``, so ``w`` is the file's value minus 1, as transformers reads it), q/k norms, no q/k
@@ -90,6 +91,10 @@ _HF_BLOCK = {"input_layernorm.weight": "input_layernorm/scale",
              "self_attn.q_proj": "q_proj", "self_attn.k_proj": "k_proj",
              "self_attn.v_proj": "v_proj", "self_attn.o_proj": "o_proj",
              "mlp.gate_proj": "gate_proj", "mlp.up_proj": "up_proj", "mlp.down_proj": "down_proj"}
+_HF_GEMMA3_BLOCK = {"pre_feedforward_layernorm.weight": "pre_feedforward_layernorm/scale",
+                    "post_feedforward_layernorm.weight": "post_feedforward_layernorm/scale",
+                    "self_attn.q_norm.weight": "q_norm/scale",
+                    "self_attn.k_norm.weight": "k_norm/scale", **_HF_BLOCK}
 
 
 def _params(tensors: dict[str, np.ndarray], header: DecoderHeader, *, embed: str, norm: str,
@@ -206,8 +211,11 @@ class LoadedDecoderLM:
     def __iter__(self):
         return iter((self.header, self.params, self.tokenizer))
 
-    def module(self, *, attention: str = "causal", pooling: str = "last_token"):
+    def module(self, *, attention: str | None = None, pooling: str = "last_token"):
+        """The :class:`DecoderLM` of these weights; ``attention`` None: as they were trained
+        (bidirectional for a folder that says ``use_bidirectional_attention``, else causal)."""
         from repr_jax.encoders.decoder_lm import DecoderLM
+        attention = attention or ("bidirectional" if self.header.bidirectional else "causal")
         return DecoderLM(**self.header.module_fields(), attention=attention, pooling=pooling)
 
 
@@ -216,8 +224,9 @@ def read_decoder_weights(spec: str | Path) -> tuple[DecoderHeader, dict]:
     path = resolve(spec)
     if path.is_dir():
         header = hf_header(path)
+        names = _HF_GEMMA3_BLOCK if header.architecture == "gemma3_text" else _HF_BLOCK
         params = _params(_hf_tensors(path), header, embed="embed_tokens.weight",
-                         norm="norm.weight", block="layers.{i}.", names=_HF_BLOCK, path=path)
+                         norm="norm.weight", block="layers.{i}.", names=names, path=path)
     else:
         reader = gguf_reader(path)
         header = gguf_header(reader, path)

@@ -110,3 +110,25 @@ def test_a_broken_sentencepiece_gguf_is_one_line(tmp_path, case):
     with pytest.raises(ValueError, match=match) as info:
         BPETokenizer.from_gguf(tmp_path / "sp.gguf")
     assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("template", [True, False])
+def test_a_folders_tokenizer_starts_with_bos_when_its_post_processor_does(tmp_path, template):
+    """A Hugging Face folder's tokenizer.json (Gemma's has a ``<bos> $A`` template): BOS first
+    exactly when its own post-processor adds it, as transformers' tokenizer does."""
+    from tokenizers import processors
+    _tiny_sentencepiece(tmp_path / "sp.gguf")
+    gguf_tok = BPETokenizer.from_gguf(tmp_path / "sp.gguf")
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    backend = gguf_tok.backend
+    backend.post_processor = processors.TemplateProcessing(
+        single="<bos> $A", special_tokens=[("<bos>", 2)]) if template else None
+    backend.save(str(folder / "tokenizer.json"))
+    (folder / "config.json").write_text(json.dumps({"bos_token_id": 2, "eos_token_id": 1}))
+    tok = BPETokenizer.from_folder(folder)
+    assert tok.add_bos is template
+    texts = ["abc ab", "ab\n\nc"]
+    want = gguf_tok.rows(texts, max_len=8) if template else [r[1:] for r in gguf_tok.rows(
+        texts, max_len=9)]
+    assert tok.rows(texts, max_len=8) == want

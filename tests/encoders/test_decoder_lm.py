@@ -21,7 +21,7 @@ from repr_jax.encoders.decoder_lm_weights import (load_decoder_lm, output_head,
 
 LLAMA_DEFAULTS = dict(head_dim=0, sliding_window=0, sliding_pattern=0, rope_local_base=0.0,
                       norm_offset=0.0, post_norms=False, qk_norm=False, embed_scale=False,
-                      mlp_act="silu")  # Gemma's options, off
+                      mlp_act="silu", query_scalar=0.0)  # Gemma's options, off
 DATA = Path(__file__).resolve().parent.parent / "data"
 sys.path.insert(0, str(DATA.parent))
 from conftest import needs_smollm2  # noqa: E402

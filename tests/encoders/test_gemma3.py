@@ -82,7 +82,7 @@ def test_embedding_scale_and_geglu_by_hand():
 def _write_header(path, **kw):
     import gguf
     w = gguf.GGUFWriter(str(path), "gemma3")
-    w.add_block_count(2)
+    w.add_block_count(kw.get("depth", 2))
     w.add_context_length(kw.get("context", 64))
     w.add_embedding_length(24)
     w.add_feed_forward_length(32)
@@ -107,6 +107,9 @@ def test_gemma3_header_reads_its_conventions(tmp_path):
     h = read_header(tmp_path / "g.gguf")
     assert (h.head_dim, h.sliding_window, h.sliding_pattern, h.rope_local_base, h.norm_offset,
             h.mlp_act, h.context_length) == (16, 8, 6, 10000.0, 1.0, "gelu_tanh", 64)
+    assert h.query_scalar == 0.0  # the head size
+    _write_header(tmp_path / "27b.gguf", depth=62)  # llama.cpp's 27B: width / heads
+    assert read_header(tmp_path / "27b.gguf").query_scalar == 12.0
 
 
 @pytest.mark.parametrize("case", ["window", "scaling"])
@@ -271,3 +274,75 @@ def test_rope_scaling_reaches_only_global_blocks():
         outs[scaling] = m.apply(params, ids)[1]["layers"]
     np.testing.assert_array_equal(outs["none"][0], outs["linear"][0])  # block 0: local
     assert np.abs(np.asarray(outs["none"][1] - outs["linear"][1])).max() > 1e-4  # block 1: global
+
+
+HF_TINY = DATA / "gemma3_hf_tiny"  # written by transformers (tests/data/make_gemma3_hf_reference.py)
+
+
+def _hf_copy(tmp_path, name, **changes):
+    import json
+    import shutil
+    folder = tmp_path / name
+    shutil.copytree(HF_TINY, folder)
+    config = json.loads((folder / "config.json").read_text())
+    for key, value in changes.items():
+        if value is None:
+            config.pop(key, None)
+        else:
+            config[key] = value
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+def _hf_states(folder, attention="causal", **override):
+    from repr_jax.encoders.decoder_lm_weights import read_decoder_weights
+    header, params = read_decoder_weights(folder)
+    ids = jnp.asarray(np.load(DATA / "gemma3_hf_tiny_reference.npz")["ids"])
+    module = DecoderLM(**{**header.module_fields(), **override}, attention=attention,
+                       pooling="mean")
+    _, feats = module.apply({"params": params}, ids)
+    return header, params, feats
+
+
+def _rel(a, b):
+    return float(np.abs(np.asarray(a) - b).max() / np.abs(b).max())
+
+
+def test_gemma3_text_folder_equals_transformers(tmp_path):
+    """A gemma3_text folder saved by transformers 5.25 (global and local blocks, a 4-token
+    window over 12-token rows, query_pre_attn_scalar 24 against a head size of 16) reads to
+    transformers' states and logits; its 4.x config keys give the same model; EmbeddingGemma's
+    use_bidirectional_attention narrows the window as transformers does."""
+    ref = np.load(DATA / "gemma3_hf_tiny_reference.npz")
+    header, params, feats = _hf_states(HF_TINY)
+    assert (header.architecture, header.query_scalar, header.rope_base,
+            header.rope_local_base, header.sliding_window) == ("gemma3_text", 24.0, 1e6, 1e4, 4)
+    assert _rel(feats["tokens"], ref["states"]) < 1e-5
+    assert _rel(feats["layers"][2], ref["layer2"]) < 1e-5
+    logits = np.asarray(feats["tokens"]) @ np.asarray(params["embed_tokens"]["embedding"]).T
+    assert _rel(logits, ref["logits"]) < 1e-5
+    _, _, plain = _hf_states(HF_TINY, query_scalar=0.0)  # the scale is what makes it equal
+    assert _rel(plain["tokens"], ref["states"]) > 1e-2
+    old = _hf_copy(tmp_path, "v4", rope_parameters=None, layer_types=None,
+                   _sliding_window_pattern=None, rope_theta=1e6, rope_local_base_freq=1e4,
+                   sliding_window_pattern=6)
+    _, _, again = _hf_states(old)
+    np.testing.assert_array_equal(np.asarray(again["tokens"]), np.asarray(feats["tokens"]))
+    both = _hf_copy(tmp_path, "bidirectional", use_bidirectional_attention=True)
+    header, _, feats = _hf_states(both, "bidirectional")
+    assert header.bidirectional and header.sliding_window == 3
+    assert _rel(feats["tokens"], ref["bidirectional_states"]) < 1e-5
+
+
+@pytest.mark.parametrize("changes, match", [
+    (dict(final_logit_softcapping=30.0), "final_logit_softcapping=30.0 is not read"),
+    (dict(hidden_activation="relu"), "hidden_activation 'relu'"),
+    (dict(layer_types=["full_attention"] * 6), "are not every 6th block global"),
+    (dict(rope_parameters={"full_attention": {"rope_type": "linear", "factor": 8.0,
+                                              "rope_theta": 1e6}}), "RoPE scaling 'linear'"),
+    (dict(sliding_window=128), "sliding window 128 is larger than the context 64")])
+def test_gemma3_text_folder_bad_inputs(tmp_path, changes, match):
+    from repr_jax.llm_files import read_header
+    with pytest.raises(ValueError, match=match) as e:
+        read_header(_hf_copy(tmp_path, "bad", **changes))
+    assert "\n" not in str(e.value) and "config.json" in str(e.value)

@@ -240,7 +240,7 @@ class EvalConfig:
             "(searches: pairs or sets; sts, bitext: their sets)")
     sets: tuple[str, ...] = static((), doc=(
         "extra evaluation sets: lee | wordsim353 | simlex999 | polarity | wordnet_retrieval | "
-        "latent_retrieval | latent_sts | beir:DIR (its test qrels) | bitext | needle:LENGTH"))
+        "latent_retrieval | latent_sts | beir:DIR | bitext | needle:LENGTH | crosslingual:LANG"))
     max_examples: int = static(0, ">=0", "evaluate on a fixed random subset of at most N examples "
                                          "per split (0 = all)")
     bootstrap: int = static(1000, ">=0", "bootstrap resamples for intervals (0 = none)")

@@ -21,6 +21,8 @@ Registered sets (``EVAL_SETS``; ``load_eval_set(name, ...)``):
 ``beir:DIR``       retrieval  a user's BEIR collection: test (else dev) qrels, sparse (:func:`beir`)
 ``bitext``         bitext     gettext catalogues (``iso-codes``): English names -> translations,
                               fr de es ru zh_CN ar ja (:func:`bitext`)
+``crosslingual:LANG``  retrieval  gettext catalogues (``coreutils``): English message -> its
+                              translation among all of LANG's (:func:`crosslingual`)
 =================  ==========  =================================================================
 
 The text sets are read from the ``gensim`` wheel's ``gensim/test/test_data`` (located with
@@ -279,6 +281,53 @@ def _bitext(tokenizer: str, max_len: int, languages: tuple[str, ...], catalogue:
         catalogue, tuple(skipped),
         load=dict(tokenizer=tokenizer, max_len=max_len, languages=languages, catalogue=catalogue,
                   locale_dir=locale_dir, keep_identical=keep_identical, sides=sides))
+
+
+CROSSLINGUAL_MIN_WORDS = 4  # shorter messages ("Try '%s --help'") are mostly shared tokens
+
+
+def crosslingual_language(entry: str) -> str:
+    """The language of an ``eval.sets`` entry ``crosslingual:LANG``; a one-line ValueError
+    otherwise."""
+    lang = entry.partition(":")[2]
+    if not lang or "/" in lang or lang.startswith("."):
+        raise ValueError(f"eval.sets entry {entry!r}: write crosslingual:LANG with a locale "
+                         f"name, e.g. crosslingual:fr or crosslingual:zh_CN")
+    return lang
+
+
+def crosslingual(lang: str, tokenizer: str = "", max_len: int = 64, catalogue: str = "coreutils",
+                 locale_dir: str = "", sides: Sides | None = None,
+                 min_words: int = CROSSLINGUAL_MIN_WORDS, **_) -> RetrievalSet:
+    """Cross-lingual retrieval (``eval.sets`` entry ``crosslingual:LANG``): each English message
+    of ``<catalogue>.mo`` (one line, at least ``min_words`` words, each once) is a query; the
+    corpus is every kept message's translation into ``lang``; a query's relevant document is its
+    own translation (messages translated alike share that document). Read with
+    :func:`repr_jax.eval.bitext.gettext_pairs`; ``coreutils`` has ~1,800 messages in 43
+    languages on Debian (the kept ones: ~1,000). Raises FileNotFoundError (one line) where the
+    catalogue is absent.
+
+    Cost: reading ``O(size)``, tokenising ``O(n T)``; qrels ``O(n)`` (sparse)."""
+    from repr_jax.data.tokenizer import make_tokenizer
+    from repr_jax.eval.bitext import LOCALE_DIR, gettext_pairs
+    from repr_jax.eval.retrieval import SparseQrels
+    kept = {}
+    for english, translated in gettext_pairs(lang, catalogue, locale_dir or LOCALE_DIR,
+                                             keep_identical=False):
+        if "\n" not in english.strip() and len(english.split()) >= min_words:
+            kept.setdefault(" ".join(english.split()), " ".join(translated.split()))
+    if len(kept) < 2:
+        raise ValueError(f"eval.sets 'crosslingual:{lang}': {catalogue}.mo has {len(kept)} "
+                         f"one-line messages of {min_words}+ words; it needs 2")
+    queries = list(kept)
+    docs = sorted(set(kept.values()))
+    col = {d: i for i, d in enumerate(docs)}
+    qrels = SparseQrels(np.arange(len(queries)), [col[kept[q]] for q in queries],
+                        np.ones(len(queries), np.int32), (len(queries), len(docs)))
+    sides, tok = sides or Sides.of(max_len), make_tokenizer(tokenizer)
+    return RetrievalSet(f"crosslingual_{lang}", sides.encode(tok, queries, "query"),
+                        sides.encode(tok, docs, "doc"), qrels, corpus_is_pos=True,
+                        texts=(queries, docs), source=f"crosslingual:{lang}")
 
 
 def latent_map(dim: int = 32, latent_dim: int = 8, num_classes: int = 10, seed: int = 0

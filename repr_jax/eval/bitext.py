@@ -111,8 +111,9 @@ def gettext_pairs(lang: str, catalogue: str = "iso_3166-1", locale_dir: str | Pa
     """
     path = _mo_path(lang, catalogue, locale_dir)
     if not path.is_file():
+        package = "iso-codes" if catalogue.startswith("iso_") else catalogue
         raise FileNotFoundError(f"no gettext catalogue {path} (install it with: apt-get install "
-                                f"iso-codes)")
+                                f"{package})")
     pairs = [(m, t) for m, t in _read_mo(path)
              if m and t and "\0" not in m and "\x04" not in m]
     if not keep_identical:

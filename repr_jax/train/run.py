@@ -88,7 +88,8 @@ def load_eval_sets(cfg: Config, dataset: data.Dataset) -> list:
         raise ConfigError(str(e)) from None
     d, out = cfg.data, []
     for name in cfg.eval.sets:
-        if name.startswith(("beir:", "needle:")) or name in eval_sets.TEXT_SETS:
+        if name.startswith(("beir:", "needle:", "crosslingual:")) or \
+                name in eval_sets.TEXT_SETS:
             if not isinstance(d, TextData) or dataset.vocab is None:
                 raise ConfigError(f"eval.sets: {name!r} is text; dataset {d.name!r} is not text "
                                   f"read by a tokenizer")
@@ -99,6 +100,13 @@ def load_eval_sets(cfg: Config, dataset: data.Dataset) -> list:
             elif name.startswith("needle:"):
                 from repr_jax.data.needle import needle_length, needle
                 out.append(needle(needle_length(name), **text))
+            elif name.startswith("crosslingual:"):
+                try:
+                    out.append(eval_sets.crosslingual(
+                        eval_sets.crosslingual_language(name), **text))
+                except FileNotFoundError as e:  # this machine lacks the language: said, not fatal
+                    import warnings
+                    warnings.warn(f"eval.sets {name!r} left out: {e}", stacklevel=2)
             else:
                 out.append(eval_sets.load_eval_set(name, **text))
         else:
@@ -227,9 +235,16 @@ def _check_eval_section(e) -> None:
                 needle_length(name)
             except ValueError as err:
                 raise ConfigError(str(err)) from None
+        elif name.startswith("crosslingual:"):
+            from repr_jax.data.eval_sets import crosslingual_language
+            try:
+                crosslingual_language(name)
+            except ValueError as err:
+                raise ConfigError(str(err)) from None
         elif name not in EVAL_SETS:
-            raise ConfigError(unknown_choice("eval.sets", name,
-                                             (*EVAL_SETS, "beir:DIR", "needle:LENGTH")))
+            raise ConfigError(unknown_choice("eval.sets", name, (*EVAL_SETS, "beir:DIR",
+                                                                 "needle:LENGTH",
+                                                                 "crosslingual:LANG")))
     for section in ("layerwise", "matryoshka"):
         protocol = getattr(e, section).protocol
         if protocol not in PROTOCOLS:

@@ -325,11 +325,8 @@ def test_end_to_end_a_toy_embedder_through_the_runs_evaluation():
         [by[f"bitext/{d}/f1"] for d in ("en-fr", "fr-en", "en-ru", "ru-en")]))
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(not HAVE_ISO, reason="iso-codes not installed")
-def test_a_text_run_reports_bitext_rows(tmp_path):
-    """eval.sets=('bitext',) and eval.evaluators=(..., 'bitext') in a trained text run (2
-    steps): rows with intervals for each language pair, direction and the mean."""
+def _text_run_rows(tmp_path, *, evaluators, sets, more=()):
+    """The evaluation rows of a tiny text bi-encoder trained 2 steps on made-up pairs."""
     import json
 
     from repr_jax import config as C
@@ -345,12 +342,20 @@ def test_a_text_run_reports_bitext_rows(tmp_path):
         method=C.MethodConfig(name="biencoder", objective="info_nce", proj_dim=16),
         optim=C.OptimConfig(warmup_steps=0),
         train=C.TrainConfig(batch_size=16, steps=2, ckpt_every=0, num_devices=1),
-        eval=C.EvalConfig(evaluators=("retrieval", "bitext"), sets=("bitext",), bootstrap=20,
-                          reference_rows=False))
-    cfg = C.override(cfg, ["eval.bitext.languages=('fr', 'ar')"])
-    rows = train_and_evaluate(cfg, tmp_path / "run", progress=False, verbose=False)
-    rows = rows if isinstance(rows, list) else json.loads(
+        eval=C.EvalConfig(evaluators=evaluators, sets=sets, bootstrap=20, reference_rows=False))
+    rows = train_and_evaluate(C.override(cfg, list(more)), tmp_path / "run", progress=False,
+                              verbose=False)
+    return rows if isinstance(rows, list) else json.loads(
         next((tmp_path / "run" / "eval").glob("step_*.json")).read_text())
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not HAVE_ISO, reason="iso-codes not installed")
+def test_a_text_run_reports_bitext_rows(tmp_path):
+    """eval.sets=('bitext',) and eval.evaluators=(..., 'bitext') in a trained text run (2
+    steps): rows with intervals for each language pair, direction and the mean."""
+    rows = _text_run_rows(tmp_path, evaluators=("retrieval", "bitext"), sets=("bitext",),
+                          more=["eval.bitext.languages=('fr', 'ar')"])
     bitext = {r["metric"]: r for r in rows if r["evaluator"] == "bitext"}
     assert {"bitext/en-fr/f1", "bitext/ar-en/xsim_error", "bitext/mean/f1"} <= set(bitext)
     for r in bitext.values():
@@ -390,27 +395,9 @@ def test_crosslingual_set_by_hand(tmp_path):
 def test_crosslingual_retrieval_runs_through_a_runs_evaluation(tmp_path):
     """crosslingual:fr in eval.sets gives retrieval rows with intervals for a text run;
     a language this machine lacks is left out with a warning, not an error."""
-    import json
-
-    from repr_jax import config as C
-    from repr_jax.train import train_and_evaluate
-    pairs = tmp_path / "pairs.jsonl"
-    pairs.write_text("".join(json.dumps({"query": f"what is item {i}?",
-                                         "positive": f"item {i} is kind {i % 7}"}) + "\n"
-                             for i in range(64)))
-    cfg = C.Config(
-        seed=0, data=C.DataConfig(name=f"pairs:{pairs}", max_len=16),
-        encoder=C.EncoderConfig(name="text_transformer", variant="tiny", width=16, num_heads=2,
-                                mlp_dim=32, depth=1),
-        method=C.MethodConfig(name="biencoder", objective="info_nce", proj_dim=0),
-        optim=C.OptimConfig(warmup_steps=0),
-        train=C.TrainConfig(batch_size=8, steps=1, ckpt_every=0, num_devices=1),
-        eval=C.EvalConfig(evaluators=("retrieval",), sets=("crosslingual:fr", "crosslingual:zz"),
-                          bootstrap=20, reference_rows=False))
     with pytest.warns(UserWarning, match="'crosslingual:zz' left out: no gettext catalogue"):
-        rows = train_and_evaluate(cfg, tmp_path / "run", progress=False, verbose=False)
-    rows = rows if isinstance(rows, list) else json.loads(
-        next((tmp_path / "run" / "eval").glob("step_*.json")).read_text())
+        rows = _text_run_rows(tmp_path, evaluators=("retrieval",),
+                              sets=("crosslingual:fr", "crosslingual:zz"))
     found = [r for r in rows if "crosslingual_fr" in r["metric"]]
     assert found and not [r for r in rows if "crosslingual_zz" in r["metric"]]
     for r in found:

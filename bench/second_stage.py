@@ -11,6 +11,11 @@
   vector a document (the tokens' mean) searched exactly by
   :func:`repr_jax.eval.retrieval.retrieve`. Seconds, bytes a document, the process's peak RSS
   (each side in a fresh process).
+* ColBERT pair scores (``--parts colbert_pairs``): MiniLM with a random 128-d projection as a
+  ColBERT, ``--pairs`` pairs of ``--queries`` queries each with the same number of candidates
+  drawn from ``--docs / 100`` documents; each pair through the encoder (``rerank.score_pairs``
+  with the method's pair score) against each distinct text through it once
+  (``late_interaction.score_pairs``), in one process, the same pairs.
 * BM25: bm25s indexing ``--docs`` documents of generated words and retrieving the top 100 for
   1,000 queries.
 
@@ -65,6 +70,50 @@ PROBE = textwrap.dedent("""
         out["seconds"] = time.perf_counter() - t
         out["pairs_per_s"] = pairs / out["seconds"]
         out["tokens_per_pair"] = float(((q != 0).sum() + (d != 0).sum() - pairs) / pairs)
+    elif kind == "colbert_pairs":
+        import inspect
+        import jax
+        from repr_jax.data.tokenizer import minilm_dir
+        from repr_jax.encoders.pretrained import load_sentence_transformer
+        from repr_jax.eval import late_interaction as li
+        from repr_jax.eval.rerank import score_pairs
+        from repr_jax.methods.colbert import ColBERT
+        loaded = load_sentence_transformer(minilm_dir())
+        words = inspect.getsource(inspect).split()
+        pool = docs // 100  # candidates drawn from a shared pool, as a first stage's repeat
+        texts = [" ".join(words[(i + j) % len(words)] for j in range(90))
+                 for i in range(0, 90 * (queries + pool), 90)]
+        tok = loaded.tokenizer
+        q = tok.encode([t[:120] for t in texts[:queries]], max_len=32, pad_to=32).ids
+        d = tok.encode(texts[queries:], max_len=128, pad_to=128).ids
+        model = ColBERT(loaded.module, 128, 0)
+        rng = np.random.default_rng(0)
+        variables = {"params": {"encoder": loaded.params, "project": {
+            "kernel": rng.normal(0, 0.05, (384, 128)).astype("f4")}}}
+        per_query = pairs // queries
+        q_of = np.repeat(np.arange(queries), per_query)
+        d_of = np.concatenate([rng.choice(pool, per_query, replace=False)
+                               for _ in range(queries)])
+        def score(v, a, b):
+            return model.apply(v, a, b, method=ColBERT.score)
+        def tokens_query(v, x):  # one function a side: compiled once, reused when warm
+            return model.apply(v, x, "query", method=ColBERT.tokens)
+        def tokens_doc(v, x):
+            return model.apply(v, x, "doc", method=ColBERT.tokens)
+        both = {"pair passes (rerank.score_pairs)": lambda: score_pairs(
+                    score, variables, q, d, q_of, d_of, pad_id=0, batch_size=64),
+                "each text once (late_interaction.score_pairs)": lambda: li.score_pairs(
+                    tokens_query, tokens_doc, variables, q, d, q_of, d_of, pad_id=0,
+                    batch_size=64)}
+        got = {}
+        for name, fn in both.items():
+            fn()  # compile (and warm)
+            t = time.perf_counter()
+            got[name] = fn()
+            out[name] = time.perf_counter() - t
+        a, b = got.values()
+        out["max_rel_diff"] = float(np.abs(a - b).max() / np.abs(a).max())
+        out["distinct_docs"] = int(len(np.unique(d_of)))
     elif kind in ("float16", "int8", "single"):
         import jax, jax.numpy as jnp
         from repr_jax.eval.late_interaction import build_index, search
@@ -131,7 +180,7 @@ def main() -> None:
     p.add_argument("--docs", type=int, default=100_000)
     p.add_argument("--queries", type=int, default=100)
     p.add_argument("--pairs", type=int, default=2048)
-    p.add_argument("--parts", default="rerank,colbert,bm25",
+    p.add_argument("--parts", default="rerank,colbert,colbert_pairs,bm25",
                    help="which measurements, comma-separated (default all)")
     args = p.parse_args()
     parts = args.parts.split(",")
@@ -143,6 +192,15 @@ def main() -> None:
               f"peak RSS {r['peak_rss_mb']:.0f} MB")
     if "colbert" in parts:
         _colbert(args)
+    if "colbert_pairs" in parts:
+        r = _run("colbert_pairs", args)
+        names = [k for k in r if "score_pairs" in k]
+        print(f"\nColBERT pair scores (MiniLM, 128-d, {args.pairs:,} pairs of {args.queries} "
+              f"queries x 32 tokens and {r['distinct_docs']:,} distinct documents x 128, "
+              f"batch 64; largest difference {r['max_rel_diff']:.1e} of the largest score):")
+        for k in names:
+            print(f"  {k}: {r[k]:.1f} s, {args.pairs / r[k]:.0f} pairs/s")
+        print(f"  ratio {r[names[0]] / r[names[1]]:.2f}x")
     if "bm25" in parts:
         r = _run("bm25", args)
         print(f"\nBM25 (bm25s): index {args.docs:,} documents of 30 words {r['build_s']:.1f} s, "

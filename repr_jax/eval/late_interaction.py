@@ -12,6 +12,7 @@ the index's bytes per document beside the metrics.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import shutil
@@ -104,6 +105,13 @@ def open_index(folder: str | Path) -> TokenIndex:
     return TokenIndex(vectors, offsets, scales)
 
 
+@functools.lru_cache(maxsize=16)
+def jitted(token_fn: Callable) -> Callable:
+    """``jax.jit(token_fn)``, one per function object: every call of :func:`embed_tokens` (a
+    chunk of :func:`score_pairs`, an evaluation) finds the shapes it compiled before."""
+    return jax.jit(token_fn)
+
+
 def build_index(token_fn: Callable, variables: Any, corpus, folder: str | Path, *,
                 storage: str = "float16", pad_id: int = 0, batch_size: int = 128,
                 progress: str = "") -> TokenIndex:
@@ -122,7 +130,7 @@ def build_index(token_fn: Callable, variables: Any, corpus, folder: str | Path, 
         n = len(corpus)
         capacity = int(sum((np.asarray(corpus[i:i + 4096]) != pad_id).sum()
                            for i in range(0, n, 4096)))  # non-padding tokens: an upper bound
-        fn = jax.jit(token_fn)
+        fn = jitted(token_fn)
         offsets = np.zeros(n + 1, np.int64)
         vectors = scales = None
         row = 0
@@ -205,7 +213,7 @@ def embed_tokens(token_fn: Callable, variables: Any, ids, *, batch_size: int = 1
     """``(vectors [Q, T, d], mask [Q, T])`` of token-id rows in memory (batched). With
     ``pad_id``, each batch is cut to its longest row and the last one padded to ``batch_size``
     rows (few compiled shapes). Time: the encoder on ``Q`` texts; memory ``O(Q T d)``."""
-    fn = jax.jit(token_fn)
+    fn = jitted(token_fn)
     outs = []
     for i in range(0, len(ids), batch_size):
         batch = np.asarray(ids[i:i + batch_size])

@@ -20,6 +20,7 @@ parameters live on a constraint set (an SAE's unit-norm decoder rows, thresholds
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, Callable
 
 import flax.linen as nn
@@ -102,10 +103,16 @@ class Method:
 
     def token_vectors(self, side: str):
         """``f(variables, ids) -> (vectors [B, T, d], mask [B, T])`` of queries (``side=
-        "query"``) or documents (``"doc"``), eval mode."""
-        name = "embed_tokens_query" if side == "query" else "embed_tokens_doc"
-        return lambda variables, x: self.model.apply(variables, x,
-                                                     method=getattr(self.model, name))
+        "query"``) or documents (``"doc"``), eval mode; the same function object each call, so
+        that a compiled copy of it is found again (a new one would compile every shape anew)."""
+        return self._token_fns[side]
+
+    @functools.cached_property
+    def _token_fns(self) -> dict[str, Callable]:
+        def side_fn(name):
+            return lambda variables, x: self.model.apply(variables, x,
+                                                         method=getattr(self.model, name))
+        return {"query": side_fn("embed_tokens_query"), "doc": side_fn("embed_tokens_doc")}
 
 
 # --------------------------------------------------------------------------------------------------

@@ -126,6 +126,25 @@ def test_loss_is_a_softmax_over_maxsim_of_the_batch():
     np.testing.assert_allclose(pair, np.diag(s) * 0.5, rtol=1e-4)
 
 
+def test_token_functions_compile_once_across_calls():
+    # a new function object a call compiled every shape again (each chunk of score_pairs)
+    from repr_jax.encoders.text_transformer import TextTransformer
+    enc = TextTransformer(vocab_size=40, width=16, depth=1, num_heads=2, mlp_dim=32, max_len=16)
+    method = colbert(enc, dim=8, pad_id=0, negatives=0)
+    ids = np.random.default_rng(3).integers(1, 40, (6, 9)).astype(np.int32)
+    variables = method.init(jax.random.PRNGKey(0), {"x": jnp.asarray(ids),
+                                                    "x_pos": jnp.asarray(ids)})
+    fn = method.token_vectors("doc")
+    assert method.token_vectors("doc") is fn and method.token_vectors("query") is not fn
+    first = late_interaction.embed_tokens(fn, variables, ids, batch_size=4, pad_id=0)
+    again = late_interaction.embed_tokens(method.token_vectors("doc"), variables, ids,
+                                          batch_size=4, pad_id=0)
+    assert late_interaction.jitted(fn)._cache_size() == 1  # two calls, one shape, one compile
+    np.testing.assert_array_equal(first[0], again[0])
+    want = method.model.apply(variables, jnp.asarray(ids), method=ColBERT.embed_tokens_doc)
+    np.testing.assert_allclose(first[0], np.asarray(want[0]), rtol=1e-5, atol=1e-6)
+
+
 def test_query_expansion_pads_with_mask_tokens_and_punctuation_is_left_out():
     from repr_jax.encoders.text_transformer import TextTransformer
     enc = TextTransformer(vocab_size=40, width=16, depth=1, num_heads=2, mlp_dim=32, max_len=16)

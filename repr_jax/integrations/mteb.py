@@ -421,6 +421,8 @@ def run(names: Sequence[str], task_names: Sequence[str] | str, out: str | Path, 
     check_mteb()
     import mteb
     from mteb.cache import ResultCache
+
+    from repr_jax import files
     tasks, data, out = prepare(names, task_names, out)
     scores, mteb_scores = {}, {}
     for name in names:
@@ -430,9 +432,14 @@ def run(names: Sequence[str], task_names: Sequence[str] | str, out: str | Path, 
             warnings.filterwarnings("ignore", message="To copy construct from a tensor")
             # its macro recall over a label the test split lacks (classification): reported 0
             warnings.filterwarnings("ignore", message="Recall is ill-defined")
-            result = mteb.evaluate(m, [mteb_task(t, data[t.name]) for t in tasks],
-                                   cache=ResultCache(out), overwrite_strategy="always",
-                                   show_progress_bar=progress)
+            # mteb writes its files in place: into a scratch folder, then each moved atomically
+            with files.scratch_folder(out, prefix=".mteb_results_",
+                                      what="unfinished mteb result files") as tmp:
+                result = mteb.evaluate(m, [mteb_task(t, data[t.name]) for t in tasks],
+                                       cache=ResultCache(tmp), overwrite_strategy="always",
+                                       show_progress_bar=progress)
+                for f in sorted(p for p in Path(tmp).rglob("*") if p.is_file()):
+                    files.write_bytes(out / f.relative_to(tmp), f.read_bytes())
         mteb_scores[name] = {r.task_name: float(r.get_score()) for r in result.task_results}
         scores[name] = {t.name: m.scored(t, data[t.name]) for t in tasks}
     rows = mteb_tasks.table(scores, {t.name: t.type for t in tasks}, bootstrap=bootstrap)

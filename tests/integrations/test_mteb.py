@@ -452,6 +452,7 @@ def test_minilm_through_mteb_agrees_with_repr_jax(tmp_path, capsys):
                                          "WordNetSameWordPairClassification", "model_meta",
                                          "WordNetCategoryClassification",
                                          "WordNetCategoryClustering"}
+    assert not list(out.glob(".mteb_results_*"))  # written aside, then each file moved in
     cached = sorted(p.name for p in (out / "embeddings").rglob("*.npz"))
     assert bridge.run(["minilm"], tasks, out, bootstrap=100, progress=False)[0]["value"] == \
         rows[0]["value"]
